@@ -1,0 +1,31 @@
+# agentcompass: a Model, a Benchmark, a Harness and an Environment, declared in
+# YAML, built into result files. This file is a table of contents: the config is
+# loaded and validated here, the stages live in rules/, the logic in agentcompass/.
+#
+#   request.json -> tasks.json -> plans.json -> attempts/<task>/<n>/{plan,prepared,output,result}.json
+#   -> metrics.json, run_info.json
+
+from agentcompass.pipeline.workflow import EvaluationWorkflow
+
+# Validates every config layer (configs/config.yaml, --configfile, --config)
+# against schemas/config.schema.yaml and the registries; exits before any job.
+EVAL = EvaluationWorkflow.from_snakemake(workflow)
+RESULTS = EVAL.results_dir
+
+
+include: "rules/common.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        EVAL.all_targets,
+
+
+include: "rules/request.smk"
+include: "rules/tasks.smk"
+include: "rules/plans.smk"
+include: "rules/prepare.smk"
+include: "rules/run.smk"
+include: "rules/evaluate.smk"
+include: "rules/metrics.smk"

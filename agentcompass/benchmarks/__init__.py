@@ -1,0 +1,5 @@
+"""Built-in Benchmarks. Adding one: a module here plus one import line."""
+
+from .example_exact_match import ExampleExactMatchBenchmark
+
+__all__ = ["ExampleExactMatchBenchmark"]

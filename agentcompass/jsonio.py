@@ -1,0 +1,37 @@
+"""The one JSON writer: canonical (sorted keys, UTF-8, trailing newline) and atomic."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def canonical_json(payload: Any) -> str:
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write via a temporary file in the same directory and rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, payload: Any) -> Path:
+    return write_text_atomic(path, canonical_json(payload))
+
+
+def read_json(path: str | Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,1 @@
+"""The file pipeline: request.json -> tasks.json -> plans -> prepared -> output -> result -> metrics."""

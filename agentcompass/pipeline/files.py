@@ -1,0 +1,131 @@
+"""The files the pipeline writes, each with its contract type and JSON Schema."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from agentcompass import PROJECT_ROOT
+from agentcompass.jsonio import canonical_json, write_json
+from agentcompass.runtime.models import (
+    BenchmarkPlan,
+    Contract,
+    ExecutionPlan,
+    HarnessPlan,
+    MetricResult,
+    PreparedTask,
+    RunRequest,
+    RunResult,
+    TaskSpec,
+)
+from agentcompass.runtime.models.codec import json_schema
+
+SCHEMA_DIR = PROJECT_ROOT / "schemas"
+
+
+@dataclass
+class TasksFile(Contract):
+    """tasks.json: the selected TaskSpecs of one request, in the Benchmark's order."""
+
+    request_name: str
+    benchmark_id: str
+    tasks: list[TaskSpec]
+
+
+@dataclass
+class PlansFile(Contract):
+    """plans.json: every attempt's ExecutionPlan of one request, written in bulk."""
+
+    request_name: str
+    plans: list[ExecutionPlan]
+
+
+@dataclass
+class ComponentVersion(Contract):
+    """A component id and the version of its behaviour."""
+
+    id: str
+    version: str
+
+
+@dataclass
+class RunInfo(Contract):
+    """run_info.json: provenance and the resolved_execution_plans audit view."""
+
+    request_name: str
+    namespace: str
+    run_id: str
+    benchmark: ComponentVersion
+    harness: ComponentVersion
+    environment: ComponentVersion
+    model_id: str
+    versions: dict[str, str]
+    config_paths: list[str]
+    num_tasks: int
+    num_attempts: int
+    resolved_execution_plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+# kind -> contract type; a file <kind>.json validates against schemas/<kind>.schema.json
+FILE_KINDS: dict[str, type] = {
+    "request": RunRequest,
+    "tasks": TasksFile,
+    "plans": PlansFile,
+    "plan": ExecutionPlan,
+    "prepared": PreparedTask,
+    "output": RunResult,
+    "result": RunResult,
+    "metrics": MetricResult,
+    "run_info": RunInfo,
+}
+
+_OPEN = frozenset({BenchmarkPlan, HarnessPlan})
+
+
+def generate_schema(kind: str) -> dict[str, Any]:
+    defs: dict[str, Any] = {}
+    root = json_schema(FILE_KINDS[kind], defs, _OPEN)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"agentcompass/{kind}.schema.json",
+        "title": f"{kind}.json",
+        "description": f"Generated from the {FILE_KINDS[kind].__name__} contract by scripts/generate_schemas.py; do not edit.",
+        **root,
+        "$defs": defs,
+    }
+
+
+def schema_path(kind: str) -> Path:
+    return SCHEMA_DIR / f"{kind}.schema.json"
+
+
+def write_schemas(directory: Path = SCHEMA_DIR) -> list[Path]:
+    written = []
+    for kind in FILE_KINDS:
+        path = directory / f"{kind}.schema.json"
+        path.write_text(canonical_json(generate_schema(kind)))
+        written.append(path)
+    return written
+
+
+@functools.lru_cache(maxsize=None)
+def validator(kind: str) -> jsonschema.protocols.Validator:
+    schema = json.loads(schema_path(kind).read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def validate_payload(kind: str, payload: Any) -> None:
+    """Raise ``jsonschema.ValidationError`` if ``payload`` breaks the schema of ``kind``."""
+    validator(kind).validate(payload)
+
+
+def write_file(kind: str, path: str | Path, value: Contract | dict) -> Path:
+    """Validate a contract against its file schema, then write it canonically and atomically."""
+    payload = value.to_dict() if isinstance(value, Contract) else value
+    validate_payload(kind, payload)
+    return write_json(path, payload)

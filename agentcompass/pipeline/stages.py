@@ -1,0 +1,350 @@
+"""The stages: each a function of its input files plus the request, writing one file.
+
+Rules in ``rules/*.smk`` call these and nothing else; they can be tested
+without Snakemake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+
+import agentcompass
+from agentcompass.aio import run_coroutine
+from agentcompass.jsonio import canonical_json, read_json, write_text_atomic
+from agentcompass.paths import task_segment
+from agentcompass.runtime.base import BaseBenchmark, BaseHarness, HarnessContext, HarnessFreeBenchmark, error_result
+from agentcompass.runtime.models import (
+    ExecutionPlan,
+    HarnessPlan,
+    PreparedTask,
+    RunRequest,
+    RunResult,
+    TaskSpec,
+    TaskStatus,
+)
+from agentcompass.runtime.models.codec import from_dict
+from agentcompass.runtime.planner import Planner
+from agentcompass.runtime.recipes import build_run_recipe_registry
+from agentcompass.runtime.registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES
+from agentcompass.secrets import scrub
+
+from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, validate_payload, write_file
+
+WORKSPACE_DIR = "workspace"
+OUTPUTS_DIR = "outputs"
+TRAJECTORY = "trajectory.jsonl"
+
+
+class InfrastructureError(RuntimeError):
+    """A fault of the sandbox or the connection, not of the agent: retried up to max_retries."""
+
+
+# --- components ---------------------------------------------------------------
+
+
+def benchmark_for(req: RunRequest) -> BaseBenchmark:
+    return BENCHMARKS.get(req.benchmark.id)()
+
+
+def harness_for(req: RunRequest) -> BaseHarness | None:
+    return None if req.harness.is_none else HARNESSES.get(req.harness.id)()
+
+
+def environment_for(env_id: str):
+    return ENVIRONMENTS.get(env_id)()
+
+
+# --- reading files (cached by path and modification) -------------------------------
+
+
+def _stamp(path: str | Path) -> tuple[str, int, int]:
+    st = os.stat(path)
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+@functools.lru_cache(maxsize=64)
+def _tasks_cached(stamp: tuple) -> tuple[list[TaskSpec], dict[str, TaskSpec]]:
+    data = read_json(stamp[0])
+    tasks = [from_dict(TaskSpec, t, "tasks.json task") for t in data["tasks"]]
+    return tasks, {task_segment(t.task_id): t for t in tasks}
+
+
+def read_tasks(path: str | Path) -> list[TaskSpec]:
+    return _tasks_cached(_stamp(path))[0]
+
+
+def task_by_segment(path: str | Path, segment: str) -> TaskSpec:
+    try:
+        return _tasks_cached(_stamp(path))[1][segment]
+    except KeyError:
+        raise KeyError(f"no task with path segment {segment!r} in {path}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _plans_cached(stamp: tuple, bcls: type, hcls: type) -> dict[tuple[str, int], ExecutionPlan]:
+    data = read_json(stamp[0])
+    plans = [ExecutionPlan.from_dict(p, bcls, hcls) for p in data["plans"]]
+    return {(task_segment(p.task_id), p.attempt): p for p in plans}
+
+
+def read_plan(req: RunRequest, path: str | Path) -> ExecutionPlan:
+    bcls, hcls = _plan_classes(req)
+    return ExecutionPlan.from_dict(read_json(path), bcls, hcls)
+
+
+def plan_for(req: RunRequest, plans_path: str | Path, segment: str, attempt: int) -> ExecutionPlan:
+    bcls, hcls = _plan_classes(req)
+    return _plans_cached(_stamp(plans_path), bcls, hcls)[(segment, attempt)]
+
+
+def _plan_classes(req: RunRequest) -> tuple[type, type]:
+    harness = harness_for(req)
+    return benchmark_for(req).plan_class, (harness.plan_class if harness else HarnessPlan)
+
+
+def read_result(path: str | Path) -> RunResult:
+    return from_dict(RunResult, read_json(path), str(path))
+
+
+# --- request, tasks, plans ------------------------------------------------------------
+
+
+def write_request(req: RunRequest, out: str | Path) -> None:
+    write_file("request", out, req)
+
+
+def write_tasks(req: RunRequest, out: str | Path) -> None:
+    benchmark = benchmark_for(req)
+    tasks = benchmark.select_tasks(benchmark.load_tasks(req), req)
+    seen: dict[str, str] = {}
+    for task in tasks:
+        segment = task_segment(task.task_id)
+        if segment in seen:
+            raise ValueError(
+                f"benchmark {req.benchmark.id!r}: task ids {seen[segment]!r} and {task.task_id!r} "
+                "are duplicates (or map to the same path); task ids must be unique"
+            )
+        seen[segment] = task.task_id
+    write_file("tasks", out, TasksFile(req.metadata.request_name, req.benchmark.id, tasks))
+
+
+def write_plans(req: RunRequest, tasks_path: str | Path, out: str | Path) -> None:
+    """Plan every semantic attempt of every task; each attempt gets its own ``Planner.plan``."""
+    harness = harness_for(req)
+    planner = Planner(
+        benchmark_for(req), harness, build_run_recipe_registry(req), environment_for(req.environment.id)
+    )
+    plans = [
+        planner.plan(req, task, attempt)
+        for task in read_tasks(tasks_path)
+        for attempt in range(1, req.execution.attempts + 1)
+    ]
+    write_file("plans", out, PlansFile(req.metadata.request_name, plans))
+
+
+# --- per attempt ------------------------------------------------------------------
+
+
+def _label(req: RunRequest, plan: ExecutionPlan, phase: str) -> str:
+    return f"{req.run_id}-{task_segment(plan.task_id)}-{plan.attempt}-{phase}"
+
+
+async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False):
+    spec = plan.evaluation_environment if evaluation and plan.evaluation_environment else plan.task_environment
+    network = getattr(plan, f"{phase}_network")
+    return await environment_for(spec.id).open(spec, network, _label(req, plan, phase))
+
+
+def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int, plan_out, prepared_out) -> None:
+    """Write the attempt's plan.json and its PreparedTask (+ the prepared workspace)."""
+    plan = plan_for(req, plans_path, segment, attempt)
+    task = task_by_segment(tasks_path, segment)
+    write_file("plan", plan_out, plan)
+    attempt_dir = Path(prepared_out).parent
+    saved = attempt_dir / WORKSPACE_DIR
+    shutil.rmtree(saved, ignore_errors=True)
+    benchmark = benchmark_for(req)
+
+    async def go() -> PreparedTask:
+        session = await _open(req, plan, "baseline")
+        try:
+            prepared = await benchmark.prepare_task(task, session, req, plan.benchmark_plan)
+            if prepared.input.workspace:
+                await session.download(prepared.input.workspace, saved)
+            return prepared
+        finally:
+            await session.close()
+
+    write_file("prepared", prepared_out, run_coroutine(go()))
+
+
+def _restore_workspace(prepared: PreparedTask, attempt_dir: Path):
+    saved = attempt_dir / WORKSPACE_DIR
+
+    async def restore(session) -> None:
+        if prepared.input.workspace and saved.exists():
+            await session.upload(saved, prepared.input.workspace)
+
+    return restore
+
+
+def run(req: RunRequest, tasks_path, plan_path, prepared_path, segment: str, out) -> None:
+    """Run the harness (or harness-free Benchmark) with runtime retries; write output.json."""
+    plan = read_plan(req, plan_path)
+    task = task_by_segment(tasks_path, segment)
+    prepared = from_dict(PreparedTask, read_json(prepared_path), str(prepared_path))
+    attempt_dir = Path(out).parent
+    trajectory = attempt_dir / TRAJECTORY
+    outputs = attempt_dir / OUTPUTS_DIR
+    benchmark = benchmark_for(req)
+    harness = harness_for(req)
+    restore = _restore_workspace(prepared, attempt_dir)
+
+    async def once() -> RunResult:
+        session = await _open(req, plan, "run")
+        try:
+            await restore(session)
+            if harness is None:
+                assert isinstance(benchmark, HarnessFreeBenchmark)
+                coro = benchmark.run_task(prepared, session, req, plan)
+            else:
+                reference = benchmark.reference_solution(task, plan.benchmark_plan) if harness.is_oracle else None
+                context = HarnessContext(
+                    attempt=plan.attempt, attempt_dir=attempt_dir, trajectory_path=trajectory,
+                    reference=reference, timeout=plan.execution.task_timeout,
+                )
+                coro = harness.run(prepared, session, req, plan.harness_plan, context)
+            result = await asyncio.wait_for(coro, plan.execution.task_timeout)
+            for name in prepared.output.files:
+                if await session.exists(name):
+                    await session.download(name, outputs / name)
+            return result
+        finally:
+            await session.close()
+
+    started = time.monotonic()
+    shutil.rmtree(outputs, ignore_errors=True)
+    retries = 0
+    while True:
+        trajectory.write_text("")
+        try:
+            result = run_coroutine(once())
+            break
+        except InfrastructureError as exc:
+            if retries < plan.execution.max_retries:
+                retries += 1
+                continue
+            result = error_result(plan.task_id, plan.attempt, "run", exc)
+            break
+        except asyncio.TimeoutError:
+            result = error_result(plan.task_id, plan.attempt, "run", f"timed out after {plan.execution.task_timeout} s")
+            break
+        except Exception as exc:  # the agent's failure is a status, never a lost file
+            result = error_result(plan.task_id, plan.attempt, "run", exc)
+            break
+    result = dataclasses.replace(
+        result,
+        task_id=plan.task_id,
+        attempt=plan.attempt,
+        retries_used=retries,
+        timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
+    )
+    _write_scrubbed(req, "output", out, result)
+    trajectory.write_text(scrub(trajectory.read_text(), [req.model.api_key]))
+
+
+def _write_scrubbed(req: RunRequest, kind: str, out, result: RunResult) -> None:
+    payload = result.to_dict()
+    validate_payload(kind, payload)
+    write_text_atomic(out, scrub(canonical_json(payload), [req.model.api_key]))
+
+
+def evaluate(req: RunRequest, tasks_path, plan_path, prepared_path, output_path, segment: str, out) -> None:
+    """Score the attempt in its evaluation environment; write result.json."""
+    plan = read_plan(req, plan_path)
+    task = task_by_segment(tasks_path, segment)
+    prepared = from_dict(PreparedTask, read_json(prepared_path), str(prepared_path))
+    output = read_result(output_path)
+    attempt_dir = Path(out).parent
+    benchmark = benchmark_for(req)
+
+    if output.status.is_error or output.status == TaskStatus.SKIPPED:
+        write_file("result", out, output)
+        return
+
+    async def go() -> RunResult:
+        session = await _open(req, plan, "evaluation", evaluation=True)
+        try:
+            if plan.evaluation_environment_mode == "task":
+                await _restore_workspace(prepared, attempt_dir)(session)
+            outputs = attempt_dir / OUTPUTS_DIR
+            for name in prepared.output.files:
+                if (outputs / name).exists():
+                    await session.upload(outputs / name, name)
+            return await benchmark.evaluate(task, prepared, output, session, req, plan.benchmark_plan)
+        finally:
+            await session.close()
+
+    started = time.monotonic()
+    try:
+        result = run_coroutine(go())
+    except Exception as exc:
+        result = dataclasses.replace(
+            output, status=TaskStatus.EVAL_ERROR, error=f"{type(exc).__name__}: {exc}", error_stage="evaluate",
+            correct=None, score=None,
+        )
+    result = dataclasses.replace(
+        result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)}
+    )
+    _write_scrubbed(req, "result", out, result)
+
+
+# --- per request ------------------------------------------------------------------
+
+
+def metrics(req: RunRequest, result_paths: list, out) -> None:
+    results = [read_result(p) for p in result_paths]
+    results.sort(key=lambda r: (r.task_id, r.attempt))
+    metric = benchmark_for(req).aggregate_metrics(results, req)
+    write_file("metrics", out, metric)
+    for analyzer_id in req.execution.analyzers:
+        ANALYZERS.get(analyzer_id)().analyze(req, results, Path(out).parent / "reports" / analyzer_id)
+
+
+def run_info(req: RunRequest, plans_path, out) -> None:
+    import snakemake
+
+    bcls, hcls = _plan_classes(req)
+    plans = [ExecutionPlan.from_dict(p, bcls, hcls) for p in read_json(plans_path)["plans"]]
+    view: dict[str, dict] = {}
+    for plan in plans:
+        view.setdefault(plan.task_id, {"attempts": {}})["attempts"][str(plan.attempt)] = plan.audit_view()
+    harness = harness_for(req)
+    environment = environment_for(req.environment.id)
+    benchmark = benchmark_for(req)
+    info = RunInfo(
+        request_name=req.metadata.request_name,
+        namespace=req.namespace,
+        run_id=req.run_id,
+        benchmark=ComponentVersion(benchmark.id, benchmark.version),
+        harness=ComponentVersion(req.harness.id, harness.version if harness else "none"),
+        environment=ComponentVersion(environment.id, environment.version),
+        model_id=req.model.id,
+        versions={
+            "agentcompass": agentcompass.__version__,
+            "snakemake": snakemake.__version__,
+            "python": platform.python_version(),
+        },
+        config_paths=list(req.metadata.config_paths),
+        num_tasks=len(view),
+        num_attempts=len(plans),
+        resolved_execution_plans=view,
+    )
+    write_file("run_info", out, info)

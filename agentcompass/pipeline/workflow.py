@@ -1,0 +1,213 @@
+"""What the Snakefile needs: the resolved requests, target lists, params and stage calls.
+
+Config merging happens here once per parse: the layers (user config, project
+``configs/config.yaml``, each ``--configfile``, then ``--config``) are read
+again from their files so every error names the file and field it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import agentcompass
+from agentcompass.runtime.config import ConfigError, load_run_config
+from agentcompass.runtime.models import Orchestration, RunRequest
+from agentcompass.runtime.orchestration import resolve_orchestration
+from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
+from agentcompass.paths import run_dir, task_segment
+
+from . import stages
+
+# Bump a stage's version when its behaviour changes: Snakemake then reruns it.
+STAGE_VERSIONS = {"tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "1"}
+
+
+def _param(value: Any) -> str:
+    """A rule param as canonical JSON: Snakemake compares params by their text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def command_line_overrides(settings) -> dict[str, Any]:
+    """The ``--config key=value`` overrides, with YAML types.
+
+    Snakemake parses nested ``--config`` values as strings only; the raw
+    ``key=value`` arguments are read again so ``attempts: 2`` stays an integer.
+    """
+    raw = settings.config_args
+    if isinstance(raw, (list, tuple)) and all(isinstance(a, str) and "=" in a for a in raw):
+        overrides: dict[str, Any] = {}
+        for entry in raw:
+            key, _, value = entry.partition("=")
+            try:
+                overrides[key] = yaml.safe_load(value) if value != "" else None
+            except yaml.YAMLError:
+                overrides[key] = value
+        return overrides
+    return dict(settings.config or {})
+
+
+class EvaluationWorkflow:
+    """The resolved orchestration, seen from the Snakefile."""
+
+    def __init__(self, orchestration: Orchestration) -> None:
+        self.orchestration = orchestration
+        self.results_dir = orchestration.runtime.results_dir
+        self.by_key: dict[tuple[str, str], RunRequest] = {
+            (run.request.namespace, run.request.run_id): run.request for run in orchestration.runs
+        }
+        # A request with reuse off recomputes: its tasks param changes every invocation.
+        self._nonce = f"{time.time_ns()}"
+        self.checkpoints = None
+
+    # -- loading ---------------------------------------------------------------
+
+    @classmethod
+    def from_snakemake(cls, workflow) -> "EvaluationWorkflow":
+        """Load and validate the config of a Snakemake run; exit with a clear error if bad."""
+        settings = workflow.config_settings
+        try:
+            config = load_run_config(
+                [str(p) for p in settings.configfiles],
+                command_line_overrides(settings),
+                project_fallback=Path(workflow.basedir) / "configs" / "config.yaml",
+            )
+            return cls(resolve_orchestration(config))
+        except ConfigError as exc:
+            print(f"agentcompass: invalid run config: {exc}", file=sys.stderr)
+            # Raising inside the Snakefile stops Snakemake before any job or file exists.
+            raise SystemExit(1) from None
+
+    def bind(self, checkpoints) -> None:
+        self.checkpoints = checkpoints
+
+    # -- paths -----------------------------------------------------------------
+
+    def request(self, w) -> RunRequest:
+        return self.by_key[(w.ns, w.run_id)]
+
+    def run_path(self, req: RunRequest) -> Path:
+        return run_dir(self.results_dir, req.namespace, req.run_id)
+
+    def attempt_paths(self, req: RunRequest, w=None) -> list[tuple[str, int]]:
+        """(task segment, attempt) of every attempt, once tasks.json exists (a checkpoint)."""
+        tasks_file = self.checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0]
+        return [
+            (task_segment(t.task_id), attempt)
+            for t in stages.read_tasks(tasks_file)
+            for attempt in range(1, req.execution.attempts + 1)
+        ]
+
+    def request_targets(self, req: RunRequest) -> list[str]:
+        base = self.run_path(req)
+        targets = [str(base / name) for name in ("request.json", "tasks.json", "plans.json", "run_info.json", "metrics.json")]
+        for segment, attempt in self.attempt_paths(req):
+            a = base / "attempts" / segment / str(attempt)
+            targets.extend(str(a / name) for name in ("plan.json", "prepared.json", "output.json", "result.json"))
+        return targets
+
+    def all_targets(self, wildcards=None) -> list[str]:
+        return [t for run in self.orchestration.runs for t in self.request_targets(run.request)]
+
+    def result_files(self, w) -> list[str]:
+        req = self.request(w)
+        base = self.run_path(req)
+        return [str(base / "attempts" / s / str(a) / "result.json") for s, a in self.attempt_paths(req)]
+
+    # -- params: exactly what each stage depends on ------------------------------
+
+    def _components(self, req: RunRequest) -> dict[str, str]:
+        harness = stages.harness_for(req)
+        return {
+            "agentcompass": agentcompass.__version__,
+            "benchmark": stages.benchmark_for(req).version,
+            "harness": harness.version if harness else "none",
+            "environment": ENVIRONMENTS.get(req.environment.id).version,
+        }
+
+    def request_param(self, w) -> str:
+        return _param(self.request(w).to_dict())
+
+    def tasks_param(self, w) -> str:
+        req = self.request(w)
+        value = {
+            "stage": STAGE_VERSIONS["tasks"],
+            "benchmark": req.benchmark.to_dict(),
+            "version": self._components(req)["benchmark"],
+        }
+        if not req.runtime.reuse:
+            value["recompute"] = self._nonce
+        return _param(value)
+
+    def plans_param(self, w) -> str:
+        req = self.request(w)
+        execution = req.execution.to_dict()
+        execution.pop("task_concurrency")  # how fast, not what: never a reason to rerun
+        execution.pop("analyzers")
+        return _param({
+            "stage": STAGE_VERSIONS["plans"],
+            "benchmark": req.benchmark.to_dict(),
+            "harness": req.harness.to_dict(),
+            "environment": req.environment.to_dict(),
+            "execution": execution,
+            "recipes": {rid: cls.version for rid, cls in RECIPES.items()},
+            "recipe_dirs": req.metadata.recipe_dirs,
+            "versions": self._components(req),
+        })
+
+    def prepare_param(self, w) -> str:
+        req = self.request(w)
+        c = self._components(req)
+        return _param({"stage": STAGE_VERSIONS["prepare"], "benchmark": c["benchmark"], "environment": c["environment"]})
+
+    def run_param(self, w) -> str:
+        req = self.request(w)
+        c = self._components(req)
+        # The Model as configured: api_key is its ${VAR} reference, never the key.
+        return _param({
+            "stage": STAGE_VERSIONS["run"], "model": req.model.to_dict(),
+            "harness": c["harness"], "environment": c["environment"], "benchmark": c["benchmark"],
+        })
+
+    def evaluate_param(self, w) -> str:
+        req = self.request(w)
+        c = self._components(req)
+        return _param({"stage": STAGE_VERSIONS["evaluate"], "benchmark": c["benchmark"], "environment": c["environment"]})
+
+    def metrics_param(self, w) -> str:
+        req = self.request(w)
+        return _param({
+            "stage": STAGE_VERSIONS["metrics"], "benchmark": self._components(req)["benchmark"],
+            "analyzers": req.execution.analyzers,
+        })
+
+    # -- stage calls ---------------------------------------------------------------
+
+    def write_request(self, w, output) -> None:
+        stages.write_request(self.request(w), output[0])
+
+    def write_tasks(self, w, output) -> None:
+        stages.write_tasks(self.request(w), output[0])
+
+    def write_plans(self, w, input, output) -> None:
+        stages.write_plans(self.request(w), input.tasks, output[0])
+
+    def write_run_info(self, w, input, output) -> None:
+        stages.run_info(self.request(w), input.plans, output[0])
+
+    def prepare(self, w, input, output) -> None:
+        stages.prepare(self.request(w), input.tasks, input.plans, w.task, int(w.attempt), output.plan, output.prepared)
+
+    def run(self, w, input, output) -> None:
+        stages.run(self.request(w), input.tasks, input.plan, input.prepared, w.task, output[0])
+
+    def evaluate(self, w, input, output) -> None:
+        stages.evaluate(self.request(w), input.tasks, input.plan, input.prepared, input.output, w.task, output[0])
+
+    def metrics(self, w, input, output) -> None:
+        stages.metrics(self.request(w), list(input.results), output[0])

@@ -1,0 +1,306 @@
+"""Component interfaces: Benchmark, Harness, Environment (and its session), Recipe, Analyzer."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .config.benchmark import RuntimeBenchmarkConfig
+from .config.fields import ComponentConfig, build_component_config
+from .models import (
+    BenchmarkPlan,
+    EnvironmentSpec,
+    ExecutionPlan,
+    HarnessPlan,
+    MetricResult,
+    NetworkPolicy,
+    PreparedTask,
+    RunRequest,
+    RunResult,
+    TaskSpec,
+    TaskStatus,
+)
+
+
+class _Component:
+    """What every registered component shares: an id, a version and a config class."""
+
+    id: ClassVar[str] = ""
+    # Bump when a change alters what the component writes: the stages that use it rerun.
+    version: ClassVar[str] = "1"
+    config_class: ClassVar[type] = ComponentConfig
+    description: ClassVar[str] = ""
+
+    @classmethod
+    def summary(cls) -> str:
+        text = cls.description or cls.__doc__ or ""
+        return text.strip().splitlines()[0] if text.strip() else ""
+
+
+# --- Benchmarks --------------------------------------------------------------
+
+
+class BaseBenchmark(_Component, abc.ABC):
+    """Loads tasks, plans an attempt, prepares harness input, evaluates and aggregates."""
+
+    plan_class: ClassVar[type] = BenchmarkPlan
+    config_class: ClassVar[type] = RuntimeBenchmarkConfig
+
+    def build_config(self, req: RunRequest):
+        return build_component_config(
+            self.config_class, req.benchmark.params, f"benchmark {self.id!r} params"
+        )
+
+    @abc.abstractmethod
+    def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
+        """All tasks of the Benchmark, with stable ids, in a deterministic order."""
+
+    def select_tasks(self, tasks: list[TaskSpec], req: RunRequest) -> list[TaskSpec]:
+        """Filter by ``task_ids`` and ``categories``, then cut at ``limit``; order is kept."""
+        config = self.build_config(req)
+        selected = list(tasks)
+        if config.task_ids is not None:
+            known = {t.task_id for t in tasks}
+            missing = [t for t in config.task_ids if t not in known]
+            if missing:
+                raise ValueError(
+                    f"benchmark {self.id!r}: task_ids {missing} do not exist; "
+                    f"the first known ids are {[t.task_id for t in tasks[:5]]}"
+                )
+            wanted = set(config.task_ids)
+            selected = [t for t in selected if t.task_id in wanted]
+        if config.categories is not None:
+            wanted = set(config.categories)
+            selected = [t for t in selected if t.category in wanted]
+        if config.limit is not None:
+            selected = selected[: config.limit]
+        return selected
+
+    def resolve_evaluation_environment_mode(self, req: RunRequest) -> str:
+        """The Benchmark's default: evaluate in the task environment."""
+        return "task"
+
+    def build_plan(self, task: TaskSpec, req: RunRequest, environment: EnvironmentSpec) -> BenchmarkPlan:
+        """Benchmark-private settings of one attempt. Opens nothing, calls no model."""
+        return self.plan_class()
+
+    def _require_plan(self, plan: BenchmarkPlan) -> BenchmarkPlan:
+        if not isinstance(plan, self.plan_class):
+            raise TypeError(f"{self.id} requires {self.plan_class.__name__}, got {type(plan).__name__}")
+        return plan
+
+    @abc.abstractmethod
+    async def prepare_task(
+        self, task: TaskSpec, env: "EnvironmentSession", req: RunRequest, plan: BenchmarkPlan
+    ) -> PreparedTask:
+        """Harness-facing input; may create a workspace through ``env``. Must be repeatable."""
+
+    @abc.abstractmethod
+    async def evaluate(
+        self,
+        task: TaskSpec,
+        prepared: PreparedTask,
+        result: RunResult,
+        env: "EnvironmentSession",
+        req: RunRequest,
+        plan: BenchmarkPlan,
+    ) -> RunResult:
+        """Score ``result`` (the harness output) and return the evaluated copy."""
+
+    def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> Any:
+        """The reference answer, handed only to a harness that declares itself an oracle."""
+        raise NotImplementedError(f"benchmark {self.id!r} has no reference solution for the oracle")
+
+    def aggregate_metrics(self, results: list[RunResult], req: RunRequest) -> MetricResult:
+        """Accuracy over attempts (errors count as incorrect) and counts by status."""
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[r.status.value] = counts.get(r.status.value, 0) + 1
+        scored = [r.score if r.score is not None else 0.0 for r in results]
+        metrics = {
+            "accuracy": (sum(1 for r in results if r.correct) / len(results)) if results else None,
+            "mean_score": (sum(scored) / len(scored)) if scored else None,
+        }
+        return MetricResult(
+            benchmark_id=self.id,
+            metrics=metrics,
+            counts=counts,
+            num_tasks=len({r.task_id for r in results}),
+            num_attempts=len(results),
+        )
+
+
+class HarnessFreeBenchmark(BaseBenchmark):
+    """A Benchmark that runs its own model interaction (``harness: none``)."""
+
+    @abc.abstractmethod
+    async def run_task(
+        self, prepared: PreparedTask, env: "EnvironmentSession", req: RunRequest, plan: ExecutionPlan
+    ) -> RunResult:
+        """Run the attempt and return its (unscored) result."""
+
+
+# --- Harnesses ---------------------------------------------------------------
+
+
+@dataclass
+class HarnessContext:
+    """What the run stage hands a harness besides its input: not persisted."""
+
+    attempt: int
+    attempt_dir: Path
+    trajectory_path: Path
+    # Only for a harness with ``is_oracle = True``: the Benchmark's reference.
+    reference: Any = None
+    timeout: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class BaseHarness(_Component, abc.ABC):
+    """The agent: consumes a PreparedTask and the Model, acts in the Environment."""
+
+    plan_class: ClassVar[type] = HarnessPlan
+    # A trusted reference harness: the run stage asks the Benchmark for its reference.
+    is_oracle: ClassVar[bool] = False
+    requires_model: ClassVar[bool] = True
+
+    def build_config(self, req: RunRequest):
+        return build_component_config(self.config_class, req.harness.params, f"harness {self.id!r} params")
+
+    def build_plan(self, task: TaskSpec, req: RunRequest, environment: EnvironmentSpec) -> HarnessPlan:
+        config = self.build_config(req)
+        return self.plan_class(harness_id=self.id, params=dataclasses.asdict(config))
+
+    @abc.abstractmethod
+    async def run(
+        self,
+        prepared: PreparedTask,
+        env: "EnvironmentSession",
+        req: RunRequest,
+        plan: HarnessPlan,
+        context: HarnessContext,
+    ) -> RunResult:
+        """Run one attempt; return status, answer, usage and errors (no score)."""
+
+
+# --- Environments ------------------------------------------------------------
+
+
+@dataclass
+class ExecResult:
+    """The outcome of one command in a session."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+class EnvironmentSession(abc.ABC):
+    """An open sandbox: commands, files, endpoints and network switching."""
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        cmd: list[str] | str,
+        *,
+        shell: bool = False,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        input: str | bytes | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (argv list with ``shell=False``, a string with ``shell=True``)."""
+
+    @abc.abstractmethod
+    async def upload(self, local: Path, remote: str) -> None:
+        """Copy a local file or directory into the session."""
+
+    @abc.abstractmethod
+    async def download(self, remote: str, local: Path) -> None:
+        """Copy a file or directory out of the session."""
+
+    @abc.abstractmethod
+    async def read_text(self, path: str) -> str: ...
+
+    @abc.abstractmethod
+    async def write_text(self, path: str, text: str) -> None: ...
+
+    @abc.abstractmethod
+    async def exists(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def is_dir(self, path: str) -> bool: ...
+
+    async def endpoint(self, port: int) -> str:
+        """The address at which a service listening on ``port`` inside is reached."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose endpoints")
+
+    async def set_network(self, policy: NetworkPolicy) -> None:
+        """Switch the session's network to ``policy`` (between phases)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot switch networks")
+
+    @property
+    @abc.abstractmethod
+    def workdir(self) -> str:
+        """The working directory commands start in."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> "EnvironmentSession":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class BaseEnvironment(_Component, abc.ABC):
+    """A provider that opens sessions."""
+
+    def build_config(self, spec: EnvironmentSpec):
+        return build_component_config(self.config_class, spec.params, f"environment {self.id!r} params")
+
+    def resolve_network_policy(self, policy: NetworkPolicy, phase: str) -> NetworkPolicy:
+        """Validate a phase policy this provider must enforce; raise if it cannot."""
+        return policy
+
+    @abc.abstractmethod
+    async def open(self, spec: EnvironmentSpec, network: NetworkPolicy, label: str) -> EnvironmentSession:
+        """Open a fresh session under ``network``; ``label`` names the run and attempt."""
+
+
+# --- Recipes and Analyzers ---------------------------------------------------
+
+
+class BaseRecipe(_Component, abc.ABC):
+    """A planning-time adapter of an ExecutionPlan. Never opens an Environment."""
+
+    @abc.abstractmethod
+    def matches(self, req: RunRequest, task: TaskSpec, plan: ExecutionPlan) -> bool: ...
+
+    @abc.abstractmethod
+    def apply(self, plan: ExecutionPlan, req: RunRequest, task: TaskSpec) -> ExecutionPlan:
+        """Return an adapted copy of ``plan``, keeping compatible explicit user values."""
+
+
+class BaseAnalyzer(_Component, abc.ABC):
+    """Reads finished results and writes reports."""
+
+    @abc.abstractmethod
+    def analyze(self, req: RunRequest, results: list[RunResult], out_dir: Path) -> list[Path]:
+        """Write report files into ``out_dir`` and return their paths."""
+
+
+def error_result(task_id: str, attempt: int, stage: str, exc: BaseException | str) -> RunResult:
+    """An attempt that failed in ``stage`` ('run' or 'evaluate')."""
+    status = TaskStatus.RUN_ERROR if stage == "run" else TaskStatus.EVAL_ERROR
+    message = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return RunResult(task_id=task_id, attempt=attempt, status=status, error=message, error_stage=stage)

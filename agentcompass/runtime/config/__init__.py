@@ -1,0 +1,27 @@
+"""Run config: component parameters, loading, merging and resolution."""
+
+from .fields import (
+    ComponentConfig,
+    ConfigError,
+    build_component_config,
+    config_field,
+    describe_config,
+    parse_bool,
+    parse_int,
+)
+from .benchmark import RuntimeBenchmarkConfig
+from .loader import (
+    ConfigLayer,
+    RunConfig,
+    deep_merge,
+    env_ref,
+    find_project_config,
+    load_run_config,
+    user_config_path,
+)
+
+__all__ = [
+    "ComponentConfig", "ConfigError", "RuntimeBenchmarkConfig", "ConfigLayer", "RunConfig", "build_component_config",
+    "config_field", "deep_merge", "describe_config", "env_ref", "find_project_config",
+    "load_run_config", "parse_bool", "parse_int", "user_config_path",
+]

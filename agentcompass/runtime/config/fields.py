@@ -1,0 +1,108 @@
+"""Component parameters: ``config_field`` with descriptions, parsing and documentation."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from ..models.codec import ContractError, _type_name
+
+_MISSING = dataclasses.MISSING
+
+
+class ConfigError(ValueError):
+    """A parameter value that cannot be used; the message says which and how to fix it."""
+
+
+def config_field(default: Any = _MISSING, *, description: str, choices: list | None = None):
+    """A dataclass field of a component config, documented by ``agentcompass config docs``."""
+    metadata = {"description": description}
+    if choices is not None:
+        metadata["choices"] = list(choices)
+    if isinstance(default, (list, dict, set)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def parse_bool(value: Any, name: str) -> bool:
+    """Accept a bool or the usual spellings of one from YAML or ``--config``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0"):
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
+def parse_int(value: Any, name: str, minimum: int | None = None) -> int:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(value)
+        if isinstance(value, float) and number != value:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {number}")
+    return number
+
+
+def build_component_config(config_cls: type, params: dict[str, Any], where: str):
+    """Instantiate a component's config dataclass from params, naming unknown keys."""
+    names = [f.name for f in dataclasses.fields(config_cls) if f.init]
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown parameter(s) {unknown}; known: {names or 'none'} "
+            f"(see 'agentcompass config docs')"
+        )
+    try:
+        config = config_cls(**params)
+    except (ConfigError, ContractError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    for f in dataclasses.fields(config_cls):
+        choices = f.metadata.get("choices")
+        if choices is not None and getattr(config, f.name) not in choices:
+            raise ConfigError(f"{where}: {f.name} must be one of {choices}, got {getattr(config, f.name)!r}")
+    return config
+
+
+def describe_config(config_cls: type) -> list[dict[str, Any]]:
+    """Each parameter's name, type, default and description, for ``config docs``."""
+    hints = typing.get_type_hints(config_cls)
+    rows = []
+    for f in dataclasses.fields(config_cls):
+        if not f.init:
+            continue
+        if f.default is not _MISSING:
+            default = f.default
+        elif f.default_factory is not _MISSING:
+            default = f.default_factory()
+        else:
+            default = "(required)"
+        rows.append(
+            {
+                "name": f.name,
+                "type": _type_name(hints[f.name]),
+                "default": default,
+                "description": f.metadata.get("description", ""),
+                "choices": f.metadata.get("choices"),
+            }
+        )
+    return rows
+
+
+@dataclasses.dataclass(slots=True)
+class ComponentConfig:
+    """Base of Harness and Environment configs (no parameters by default)."""
+
+    def __post_init__(self) -> None:
+        pass

@@ -1,0 +1,248 @@
+"""Run config loading: layers, ``deep_merge``, ``${VAR}`` references, schema validation.
+
+Layers, lowest precedence first: the user config, the nearest project
+``configs/config.yaml``, each explicit config file in argument order, then
+command-line overrides. Mappings merge by key; a later scalar or list
+replaces the earlier value. ``requests`` and ``defaults`` are the one
+exception: they are taken whole from the highest layer that declares
+``requests``, so a config file that names its own requests runs exactly those.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from agentcompass import PROJECT_ROOT
+
+from .fields import ConfigError
+
+USER_CONFIG_ENV = "AGENTCOMPASS_USER_CONFIG"
+PROJECT_CONFIG = Path("configs") / "config.yaml"
+SCHEMA_DIR = PROJECT_ROOT / "schemas"
+
+_WHOLE_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_ANY_REF = re.compile(r"\$\{[^}]*\}")
+# Fields whose ${VAR} stays unresolved until the job that uses it: Snakemake keeps
+# rule params in .snakemake/metadata, so a resolved secret must never be a param.
+_SECRET_KEY = re.compile(r"(^|_)(api_key|key|token|secret|password)$")
+# The keys that travel together from the highest layer that declares requests.
+_REQUEST_KEYS = ("requests", "defaults")
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """Merge ``override`` into a copy of ``base``: mappings by key, anything else replaced."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = {k: copy.deepcopy(v) for k, v in base.items()}
+        for key, value in override.items():
+            merged[key] = deep_merge(base[key], value) if key in base else copy.deepcopy(value)
+        return merged
+    return copy.deepcopy(override)
+
+
+def is_secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY.search(str(key).lower()))
+
+
+def env_ref(value: Any) -> str | None:
+    """The variable name of a whole-field ``${VAR}`` reference, else None."""
+    if isinstance(value, str):
+        match = _WHOLE_REF.match(value)
+        if match:
+            return match.group(1)
+    return None
+
+
+@dataclass
+class ConfigLayer:
+    """One source of run config: a file path, or a label such as ``--config``."""
+
+    source: str
+    data: dict[str, Any]
+
+
+@dataclass
+class RunConfig:
+    """The merged run config and the layers it came from (for error messages)."""
+
+    data: dict[str, Any]
+    layers: list[ConfigLayer] = field(default_factory=list)
+
+    def source_of(self, path: tuple) -> str:
+        """The highest-precedence layer that sets ``path`` (a tuple of keys)."""
+        for layer in reversed(self.layers):
+            node: Any = layer.data
+            found = True
+            for key in path:
+                if isinstance(node, dict) and key in node:
+                    node = node[key]
+                else:
+                    found = False
+                    break
+            if found:
+                return layer.source
+        return self.layers[-1].source if self.layers else "the run config"
+
+    @property
+    def config_paths(self) -> list[str]:
+        return [layer.source for layer in self.layers if not layer.source.startswith("--")]
+
+
+def dotted(path: tuple | list) -> str:
+    return ".".join(str(p) for p in path) if path else "(top level)"
+
+
+def config_error(source: str, path: tuple | list, problem: str, fix: str) -> ConfigError:
+    return ConfigError(f"{source}: field '{dotted(path)}': {problem}. Fix: {fix}")
+
+
+def _resolve_refs(node: Any, source: str, path: tuple = ()) -> Any:
+    """Resolve whole-field ``${VAR}`` (secrets stay references); reject embedded ones."""
+    if isinstance(node, dict):
+        return {k: _resolve_refs(v, source, path + (k,)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve_refs(v, source, path + (i,)) for i, v in enumerate(node)]
+    if not isinstance(node, str) or "${" not in node:
+        return node
+    name = env_ref(node)
+    if name is None:
+        raise config_error(
+            source, path, f"'{node}' embeds a ${{VAR}} reference inside a longer string",
+            "make the whole value one reference such as '${MY_VAR}', and put the full "
+            "string in that environment variable",
+        )
+    if name not in os.environ:
+        raise config_error(
+            source, path, f"environment variable {name} is not set",
+            f"export {name}=... before running, or remove the reference",
+        )
+    key = path[-1] if path else ""
+    return node if is_secret_key(str(key)) else os.environ[name]
+
+
+def read_layer(path: str | Path) -> ConfigLayer:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found. Fix: check the path") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc}). Fix: correct the syntax") from None
+    return ConfigLayer(str(path), data)
+
+
+def prepare_layer(layer: ConfigLayer) -> ConfigLayer:
+    """Check one layer on its own (so errors name its file) and resolve its references."""
+    if not isinstance(layer.data, dict):
+        raise config_error(layer.source, (), "a run config must be a mapping", "start the file with keys such as 'requests:'")
+    if "models" in layer.data:
+        raise config_error(
+            layer.source, ("models",), "a 'models' section is not allowed: a Model is a value in a request",
+            "move each model under 'requests.<name>.model' (or 'defaults.model') as "
+            "{id, base_url, api_key: ${VAR}, params}",
+        )
+    return ConfigLayer(layer.source, _resolve_refs(layer.data, layer.source))
+
+
+def user_config_path() -> Path | None:
+    value = os.environ.get(USER_CONFIG_ENV)
+    if value is not None:
+        return Path(value) if value else None
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "agentcompass" / "config.yaml"
+
+
+def find_project_config(start: Path | None = None, fallback: Path | None = None) -> Path | None:
+    """The nearest ``configs/config.yaml`` from ``start`` upward, else ``fallback``."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / PROJECT_CONFIG
+        if candidate.is_file():
+            return candidate
+    return fallback if fallback and fallback.is_file() else None
+
+
+def merge_layers(layers: list[ConfigLayer]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        data = layer.data
+        if "requests" in data:
+            for key in _REQUEST_KEYS:
+                merged.pop(key, None)
+        merged = deep_merge(merged, data)
+    return merged
+
+
+def load_run_config(
+    config_paths: list[str | Path] = (),
+    overrides: dict[str, Any] | None = None,
+    *,
+    start: Path | None = None,
+    project_fallback: Path | None = None,
+    include_user: bool = True,
+    include_project: bool = True,
+) -> RunConfig:
+    """Read, check, merge and validate the run config layers."""
+    raw: list[ConfigLayer] = []
+    if include_user:
+        user = user_config_path()
+        if user and user.is_file():
+            layer = read_layer(user)
+            if isinstance(layer.data, dict) and "requests" in layer.data:
+                raise config_error(
+                    layer.source, ("requests",), "the user config may not declare requests",
+                    "keep component params, execution and runtime defaults there, and "
+                    "requests in a project or explicit config file",
+                )
+            raw.append(layer)
+    if include_project:
+        project = find_project_config(start, project_fallback)
+        explicit = {Path(p).resolve() for p in config_paths}
+        if project and project.resolve() not in explicit:
+            raw.append(read_layer(project))
+    raw.extend(read_layer(p) for p in config_paths)
+    if overrides:
+        raw.append(ConfigLayer("--config", dict(overrides)))
+    layers = [prepare_layer(layer) for layer in raw]
+    config = RunConfig(merge_layers(layers), layers)
+    validate_config(config)
+    return config
+
+
+@functools.lru_cache(maxsize=None)
+def load_schema(name: str) -> dict[str, Any]:
+    path = SCHEMA_DIR / name
+    text = path.read_text()
+    return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else __import__("json").loads(text)
+
+
+def validate_config(config: RunConfig) -> None:
+    """Validate the merged config against ``schemas/config.schema.yaml``."""
+    schema = load_schema("config.schema.yaml")
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config.data), key=lambda e: (len(e.path), list(map(str, e.path))))
+    if not errors:
+        return
+    error = jsonschema.exceptions.best_match(errors)
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        known = sorted(error.schema.get("properties", {}))
+        path = path + (extra[0],) if extra else path
+        raise config_error(
+            config.source_of(path), path, f"unknown field {extra[0] if extra else ''!r}".strip(),
+            f"remove it or use one of: {', '.join(known)}",
+        )
+    if error.validator == "required":
+        raise config_error(config.source_of(path), path, error.message, "add the missing field")
+    description = error.schema.get("description", "")
+    fix = f"expected: {description}" if description else "see schemas/config.schema.yaml"
+    raise config_error(config.source_of(path), path, error.message, fix)

@@ -1,0 +1,268 @@
+"""The one place that turns contract dataclasses into JSON values and back.
+
+Every contract is a plain ``dataclasses.dataclass``. Its type hints are the
+single source of truth for three things: validation on construction
+(``check_fields``), the JSON round-trip (``to_json_value`` / ``from_json_value``)
+and the JSON Schema of the files the pipeline writes (``json_schema``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+import typing
+from typing import Any, Union, get_args, get_origin
+
+JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+class ContractError(ValueError):
+    """A contract value has the wrong shape or type."""
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def contract_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    hints = _hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+
+
+def _is_optional(tp: Any) -> bool:
+    return _is_union(tp) and type(None) in get_args(tp)
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType)
+
+
+def _type_name(tp: Any) -> str:
+    if tp is Any:
+        return "any value"
+    if _is_union(tp):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    origin = get_origin(tp)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in get_args(tp))}]"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    """Whether ``value`` is an instance of the (simple) type hint ``tp``."""
+    if tp is Any:
+        return True
+    if _is_union(tp):
+        return any(_matches(value, a) for a in get_args(tp))
+    if tp is type(None):
+        return value is None
+    origin = get_origin(tp)
+    if origin is typing.Literal:
+        return value in get_args(tp)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False
+        args = get_args(tp)
+        inner = args[0] if args else Any
+        return all(_matches(v, inner) for v in value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False
+        args = get_args(tp)
+        key_t, val_t = args if args else (Any, Any)
+        return all(_matches(k, key_t) and _matches(v, val_t) for k, v in value.items())
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def check_fields(obj: Any) -> None:
+    """Raise ``ContractError`` naming the first field whose value has the wrong type."""
+    cls = type(obj)
+    for f, tp in contract_fields(cls):
+        value = getattr(obj, f.name)
+        if not _matches(value, tp):
+            raise ContractError(
+                f"{cls.__name__}.{f.name} must be {_type_name(tp)}, got {value!r}"
+            )
+
+
+def to_json_value(value: Any) -> Any:
+    """Turn a contract (or any nesting of contracts, enums, lists, dicts) into JSON values."""
+    if isinstance(value, JSON_SCALARS):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    raise ContractError(f"{type(value).__name__} value {value!r} cannot be written as JSON")
+
+
+def from_json_value(tp: Any, data: Any, where: str = "") -> Any:
+    """Build a value of type ``tp`` from JSON values, or raise ``ContractError`` naming ``where``."""
+    label = where or getattr(tp, "__name__", "value")
+    if tp is Any:
+        return data
+    if _is_union(tp):
+        args = get_args(tp)
+        if data is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return from_json_value(arg, data, where)
+            except (ContractError, TypeError) as exc:
+                errors.append(str(exc))
+        raise ContractError(f"{label}: {data!r} is not {_type_name(tp)}")
+    origin = get_origin(tp)
+    if origin in (list, tuple):
+        if not isinstance(data, list):
+            raise ContractError(f"{label} must be a list, got {data!r}")
+        args = get_args(tp)
+        inner = args[0] if args else Any
+        return [from_json_value(inner, v, f"{label}[{i}]") for i, v in enumerate(data)]
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise ContractError(f"{label} must be a mapping, got {data!r}")
+        args = get_args(tp)
+        val_t = args[1] if args else Any
+        return {k: from_json_value(val_t, v, f"{label}.{k}") for k, v in data.items()}
+    if origin is typing.Literal:
+        if data not in get_args(tp):
+            raise ContractError(f"{label} must be one of {list(get_args(tp))}, got {data!r}")
+        return data
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(data)
+        except ValueError:
+            allowed = [m.value for m in tp]
+            raise ContractError(f"{label} must be one of {allowed}, got {data!r}") from None
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, data, label)
+    if not _matches(data, tp):
+        raise ContractError(f"{label} must be {_type_name(tp)}, got {data!r}")
+    if tp is float and isinstance(data, int):
+        return float(data)
+    return data
+
+
+def from_dict(
+    cls: type, data: Any, where: str = "", field_types: dict[str, Any] | None = None
+) -> Any:
+    """Build the dataclass ``cls`` from a mapping; unknown keys are an error.
+
+    ``field_types`` narrows declared field types, for extension points such as
+    an ``ExecutionPlan`` whose ``benchmark_plan`` is a Benchmark's own subclass.
+    """
+    label = where or cls.__name__
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ContractError(f"{label} must be a mapping, got {data!r}")
+    fields = {f.name: tp for f, tp in contract_fields(cls)}
+    fields.update(field_types or {})
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ContractError(
+            f"{label} has unknown field(s) {unknown}; known fields: {sorted(fields)}"
+        )
+    kwargs = {
+        name: from_json_value(fields[name], value, f"{label}.{name}")
+        for name, value in data.items()
+    }
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ContractError(f"{label}: {exc}") from None
+
+
+class Contract:
+    """Mixin for contract dataclasses: validation on construction and the JSON round-trip."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json_value(self)
+
+    @classmethod
+    def from_dict(cls, data: Any):
+        return from_dict(cls, data)
+
+
+# --- JSON Schema ---------------------------------------------------------------
+
+
+def json_schema(tp: Any, defs: dict[str, Any], open_classes: frozenset[type] = frozenset()) -> dict:
+    """The JSON Schema of a type hint; dataclasses become ``$defs`` entries.
+
+    Dataclasses in ``open_classes`` are extension points (a Benchmark's own
+    ``BenchmarkPlan`` subclass adds fields): their base fields are required and
+    further properties are allowed. Every other object is closed.
+    """
+    if tp is Any:
+        return {}
+    if _is_union(tp):
+        options = [json_schema(a, defs, open_classes) for a in get_args(tp)]
+        return {"anyOf": options}
+    if tp is type(None):
+        return {"type": "null"}
+    if tp is bool:
+        return {"type": "boolean"}
+    if tp is int:
+        return {"type": "integer"}
+    if tp is float:
+        return {"type": "number"}
+    if tp is str:
+        return {"type": "string"}
+    origin = get_origin(tp)
+    if origin in (list, tuple):
+        args = get_args(tp)
+        return {"type": "array", "items": json_schema(args[0] if args else Any, defs, open_classes)}
+    if origin is dict:
+        args = get_args(tp)
+        return {
+            "type": "object",
+            "additionalProperties": json_schema(args[1] if args else Any, defs, open_classes),
+        }
+    if origin is typing.Literal:
+        return {"enum": list(get_args(tp))}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return {"enum": [m.value for m in tp]}
+    if dataclasses.is_dataclass(tp):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}  # placeholder against recursion
+            props = {}
+            required = []
+            for f, ftp in contract_fields(tp):
+                schema = json_schema(ftp, defs, open_classes)
+                desc = f.metadata.get("description")
+                if desc:
+                    schema = {**schema, "description": desc}
+                props[f.name] = schema
+                required.append(f.name)
+            defs[name] = {
+                "type": "object",
+                "description": (tp.__doc__ or name).strip().splitlines()[0],
+                "properties": props,
+                "required": required,
+                "additionalProperties": tp in open_classes,
+            }
+        return {"$ref": f"#/$defs/{name}"}
+    raise ContractError(f"no JSON Schema for type {tp!r}")

@@ -1,0 +1,92 @@
+"""Process-wide runtime options and the orchestration of named requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .codec import Contract, ContractError
+from .request import RunRequest
+
+
+@dataclass
+class ResolvedRuntimeOptions(Contract):
+    """Process-wide behaviour: result paths, deadline, limits, progress and logging."""
+
+    results_dir: str = "results"
+    deadline_seconds: float | None = None
+    cleanup_grace_seconds: float = 10.0
+    provider_limits: dict[str, int] = field(default_factory=dict)
+    environment_open_rate: float | None = None
+    progress: bool = True
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.results_dir:
+            raise ContractError("runtime.results_dir must not be empty")
+
+
+@dataclass
+class OrchestratedRun(Contract):
+    """One named request of an orchestration, in declaration order."""
+
+    key: str
+    index: int
+    name: str
+    request: RunRequest
+
+
+@dataclass
+class Orchestration(Contract):
+    """The ordered requests one invocation builds, with the process runtime options."""
+
+    runs: list[OrchestratedRun]
+    runtime: ResolvedRuntimeOptions = field(default_factory=ResolvedRuntimeOptions)
+
+    @classmethod
+    def from_requests(
+        cls,
+        requests: list[RunRequest],
+        runtime: ResolvedRuntimeOptions | None = None,
+        task_concurrency: int | None = None,
+    ) -> "Orchestration":
+        """Order the requests and write the one global task concurrency into each."""
+        runs = []
+        for index, req in enumerate(requests):
+            if task_concurrency is not None:
+                req.execution.task_concurrency = task_concurrency
+            name = req.metadata.request_name
+            runs.append(OrchestratedRun(key=f"{req.namespace}/{req.run_id}", index=index, name=name, request=req))
+        seen: dict[str, str] = {}
+        for run in runs:
+            if run.key in seen:
+                raise ContractError(
+                    f"requests {seen[run.key]!r} and {run.name!r} both write results/{run.key}; "
+                    "give one of them its own output.run_id or output.namespace"
+                )
+            seen[run.key] = run.name
+        return cls(runs=runs, runtime=runtime or ResolvedRuntimeOptions())
+
+
+@dataclass
+class RequestOutcome(Contract):
+    """One request's terminal state."""
+
+    name: str
+    key: str
+    state: Literal["completed", "failed", "planned"]
+    counts: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    results_dir: str = ""
+
+
+@dataclass
+class OrchestrationResult(Contract):
+    """Every request's outcome, in declaration order."""
+
+    outcomes: list[RequestOutcome]
+
+    @property
+    def ok(self) -> bool:
+        return all(o.state == "completed" for o in self.outcomes)

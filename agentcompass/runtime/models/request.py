@@ -1,0 +1,173 @@
+"""``RunRequest``: the complete input of one run, and its eight sections."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .codec import Contract, ContractError
+
+NetworkMode = Literal["public", "none"]
+EvaluationMode = Literal["task", "fresh"]
+Retention = Literal["never", "on_failure", "always"]
+
+ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _require_slug(value: str, where: str) -> None:
+    if not SLUG.match(value):
+        raise ContractError(
+            f"{where} must be a path-safe name (letters, digits, '.', '_', '-'; "
+            f"not starting with '.' or '-'), got {value!r}"
+        )
+
+
+@dataclass
+class NetworkPolicy(Contract):
+    """Network access of one phase (baseline, run or evaluation)."""
+
+    mode: NetworkMode = "public"
+
+
+@dataclass
+class ModelSpec(Contract):
+    """An OpenAI-compatible endpoint. A value in a request, never a registry entry."""
+
+    id: str = "none"
+    base_url: str | None = None
+    api_key: str | None = None
+    protocol: Literal["openai_chat"] = "openai_chat"
+    params: dict[str, Any] = field(default_factory=dict)
+    key_wrapping: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.id:
+            raise ContractError("ModelSpec.id must not be empty (use 'none' for no model)")
+        if self.api_key is not None and not ENV_REF.match(self.api_key):
+            raise ContractError(
+                "ModelSpec.api_key must name an environment variable as '${VAR}'; "
+                "a literal key would be written into results"
+            )
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The environment variable holding the key, or None."""
+        return ENV_REF.match(self.api_key).group(1) if self.api_key else None
+
+    @property
+    def is_none(self) -> bool:
+        return self.id == "none"
+
+
+@dataclass
+class BenchmarkSpec(Contract):
+    """Benchmark id and its parameters."""
+
+    id: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HarnessSpec(Contract):
+    """Harness id and its parameters; ``id='none'`` selects a harness-free Benchmark."""
+
+    id: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_none(self) -> bool:
+        return self.id == "none"
+
+
+@dataclass
+class EnvironmentSpec(Contract):
+    """Environment provider id, provider params, phase network policies, evaluation mode."""
+
+    id: str = "host_process"
+    params: dict[str, Any] = field(default_factory=dict)
+    baseline_network: NetworkPolicy | None = None
+    run_network: NetworkPolicy | None = None
+    evaluation_network: NetworkPolicy | None = None
+    evaluation_environment_mode: EvaluationMode | None = None
+
+    def copy(self) -> "EnvironmentSpec":
+        return copy.deepcopy(self)
+
+
+@dataclass
+class ExecutionSpec(Contract):
+    """Concurrency, attempts, Recipes, analysis, retention and the runtime retry policy."""
+
+    task_concurrency: int = 4
+    attempts: int = 1
+    max_retries: int = 0
+    task_timeout: float | None = None
+    enabled_recipes: list[str] = field(default_factory=list)
+    analyzers: list[str] = field(default_factory=list)
+    retain_environments: Retention = "never"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("task_concurrency", "attempts"):
+            if getattr(self, name) < 1:
+                raise ContractError(f"ExecutionSpec.{name} must be at least 1")
+        if self.max_retries < 0:
+            raise ContractError("ExecutionSpec.max_retries must not be negative")
+        if self.task_timeout is not None and self.task_timeout <= 0:
+            raise ContractError("ExecutionSpec.task_timeout must be positive")
+
+
+@dataclass
+class RunRuntimeSpec(Contract):
+    """Result reuse for this request: with ``reuse`` off the request recomputes."""
+
+    reuse: bool = True
+
+
+@dataclass
+class OutputSpec(Contract):
+    """Where the request's files go: ``results/<namespace>/<run_id>/``."""
+
+    namespace: str = "default"
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_slug(self.namespace, "output.namespace")
+        if self.run_id is not None:
+            _require_slug(self.run_id, "output.run_id")
+
+
+@dataclass
+class RunMetadata(Contract):
+    """Where the request came from: config files, request name, trusted Recipe dirs."""
+
+    request_name: str = "default"
+    config_paths: list[str] = field(default_factory=list)
+    recipe_dirs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunRequest(Contract):
+    """The complete input of one run."""
+
+    model: ModelSpec
+    benchmark: BenchmarkSpec
+    harness: HarnessSpec
+    environment: EnvironmentSpec = field(default_factory=EnvironmentSpec)
+    execution: ExecutionSpec = field(default_factory=ExecutionSpec)
+    runtime: RunRuntimeSpec = field(default_factory=RunRuntimeSpec)
+    output: OutputSpec = field(default_factory=OutputSpec)
+    metadata: RunMetadata = field(default_factory=RunMetadata)
+
+    @property
+    def run_id(self) -> str:
+        return self.output.run_id or self.metadata.request_name
+
+    @property
+    def namespace(self) -> str:
+        return self.output.namespace

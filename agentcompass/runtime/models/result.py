@@ -1,0 +1,71 @@
+"""Result contracts: one RunResult per attempt, one MetricResult per request."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import Contract, ContractError
+
+
+class TaskStatus(str, enum.Enum):
+    """Terminal state of one attempt. A valid score of 0 is COMPLETED, never an error."""
+
+    COMPLETED = "completed"
+    RUN_ERROR = "run_error"
+    EVAL_ERROR = "eval_error"
+    SKIPPED = "skipped"
+    # The failing stage cannot be narrowed further.
+    ERROR = "run_error_or_eval_error"
+
+    @property
+    def is_error(self) -> bool:
+        return self in (TaskStatus.RUN_ERROR, TaskStatus.EVAL_ERROR, TaskStatus.ERROR)
+
+
+@dataclass
+class RunResult(Contract):
+    """One execution or evaluation attempt (output.json before scoring, result.json after)."""
+
+    task_id: str
+    attempt: int = 1
+    status: TaskStatus = TaskStatus.COMPLETED
+    answer: Any = None
+    correct: bool | None = None
+    score: float | None = None
+    ground_truth: Any = None
+    error: str | None = None
+    error_stage: str | None = None
+    artifacts: list[str] = field(default_factory=list)
+    usage: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    retries_used: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status, str) and not isinstance(self.status, TaskStatus):
+            self.status = TaskStatus(self.status)
+        super().__post_init__()
+        if self.status.is_error and not self.error:
+            raise ContractError(f"RunResult with status {self.status.value} needs an error message")
+
+
+@dataclass
+class MetricResult(Contract):
+    """Request-level metrics with counts by status."""
+
+    benchmark_id: str
+    metrics: dict[str, float | None]
+    counts: dict[str, int]
+    num_tasks: int
+    num_attempts: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = set(self.counts) - {s.value for s in TaskStatus}
+        if unknown:
+            raise ContractError(f"MetricResult.counts has unknown statuses {sorted(unknown)}")
+        if sum(self.counts.values()) != self.num_attempts:
+            raise ContractError("MetricResult.counts must add up to num_attempts")

@@ -1,0 +1,248 @@
+"""Resolve a run config into ordered, complete RunRequests: the one place that builds them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .config.fields import ConfigError
+from .config.loader import RunConfig, config_error, deep_merge
+from .models import (
+    BenchmarkSpec,
+    ContractError,
+    EnvironmentSpec,
+    ExecutionSpec,
+    HarnessSpec,
+    ModelSpec,
+    Orchestration,
+    OutputSpec,
+    ResolvedRuntimeOptions,
+    RunMetadata,
+    RunRequest,
+    RunRuntimeSpec,
+)
+from .models.codec import from_dict
+from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES, load_builtin_components
+
+_PHASE_FIELDS = ("baseline_network", "run_network", "evaluation_network")
+
+
+def _component(ref: Any) -> tuple[str | None, dict[str, Any]]:
+    """A component reference (``id`` or ``{id, params}``) as (id, params)."""
+    if ref is None:
+        return None, {}
+    if isinstance(ref, str):
+        return ref, {}
+    return ref.get("id"), dict(ref.get("params") or {})
+
+
+def _environment(ref: Any) -> dict[str, Any]:
+    if ref is None:
+        return {}
+    if isinstance(ref, str):
+        return {"id": ref}
+    out = dict(ref)
+    for phase in _PHASE_FIELDS:
+        if isinstance(out.get(phase), str):
+            out[phase] = {"mode": out[phase]}
+    return out
+
+
+def _params(config: dict, table: str, cid: str, *layers: tuple[str | None, dict]) -> dict:
+    """Component params: table entry -> each layer whose id matches (or is unset)."""
+    params = dict(config.get(table, {}).get(cid) or {})
+    for layer_id, layer_params in layers:
+        if layer_id in (None, cid):
+            params = deep_merge(params, layer_params)
+    return params
+
+
+def _slug(value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-.") or "run"
+
+
+def resolve_orchestration(
+    config: RunConfig,
+    *,
+    task_concurrency: int | None = None,
+    runtime_overrides: dict[str, Any] | None = None,
+) -> Orchestration:
+    """Every named request of ``config``, complete and validated, in declaration order."""
+    load_builtin_components()
+    data = config.data
+    requests = data.get("requests") or {}
+    if not requests:
+        raise config_error(
+            config.source_of(()), ("requests",), "no requests are declared",
+            "add 'requests: {NAME: {benchmark: ..., harness: ..., model: {id: ...}}}'",
+        )
+    defaults = data.get("defaults") or {}
+    built = [
+        _build_request(config, name, body or {}, defaults)
+        for name, body in requests.items()
+    ]
+    runtime_data = {k: v for k, v in (data.get("runtime") or {}).items() if k != "reuse"}
+    runtime_data = deep_merge(runtime_data, runtime_overrides or {})
+    try:
+        runtime = from_dict(ResolvedRuntimeOptions, runtime_data, "runtime")
+    except ContractError as exc:
+        raise config_error(config.source_of(("runtime",)), ("runtime",), str(exc), "see schemas/config.schema.yaml") from None
+    concurrency = (
+        task_concurrency
+        or data.get("task_concurrency")
+        or (data.get("execution") or {}).get("task_concurrency")
+    )
+    try:
+        return Orchestration.from_requests(built, runtime, concurrency)
+    except ContractError as exc:
+        raise ConfigError(f"{', '.join(config.config_paths) or 'run config'}: {exc}") from None
+
+
+def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> RunRequest:
+    data = config.data
+    where = ("requests", name)
+
+    def fail(field: str, problem: str, fix: str) -> ConfigError:
+        path = where + (field,)
+        source = config.source_of(path) if field in body else config.source_of(where)
+        return config_error(source, path, problem, fix)
+
+    # Components, each validated against its registry.
+    ids = {}
+    for field, registry, table in (
+        ("benchmark", BENCHMARKS, "benchmarks"),
+        ("harness", HARNESSES, "harnesses"),
+    ):
+        cid, _ = _component(body.get(field))
+        default_id, _ = _component(defaults.get(field))
+        cid = cid or default_id
+        if not cid:
+            raise fail(field, f"no {field} is selected", f"set '{field}: ID' (see 'agentcompass list {field}')")
+        if not (field == "harness" and cid == "none") and cid not in registry:
+            raise fail(field, f"unknown {field} id {cid!r}", f"use one of: {', '.join(registry)} (see 'agentcompass list {field}')")
+        ids[field] = cid
+    benchmark = BenchmarkSpec(
+        id=ids["benchmark"],
+        params=_params(data, "benchmarks", ids["benchmark"], _component(defaults.get("benchmark")), _component(body.get("benchmark"))),
+    )
+    harness = HarnessSpec(
+        id=ids["harness"],
+        params=_params(data, "harnesses", ids["harness"], _component(defaults.get("harness")), _component(body.get("harness"))),
+    )
+    env_default = _environment(defaults.get("environment"))
+    env_body = _environment(body.get("environment"))
+    env_id = env_body.get("id") or env_default.get("id") or "host_process"
+    if env_id not in ENVIRONMENTS:
+        raise fail("environment", f"unknown environment id {env_id!r}", f"use one of: {', '.join(ENVIRONMENTS)} (see 'agentcompass list environment')")
+    env_fields = deep_merge(
+        {k: v for k, v in env_default.items() if k not in ("id", "params")},
+        {k: v for k, v in env_body.items() if k not in ("id", "params")},
+    )
+    env_params = _params(
+        data, "environments", env_id,
+        (env_default.get("id"), env_default.get("params") or {}),
+        (env_id, env_body.get("params") or {}),
+    )
+    try:
+        environment = from_dict(EnvironmentSpec, {"id": env_id, "params": env_params, **env_fields}, f"requests.{name}.environment")
+        model = from_dict(ModelSpec, deep_merge(defaults.get("model") or {}, body.get("model") or {}), f"requests.{name}.model")
+        execution = from_dict(
+            ExecutionSpec,
+            deep_merge(deep_merge(data.get("execution") or {}, defaults.get("execution") or {}), body.get("execution") or {}),
+            f"requests.{name}.execution",
+        )
+        runtime_fields = {}
+        if "reuse" in (data.get("runtime") or {}):
+            runtime_fields["reuse"] = data["runtime"]["reuse"]
+        runtime = from_dict(
+            RunRuntimeSpec,
+            deep_merge(deep_merge(runtime_fields, defaults.get("runtime") or {}), body.get("runtime") or {}),
+            f"requests.{name}.runtime",
+        )
+        output = from_dict(OutputSpec, deep_merge(defaults.get("output") or {}, body.get("output") or {}), f"requests.{name}.output")
+        metadata = RunMetadata(
+            request_name=name,
+            config_paths=config.config_paths,
+            recipe_dirs=[str(Path(d).resolve()) for d in data.get("recipe_dirs") or []],
+        )
+        req = RunRequest(
+            model=model, benchmark=benchmark, harness=harness, environment=environment,
+            execution=execution, runtime=runtime, output=output, metadata=metadata,
+        )
+    except ContractError as exc:
+        raise config_error(config.source_of(where), where, str(exc), "correct the value (see schemas/config.schema.yaml)") from None
+    _check_compatibility(config, name, req, fail)
+    return req
+
+
+def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) -> None:
+    """Build every component config now, so a bad parameter fails before any job runs."""
+    from .base import HarnessFreeBenchmark
+
+    benchmark = BENCHMARKS.get(req.benchmark.id)()
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and req.output.run_id is None:
+        raise fail("output", f"request name {name!r} is not path-safe", "rename the request or set output.run_id")
+    try:
+        benchmark.build_config(req)
+    except (ConfigError, ContractError) as exc:
+        raise fail("benchmark", str(exc), "see 'agentcompass config docs benchmark " + req.benchmark.id + "'")
+    if req.harness.is_none:
+        if not isinstance(benchmark, HarnessFreeBenchmark):
+            raise fail("harness", f"harness 'none' needs a harness-free benchmark, and {req.benchmark.id!r} is not one", "select a harness (see 'agentcompass list harness')")
+        needs_model = True
+    else:
+        harness = HARNESSES.get(req.harness.id)()
+        try:
+            harness.build_config(req)
+        except (ConfigError, ContractError) as exc:
+            raise fail("harness", str(exc), "see 'agentcompass config docs harness " + req.harness.id + "'")
+        needs_model = harness.requires_model
+    if needs_model and req.model.is_none:
+        raise fail("model", f"harness {req.harness.id!r} needs a model, but model.id is 'none'", "set model: {id: MODEL, base_url: URL, api_key: ${VAR}}")
+    environment = ENVIRONMENTS.get(req.environment.id)()
+    try:
+        environment.build_config(req.environment)
+        for phase in ("baseline", "run", "evaluation"):
+            policy = getattr(req.environment, f"{phase}_network")
+            if policy is not None:
+                environment.resolve_network_policy(policy, phase)
+    except (ConfigError, ContractError, ValueError) as exc:
+        raise fail("environment", str(exc), "see 'agentcompass config docs environment " + req.environment.id + "'")
+
+
+def single_request_layer(
+    benchmark: str,
+    harness: str,
+    model: str,
+    *,
+    environment: str | None = None,
+    benchmark_params: dict | None = None,
+    harness_params: dict | None = None,
+    environment_params: dict | None = None,
+    model_fields: dict | None = None,
+    execution: dict | None = None,
+    output: dict | None = None,
+    reuse: bool | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """The one-request config layer that ``agentcompass run B H M`` and the SDK hand to Snakemake.
+
+    Component params from explicit arguments override the selected config table
+    entries; the Model comes from explicit arguments only.
+    """
+    name = name or _slug(f"{benchmark}-{harness}-{model}")
+    request: dict[str, Any] = {
+        "benchmark": {"id": benchmark, "params": dict(benchmark_params or {})},
+        "harness": {"id": harness, "params": dict(harness_params or {})},
+        "model": {"id": model, **(model_fields or {})},
+    }
+    if environment or environment_params:
+        request["environment"] = {"id": environment or "host_process", "params": dict(environment_params or {})}
+    if execution:
+        request["execution"] = {k: v for k, v in execution.items() if v is not None}
+    if output:
+        request["output"] = {k: v for k, v in output.items() if v is not None}
+    if reuse is not None:
+        request["runtime"] = {"reuse": reuse}
+    return {"requests": {name: request}}

@@ -1,0 +1,100 @@
+"""The Planner: one ExecutionPlan per task attempt, in eight ordered steps."""
+
+from __future__ import annotations
+
+import copy
+
+from .base import BaseBenchmark, BaseEnvironment, BaseHarness
+from .models import ExecutionPlan, HarnessPlan, NetworkPolicy, RunRequest, TaskSpec
+from .registry import Registry
+
+PHASES = ("baseline", "run", "evaluation")
+
+
+class RecipeContractError(RuntimeError):
+    """A Recipe broke its contract (returned the same object, or not a plan)."""
+
+
+class Planner:
+    """Derives the plan of each semantic attempt; runtime retries reuse it."""
+
+    def __init__(
+        self,
+        benchmark: BaseBenchmark,
+        harness: BaseHarness | None,
+        recipes: Registry,
+        environment: BaseEnvironment | None = None,
+    ) -> None:
+        self.benchmark = benchmark
+        self.harness = harness
+        self.recipes = recipes
+        self.environment = environment
+        self._recipe_instances = {rid: cls() for rid, cls in recipes.items()}
+
+    def plan(self, req: RunRequest, task: TaskSpec, attempt: int) -> ExecutionPlan:
+        # 1. The evaluation mode: request > task hint > Benchmark default.
+        mode = (
+            req.environment.evaluation_environment_mode
+            or task.evaluation_environment_mode
+            or self.benchmark.resolve_evaluation_environment_mode(req)
+        )
+        # 2. Phase policy inputs: an explicit request policy wins over a task hint.
+        policies = {
+            phase: copy.deepcopy(
+                getattr(req.environment, f"{phase}_network") or getattr(task, f"{phase}_network")
+            )
+            for phase in PHASES
+        }
+        # 3. A task-local copy of the request's EnvironmentSpec.
+        task_env = req.environment.copy()
+        # 4. The Benchmark subplan.
+        benchmark_plan = self.benchmark.build_plan(task, req, task_env)
+        # 5. The Harness subplan (the base plan for a harness-free Benchmark).
+        if self.harness is None:
+            harness_plan = HarnessPlan(harness_id="none")
+        else:
+            harness_plan = self.harness.build_plan(task, req, task_env)
+        plan = ExecutionPlan(
+            task_id=task.task_id,
+            attempt=attempt,
+            benchmark_id=self.benchmark.id,
+            task_environment=task_env,
+            evaluation_environment=None,
+            evaluation_environment_mode=mode,
+            baseline_network=policies["baseline"],
+            run_network=policies["run"],
+            evaluation_network=policies["evaluation"],
+            benchmark_plan=benchmark_plan,
+            harness_plan=harness_plan,
+            execution=copy.deepcopy(req.execution),
+        )
+        # 6. Each allowed, matching Recipe in registry insertion order.
+        allowed = set(req.execution.enabled_recipes)
+        for recipe_id, recipe in self._recipe_instances.items():
+            if allowed and recipe_id not in allowed:
+                continue
+            if not recipe.matches(req, task, plan):
+                continue
+            adapted = recipe.apply(plan, req, task)
+            if not isinstance(adapted, ExecutionPlan) or adapted is plan:
+                raise RecipeContractError(
+                    f"Recipe {recipe_id!r} must return a copied ExecutionPlan (use plan.copy())"
+                )
+            adapted.applied_recipes = [*plan.applied_recipes, recipe_id]
+            plan = adapted
+        # 7. Policies still missing fall back to NetworkPolicy() (public).
+        for phase in PHASES:
+            if getattr(plan, f"{phase}_network") is None:
+                setattr(plan, f"{phase}_network", NetworkPolicy())
+            setattr(plan.task_environment, f"{phase}_network", copy.deepcopy(getattr(plan, f"{phase}_network")))
+        plan.task_environment.evaluation_environment_mode = plan.evaluation_environment_mode
+        # 8. Create or clear the evaluation environment for the final mode.
+        if plan.evaluation_environment_mode == "fresh":
+            plan.evaluation_environment = plan.evaluation_environment or plan.task_environment.copy()
+        else:
+            plan.evaluation_environment = None
+        if self.environment is not None:
+            for phase in PHASES:
+                policy = getattr(plan, f"{phase}_network")
+                setattr(plan, f"{phase}_network", self.environment.resolve_network_policy(policy, phase))
+        return plan

@@ -1,0 +1,15 @@
+# Shared wiring: wildcard shapes, result paths and the checkpoint hand-off.
+# Target lists and input functions are methods of EVAL (agentcompass.pipeline.workflow).
+
+
+wildcard_constraints:
+    ns=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    run_id=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    task=r"[^/]+",
+    attempt=r"[0-9]+",
+
+
+RUN = RESULTS + "/{ns}/{run_id}"
+ATTEMPT = RUN + "/attempts/{task}/{attempt}"
+
+EVAL.bind(checkpoints)

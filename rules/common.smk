@@ -9,7 +9,7 @@ wildcard_constraints:
     attempt=r"[0-9]+",
 
 
-RUN = RESULTS + "/{ns}/{run_id}"
-ATTEMPT = RUN + "/attempts/{task}/{attempt}"
+RUN = f"{RESULTS}/{{ns}}/{{run_id}}"
+ATTEMPT = f"{RUN}/attempts/{{task}}/{{attempt}}"
 
 EVAL.bind(checkpoints)

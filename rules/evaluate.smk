@@ -1,13 +1,15 @@
 rule evaluate:
     """result.json of one attempt: the scored RunResult."""
     input:
-        tasks=RUN + "/tasks.json",
-        plan=ATTEMPT + "/plan.json",
-        prepared=ATTEMPT + "/prepared.json",
-        output=ATTEMPT + "/output.json",
+        tasks=f"{RUN}/tasks.json",
+        plan=f"{ATTEMPT}/plan.json",
+        prepared=f"{ATTEMPT}/prepared.json",
+        output=f"{ATTEMPT}/output.json",
     output:
-        ATTEMPT + "/result.json",
+        f"{ATTEMPT}/result.json",
+    log:
+        f"{ATTEMPT}/logs/evaluate.log",
     params:
         versions=EVAL.evaluate_param,
     run:
-        EVAL.evaluate(wildcards, input, output)
+        EVAL.evaluate(wildcards, input, output, log)

@@ -3,9 +3,11 @@ rule metrics:
     input:
         results=EVAL.result_files,
     output:
-        RUN + "/metrics.json",
+        f"{RUN}/metrics.json",
+    log:
+        f"{RUN}/logs/metrics.log",
     params:
         versions=EVAL.metrics_param,
     localrule: True
     run:
-        EVAL.metrics(wildcards, input, output)
+        EVAL.metrics(wildcards, input, output, log)

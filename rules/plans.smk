@@ -1,22 +1,26 @@
 rule plans:
     """plans.json: every attempt's ExecutionPlan, in bulk (planning is cheap)."""
     input:
-        tasks=RUN + "/tasks.json",
+        tasks=f"{RUN}/tasks.json",
     output:
-        RUN + "/plans.json",
+        f"{RUN}/plans.json",
+    log:
+        f"{RUN}/logs/plans.log",
     params:
         plan=EVAL.plans_param,
     localrule: True
     run:
-        EVAL.write_plans(wildcards, input, output)
+        EVAL.write_plans(wildcards, input, output, log)
 
 
 rule run_info:
     """run_info.json: provenance and the resolved_execution_plans audit view."""
     input:
-        plans=RUN + "/plans.json",
+        plans=f"{RUN}/plans.json",
     output:
-        RUN + "/run_info.json",
+        f"{RUN}/run_info.json",
+    log:
+        f"{RUN}/logs/run_info.log",
     localrule: True
     run:
-        EVAL.write_run_info(wildcards, input, output)
+        EVAL.write_run_info(wildcards, input, output, log)

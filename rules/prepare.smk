@@ -1,12 +1,14 @@
 rule prepare:
     """plan.json and prepared.json of one attempt: the harness-facing input."""
     input:
-        tasks=RUN + "/tasks.json",
-        plans=RUN + "/plans.json",
+        tasks=f"{RUN}/tasks.json",
+        plans=f"{RUN}/plans.json",
     output:
-        plan=ATTEMPT + "/plan.json",
-        prepared=ATTEMPT + "/prepared.json",
+        plan=f"{ATTEMPT}/plan.json",
+        prepared=f"{ATTEMPT}/prepared.json",
+    log:
+        f"{ATTEMPT}/logs/prepare.log",
     params:
         versions=EVAL.prepare_param,
     run:
-        EVAL.prepare(wildcards, input, output)
+        EVAL.prepare(wildcards, input, output, log)

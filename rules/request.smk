@@ -1,9 +1,11 @@
 rule request:
     """request.json: the complete, redacted RunRequest."""
     output:
-        RUN + "/request.json",
+        f"{RUN}/request.json",
+    log:
+        f"{RUN}/logs/request.log",
     params:
         request=EVAL.request_param,
     localrule: True
     run:
-        EVAL.write_request(wildcards, output)
+        EVAL.write_request(wildcards, output, log)

@@ -1,9 +1,11 @@
 checkpoint tasks:
     """tasks.json: the selected TaskSpecs, in the Benchmark's order."""
     output:
-        RUN + "/tasks.json",
+        f"{RUN}/tasks.json",
+    log:
+        f"{RUN}/logs/tasks.log",
     params:
         benchmark=EVAL.tasks_param,
     localrule: True
     run:
-        EVAL.write_tasks(wildcards, output)
+        EVAL.write_tasks(wildcards, output, log)

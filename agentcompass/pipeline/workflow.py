@@ -7,9 +7,11 @@ again from their files so every error names the file and field it came from.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from agentcompass.runtime.models import Orchestration, RunRequest
 from agentcompass.runtime.orchestration import resolve_orchestration
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
 from agentcompass.paths import run_dir, task_segment
+from agentcompass.secrets import scrub
 
 from . import stages
 
@@ -186,28 +189,53 @@ class EvaluationWorkflow:
             "analyzers": req.execution.analyzers,
         })
 
-    # -- stage calls ---------------------------------------------------------------
+    # -- stage calls: each logs to its rule's log file --------------------------------
 
-    def write_request(self, w, output) -> None:
-        stages.write_request(self.request(w), output[0])
+    def write_request(self, w, output, log) -> None:
+        with stage_log(log, "request", w, self.request(w)):
+            stages.write_request(self.request(w), output[0])
 
-    def write_tasks(self, w, output) -> None:
-        stages.write_tasks(self.request(w), output[0])
+    def write_tasks(self, w, output, log) -> None:
+        with stage_log(log, "tasks", w, self.request(w)):
+            stages.write_tasks(self.request(w), output[0])
 
-    def write_plans(self, w, input, output) -> None:
-        stages.write_plans(self.request(w), input.tasks, output[0])
+    def write_plans(self, w, input, output, log) -> None:
+        with stage_log(log, "plans", w, self.request(w)):
+            stages.write_plans(self.request(w), input.tasks, output[0])
 
-    def write_run_info(self, w, input, output) -> None:
-        stages.run_info(self.request(w), input.plans, output[0])
+    def write_run_info(self, w, input, output, log) -> None:
+        with stage_log(log, "run_info", w, self.request(w)):
+            stages.run_info(self.request(w), input.plans, output[0])
 
-    def prepare(self, w, input, output) -> None:
-        stages.prepare(self.request(w), input.tasks, input.plans, w.task, int(w.attempt), output.plan, output.prepared)
+    def prepare(self, w, input, output, log) -> None:
+        with stage_log(log, "prepare", w, self.request(w)):
+            stages.prepare(self.request(w), input.tasks, input.plans, w.task, int(w.attempt), output.plan, output.prepared)
 
-    def run(self, w, input, output) -> None:
-        stages.run(self.request(w), input.tasks, input.plan, input.prepared, w.task, output[0])
+    def run(self, w, input, output, log) -> None:
+        with stage_log(log, "run", w, self.request(w)):
+            stages.run(self.request(w), input.tasks, input.plan, input.prepared, w.task, output[0])
 
-    def evaluate(self, w, input, output) -> None:
-        stages.evaluate(self.request(w), input.tasks, input.plan, input.prepared, input.output, w.task, output[0])
+    def evaluate(self, w, input, output, log) -> None:
+        with stage_log(log, "evaluate", w, self.request(w)):
+            stages.evaluate(self.request(w), input.tasks, input.plan, input.prepared, input.output, w.task, output[0])
 
-    def metrics(self, w, input, output) -> None:
-        stages.metrics(self.request(w), list(input.results), output[0])
+    def metrics(self, w, input, output, log) -> None:
+        with stage_log(log, "metrics", w, self.request(w)):
+            stages.metrics(self.request(w), list(input.results), output[0])
+
+
+@contextlib.contextmanager
+def stage_log(log, stage: str, w, req: RunRequest):
+    """Record a stage's start, end and any traceback in its rule's log file."""
+    path = Path(log[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
+    with path.open("w") as handle:
+        handle.write(f"{stage} {where}: started\n")
+        try:
+            yield
+        except BaseException:
+            handle.write(scrub(traceback.format_exc(), [req.model.api_key]))
+            raise
+        handle.write(f"{stage}: done in {time.monotonic() - started:.3f} s\n")

@@ -109,7 +109,7 @@ def cmd_run(args) -> int:
     )
     if args.results_dir:
         layer["runtime"] = {"results_dir": args.results_dir}
-    config = load_run_config(args.config or [], layer)
+    config = load_run_config(args.config or [], layer, overrides_source="the command line")
     orchestration = resolve_orchestration(config)
     if args.dry_run:
         print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))

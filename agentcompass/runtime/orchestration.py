@@ -186,7 +186,7 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
     try:
         benchmark.build_config(req)
     except (ConfigError, ContractError) as exc:
-        raise fail("benchmark", str(exc), "see 'agentcompass config docs benchmark " + req.benchmark.id + "'")
+        raise _param_error(config, name, "benchmark", "benchmarks", req.benchmark.id, exc, fail)
     if req.harness.is_none:
         if not isinstance(benchmark, HarnessFreeBenchmark):
             raise fail("harness", f"harness 'none' needs a harness-free benchmark, and {req.benchmark.id!r} is not one", "select a harness (see 'agentcompass list harness')")
@@ -196,7 +196,7 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
         try:
             harness.build_config(req)
         except (ConfigError, ContractError) as exc:
-            raise fail("harness", str(exc), "see 'agentcompass config docs harness " + req.harness.id + "'")
+            raise _param_error(config, name, "harness", "harnesses", req.harness.id, exc, fail)
         needs_model = harness.requires_model
     if needs_model and req.model.is_none:
         raise fail("model", f"harness {req.harness.id!r} needs a model, but model.id is 'none'", "set model: {id: MODEL, base_url: URL, api_key: ${VAR}}")
@@ -209,6 +209,18 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
                 environment.resolve_network_policy(policy, phase)
     except (ConfigError, ContractError, ValueError) as exc:
         raise fail("environment", str(exc), "see 'agentcompass config docs environment " + req.environment.id + "'")
+
+
+def _param_error(config: RunConfig, name: str, kind: str, table: str, cid: str, exc: Exception, fail) -> ConfigError:
+    """Blame the layer that set the bad parameter: the component table or the request."""
+    fix = f"correct or remove it (see 'agentcompass config docs {kind} {cid}')"
+    for key in getattr(exc, "names", []):
+        in_request = config.data["requests"][name].get(kind)
+        if not (isinstance(in_request, dict) and key in (in_request.get("params") or {})):
+            path = (table, cid, key)
+            if config.source_of(path) and key in (config.data.get(table, {}).get(cid) or {}):
+                return config_error(config.source_of(path), path, str(exc), fix)
+    return fail(kind, str(exc), fix)
 
 
 def single_request_layer(

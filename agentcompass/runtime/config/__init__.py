@@ -3,6 +3,7 @@
 from .fields import (
     ComponentConfig,
     ConfigError,
+    ParameterError,
     build_component_config,
     config_field,
     describe_config,

@@ -15,6 +15,14 @@ class ConfigError(ValueError):
     """A parameter value that cannot be used; the message says which and how to fix it."""
 
 
+class ParameterError(ConfigError):
+    """A component parameter that is unknown or has a bad value; ``names`` says which."""
+
+    def __init__(self, message: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.names = names
+
+
 def config_field(default: Any = _MISSING, *, description: str, choices: list | None = None):
     """A dataclass field of a component config, documented by ``agentcompass config docs``."""
     metadata = {"description": description}
@@ -58,10 +66,7 @@ def build_component_config(config_cls: type, params: dict[str, Any], where: str)
     names = [f.name for f in dataclasses.fields(config_cls) if f.init]
     unknown = sorted(set(params) - set(names))
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown parameter(s) {unknown}; known: {names or 'none'} "
-            f"(see 'agentcompass config docs')"
-        )
+        raise ParameterError(f"{where}: unknown parameter(s) {unknown}; known: {names or 'none'}", unknown)
     try:
         config = config_cls(**params)
     except (ConfigError, ContractError) as exc:

@@ -93,7 +93,7 @@ class RunConfig:
 
     @property
     def config_paths(self) -> list[str]:
-        return [layer.source for layer in self.layers if not layer.source.startswith("--")]
+        return [layer.source for layer in self.layers if Path(layer.source).is_file()]
 
 
 def dotted(path: tuple | list) -> str:
@@ -189,6 +189,7 @@ def load_run_config(
     project_fallback: Path | None = None,
     include_user: bool = True,
     include_project: bool = True,
+    overrides_source: str = "--config",
 ) -> RunConfig:
     """Read, check, merge and validate the run config layers."""
     raw: list[ConfigLayer] = []
@@ -210,7 +211,7 @@ def load_run_config(
             raw.append(read_layer(project))
     raw.extend(read_layer(p) for p in config_paths)
     if overrides:
-        raw.append(ConfigLayer("--config", dict(overrides)))
+        raw.append(ConfigLayer(overrides_source, dict(overrides)))
     layers = [prepare_layer(layer) for layer in raw]
     config = RunConfig(merge_layers(layers), layers)
     validate_config(config)

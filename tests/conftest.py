@@ -1,0 +1,48 @@
+"""Shared helpers: run the real Snakemake workflow and the real CLI in a scratch directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEFILE = ROOT / "Snakefile"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    env["AGENTCOMPASS_USER_CONFIG"] = ""  # never read the developer's own user config
+    env.update(extra)
+    return env
+
+
+def snakemake(workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``snakemake`` as a user runs it, on this repository's Snakefile, in ``workdir``."""
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", "2", *args]
+    return subprocess.run(cmd, cwd=workdir, env=env or clean_env(), capture_output=True, text=True, timeout=600)
+
+
+def agentcompass(workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "agentcompass.cli", *args]
+    return subprocess.run(cmd, cwd=workdir, env=env or clean_env(), capture_output=True, text=True, timeout=600)
+
+
+def jobs_run(output: str) -> dict[str, int]:
+    """How many jobs of each rule finished, read from Snakemake's log lines."""
+    counts: dict[str, int] = {}
+    for rule in re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output):
+        counts[rule] = counts.get(rule, 0) + 1
+    counts.pop("all", None)
+    return counts
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path

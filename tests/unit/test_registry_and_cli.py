@@ -1,0 +1,202 @@
+"""Registry behaviour and the ``agentcompass list`` / ``config docs`` commands."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentcompass import cli
+from agentcompass.runtime.registry import REGISTRIES, Registry, UnknownComponentError
+
+
+class Alpha:
+    id = "alpha"
+
+
+class Beta:
+    id = "beta"
+
+
+class Gamma:
+    id = "gamma"
+
+
+def test_register_uses_the_class_id():
+    registry = Registry("thing")
+    returned = registry.register()(Alpha)
+    assert returned is Alpha
+    assert "alpha" in registry
+    assert registry.get("alpha") is Alpha
+
+
+def test_register_with_explicit_id():
+    registry = Registry("thing")
+
+    class Local:
+        id = ""
+
+    registry.register("explicit")(Local)
+    assert registry.get("explicit") is Local
+    assert Local.id == "explicit"
+
+
+def test_register_without_id_raises():
+    registry = Registry("thing")
+
+    class NoId:
+        pass
+
+    with pytest.raises(ValueError, match="NoId"):
+        registry.register()(NoId)
+
+
+def test_registering_a_different_class_under_the_same_id_raises():
+    registry = Registry("thing")
+    registry.register()(Alpha)
+
+    class Impostor:
+        id = "alpha"
+
+    with pytest.raises(ValueError, match="alpha"):
+        registry.register()(Impostor)
+    assert registry.get("alpha") is Alpha
+
+
+def test_registering_the_same_class_twice_is_idempotent():
+    registry = Registry("thing")
+    registry.register()(Alpha)
+    registry.register()(Alpha)
+    assert list(registry) == ["alpha"]
+
+
+def test_get_unknown_id_lists_known_ids():
+    registry = Registry("thing")
+    registry.register()(Alpha)
+    registry.register()(Beta)
+    with pytest.raises(UnknownComponentError) as info:
+        registry.get("nope")
+    message = str(info.value)
+    assert "'nope'" in message
+    assert "alpha" in message and "beta" in message
+    assert "agentcompass list thing" in message
+    assert isinstance(info.value, KeyError)
+
+
+def test_get_unknown_id_in_empty_registry():
+    with pytest.raises(UnknownComponentError, match="known: none"):
+        Registry("thing").get("x")
+
+
+def test_iteration_follows_insertion_order():
+    registry = Registry("thing")
+    for cls in (Gamma, Alpha, Beta):
+        registry.register()(cls)
+    assert list(registry) == ["gamma", "alpha", "beta"]
+    assert [cls for _, cls in registry.items()] == [Gamma, Alpha, Beta]
+
+
+def test_copy_is_independent():
+    registry = Registry("thing")
+    registry.register()(Alpha)
+    clone = registry.copy("other")
+    clone.register()(Beta)
+    assert list(registry) == ["alpha"]
+    assert list(clone) == ["alpha", "beta"]
+    assert clone.kind == "other"
+
+
+# --- CLI ------------------------------------------------------------------------
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("benchmark", "example_exact_match"),
+    ("harness", "oracle"),
+    ("harness", "chat"),
+    ("recipe", "task_environment_hints"),
+    ("environment", "host_process"),
+])
+def test_list_prints_registered_components(capsys, kind, expected):
+    code, out, _ = run_cli(capsys, "list", kind)
+    assert code == 0
+    ids = [line.split()[0] for line in out.splitlines() if line.strip()]
+    assert expected in ids
+
+
+def test_list_prints_each_component_summary(capsys):
+    code, out, _ = run_cli(capsys, "list", "benchmark")
+    assert code == 0
+    line = next(l for l in out.splitlines() if l.startswith("example_exact_match"))
+    assert "exact match" in line
+
+
+def test_list_follows_registry_order(capsys):
+    code, out, _ = run_cli(capsys, "list", "harness")
+    ids = [line.split()[0] for line in out.splitlines() if line.strip()]
+    assert ids == list(REGISTRIES["harness"])
+
+
+def test_list_unknown_kind_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["list", "models"])
+    assert info.value.code != 0
+
+
+def test_config_docs_prints_every_benchmark_parameter_with_description(capsys):
+    code, out, _ = run_cli(capsys, "config", "docs", "benchmark", "example_exact_match")
+    assert code == 0
+    lines = out.splitlines()
+    expected = {
+        "task_ids": "Run only these task ids",
+        "categories": "Run only tasks in these categories",
+        "limit": "Run at most this many tasks",
+        "case_sensitive": "Compare answers with case sensitivity.",
+        "strip_whitespace": "Ignore leading and trailing whitespace",
+    }
+    for name, description in expected.items():
+        index = next(i for i, l in enumerate(lines) if l.strip().startswith(f"{name}:"))
+        assert description in lines[index + 1], name
+    assert "case_sensitive: bool = false" in out
+    assert "limit: int or null = null" in out
+
+
+def test_config_docs_of_component_without_parameters(capsys):
+    code, out, _ = run_cli(capsys, "config", "docs", "harness", "oracle")
+    assert code == 0
+    assert "(no parameters)" in out
+
+
+def test_config_docs_environment_parameters(capsys):
+    code, out, _ = run_cli(capsys, "config", "docs", "environment", "host_process")
+    assert code == 0
+    assert "workspace_root" in out and "keep_workspace" in out
+
+
+def test_config_docs_unknown_id_returns_non_zero(capsys):
+    code, out, err = run_cli(capsys, "config", "docs", "benchmark", "nope")
+    assert code != 0
+    assert "nope" in err
+    assert "example_exact_match" in err
+    assert out == ""
+
+
+def test_run_dry_run_prints_resolved_request(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(capsys, "run", "example_exact_match", "oracle", "none", "-b", "limit=2", "--dry-run")
+    assert code == 0
+    import json
+
+    runs = json.loads(out)
+    assert [r["name"] for r in runs] == ["example_exact_match-oracle-none"]
+    assert runs[0]["request"]["benchmark"] == {"id": "example_exact_match", "params": {"limit": 2}}
+
+
+def test_run_with_invalid_config_returns_2(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "run", "example_exact_match", "chat", "none", "--dry-run")
+    assert code == 2
+    assert "needs a model" in err

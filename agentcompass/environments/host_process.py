@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +36,46 @@ class HostProcessConfig(ComponentConfig):
     keep_workspace: bool = config_field(default=False, description="Leave the workspace behind after the session closes.")
 
 
+_PIPE_GRACE_SECONDS = 1.0
+
+
+async def _drain(stream: asyncio.StreamReader, buffer: bytearray) -> None:
+    while chunk := await stream.read(65536):
+        buffer.extend(chunk)
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> int:
+    """The process's own exit; ``proc.wait()`` would also wait for every pipe to close."""
+    delay = 0.001
+    while proc.returncode is None:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    return proc.returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class HostProcessSession(EnvironmentSession):
     def __init__(self, root: Path, keep: bool) -> None:
         self.root = root
         self.keep = keep
+        # process groups started here; close() ends whatever is left of them
+        self._groups: set[int] = set()
 
     @property
     def workdir(self) -> str:
@@ -53,6 +90,7 @@ class HostProcessSession(EnvironmentSession):
             raise TypeError("exec(shell=True) takes a command string")
         if not shell and not (isinstance(cmd, list) and all(isinstance(c, str) for c in cmd)):
             raise TypeError("exec(shell=False) takes an argv list of strings")
+        started = time.monotonic()
         full_env = {**os.environ, **(env or {})}
         workdir = str(self._path(cwd)) if cwd else str(self.root)
         stdin = asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
@@ -66,20 +104,37 @@ class HostProcessSession(EnvironmentSession):
                 *cmd, cwd=workdir, env=full_env, stdin=stdin,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
             )
+        self._groups.add(proc.pid)
         data = input.encode() if isinstance(input, str) else input
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(data), timeout)
-            timed_out = False
-        except asyncio.TimeoutError:
+        out, err = bytearray(), bytearray()
+        readers = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
+        if data is not None:
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        exited = asyncio.ensure_future(_exited(proc))
+        done, _ = await asyncio.wait({exited, readers}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if readers in done and exited not in done:
+            # output closed first: the process is about to exit (or closed its pipes early)
+            await asyncio.wait({exited}, timeout=None if timeout is None else max(timeout - (time.monotonic() - started), 0))
+        timed_out = not exited.done()
+        if timed_out:
             # The command runs in its own process group: kill the whole tree.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, err = await proc.communicate()
-            timed_out = True
+            _kill_group(proc.pid)
+            await exited
+        # A background child may still hold the pipes: give it a moment, then stop reading.
+        if not readers.done():
+            await asyncio.wait({readers}, timeout=_PIPE_GRACE_SECONDS)
+        if not readers.done():
+            readers.cancel()
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+        if not _group_alive(proc.pid):
+            # nothing left in the group: forget it, so close() never signals a reused id
+            self._groups.discard(proc.pid)
         return ExecResult(
-            returncode=proc.returncode if proc.returncode is not None else -9,
+            returncode=proc.returncode,
             stdout=out.decode(errors="replace"),
             stderr=err.decode(errors="replace"),
             timed_out=timed_out,
@@ -122,6 +177,9 @@ class HostProcessSession(EnvironmentSession):
         HostProcessEnvironment.check_policy(policy)
 
     async def close(self) -> None:
+        for pgid in self._groups:
+            _kill_group(pgid)
+        self._groups.clear()
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -88,15 +88,23 @@ def resolve_orchestration(
         runtime = from_dict(ResolvedRuntimeOptions, runtime_data, "runtime")
     except ContractError as exc:
         raise config_error(config.source_of(("runtime",)), ("runtime",), str(exc), "see schemas/config.schema.yaml") from None
-    concurrency = (
-        task_concurrency
-        or data.get("task_concurrency")
-        or (data.get("execution") or {}).get("task_concurrency")
+    concurrency = next(
+        (
+            value
+            for value in (task_concurrency, data.get("task_concurrency"), (data.get("execution") or {}).get("task_concurrency"))
+            if value is not None
+        ),
+        None,
     )
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
+        raise ConfigError(f"task_concurrency must be a positive integer, got {concurrency!r}. Fix: pass a number of at least 1")
     try:
         return Orchestration.from_requests(built, runtime, concurrency)
     except ContractError as exc:
-        raise ConfigError(f"{', '.join(config.config_paths) or 'run config'}: {exc}") from None
+        raise config_error(
+            config.source_of(("requests",)), ("requests",), str(exc),
+            "give one of them its own output.run_id or output.namespace",
+        ) from None
 
 
 def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> RunRequest:
@@ -200,6 +208,17 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
         needs_model = harness.requires_model
     if needs_model and req.model.is_none:
         raise fail("model", f"harness {req.harness.id!r} needs a model, but model.id is 'none'", "set model: {id: MODEL, base_url: URL, api_key: ${VAR}}")
+    from .recipes import build_run_recipe_registry
+    from .registry import ANALYZERS
+
+    recipes = build_run_recipe_registry(req)
+    for field, known in (("enabled_recipes", recipes), ("analyzers", ANALYZERS)):
+        unknown = [i for i in getattr(req.execution, field) if i not in known]
+        if unknown:
+            raise fail(
+                "execution", f"execution.{field} names unknown id(s) {unknown}",
+                f"use ids from: {', '.join(known) or 'none'} (see 'agentcompass list {known.kind}')",
+            )
     environment = ENVIRONMENTS.get(req.environment.id)()
     try:
         environment.build_config(req.environment)

@@ -401,12 +401,6 @@ def test_literal_api_key_is_a_schema_violation(isolated, tmp_path):
     assert str(path) in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: validate_config puts jsonschema's error.message into the ConfigError, and for "
-    "a literal model.api_key that message repeats the literal key (printed to stderr and "
-    "Snakemake's log), unlike ModelSpec which refuses without echoing it",
-)
 def test_literal_api_key_error_does_not_echo_the_key(isolated, tmp_path):
     path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request(model={
         "id": "m", "api_key": "sk-verysecret123",

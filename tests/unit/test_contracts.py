@@ -286,52 +286,51 @@ def test_execution_plan_attempt_counts_from_one():
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: ExecutionSpec(attempts="2"),
-        lambda: ExecutionSpec(attempts=0),
-        lambda: ExecutionSpec(attempts=True),
-        lambda: ExecutionSpec(attempts=2.0),
-        lambda: ExecutionSpec(task_concurrency=0),
-        lambda: ExecutionSpec(max_retries=-1),
-        lambda: ExecutionSpec(task_timeout=0),
-        lambda: ExecutionSpec(task_timeout="5"),
-        lambda: ExecutionSpec(enabled_recipes="task_environment_hints"),
-        lambda: ExecutionSpec(enabled_recipes=[1]),
-        lambda: ExecutionSpec(retain_environments="sometimes"),
-        lambda: ModelSpec(api_key="sk-literal"),
-        lambda: ModelSpec(api_key="prefix-${OPENAI_API_KEY}"),
-        lambda: ModelSpec(id=""),
-        lambda: ModelSpec(protocol="anthropic"),
-        lambda: ModelSpec(params=[]),
-        lambda: BenchmarkSpec(id=3),
-        lambda: HarnessSpec(id="oracle", params="x"),
-        lambda: EnvironmentSpec(run_network={"mode": "none"}),
-        lambda: EnvironmentSpec(evaluation_environment_mode="sometimes"),
-        lambda: NetworkPolicy(mode="private"),
-        lambda: OutputSpec(namespace="a/b"),
-        lambda: OutputSpec(namespace=".."),
-        lambda: OutputSpec(namespace=""),
-        lambda: OutputSpec(run_id="-x"),
-        lambda: OutputSpec(run_id="a b"),
-        lambda: RunMetadata(config_paths="a"),
-        lambda: RunRuntimeSpec(reuse="yes"),
-        lambda: RunRequest(model={"id": "m"}, benchmark=BenchmarkSpec(id="b"), harness=HarnessSpec(id="h")),
-        lambda: TaskSpec(task_id=""),
-        lambda: TaskSpec(task_id="t", metadata={1: 2}),
-        lambda: TaskInput(prompt=None),
-        lambda: HarnessPlan(params=None),
-        lambda: RunResult(task_id="t", status=TaskStatus.RUN_ERROR),
-        lambda: RunResult(task_id="t", status="eval_error", error=""),
-        lambda: RunResult(task_id="t", status=TaskStatus.ERROR),
-        lambda: RunResult(task_id="t", score="1"),
-        lambda: RunResult(task_id="t", status=5),
-        lambda: MetricResult(benchmark_id="b", metrics={}, counts={"completed": 2}, num_tasks=1, num_attempts=3),
-        lambda: MetricResult(benchmark_id="b", metrics={}, counts={"finished": 1}, num_tasks=1, num_attempts=1),
-        lambda: ResolvedRuntimeOptions(results_dir=""),
-        lambda: ResolvedRuntimeOptions(log_level="trace"),
-        lambda: RequestOutcome(name="r", key="k", state="running"),
-        lambda: OrchestrationResult(outcomes=[{"name": "r"}]),
+        pytest.param(lambda: ExecutionSpec(attempts="2"), id="ExecutionSpec(attempts='2')"),
+        pytest.param(lambda: ExecutionSpec(attempts=0), id="ExecutionSpec(attempts=0)"),
+        pytest.param(lambda: ExecutionSpec(attempts=True), id="ExecutionSpec(attempts=True)"),
+        pytest.param(lambda: ExecutionSpec(attempts=2.0), id="ExecutionSpec(attempts=2.0)"),
+        pytest.param(lambda: ExecutionSpec(task_concurrency=0), id="ExecutionSpec(task_concurrency=0)"),
+        pytest.param(lambda: ExecutionSpec(max_retries=-1), id="ExecutionSpec(max_retries=-1)"),
+        pytest.param(lambda: ExecutionSpec(task_timeout=0), id="ExecutionSpec(task_timeout=0)"),
+        pytest.param(lambda: ExecutionSpec(task_timeout="5"), id="ExecutionSpec(task_timeout='5')"),
+        pytest.param(lambda: ExecutionSpec(enabled_recipes="task_environment_hints"), id="ExecutionSpec(enabled_recipes='task_environment_hints')"),
+        pytest.param(lambda: ExecutionSpec(enabled_recipes=[1]), id="ExecutionSpec(enabled_recipes=[1])"),
+        pytest.param(lambda: ExecutionSpec(retain_environments="sometimes"), id="ExecutionSpec(retain_environments='sometimes')"),
+        pytest.param(lambda: ModelSpec(api_key="sk-literal"), id="ModelSpec(api_key='sk-literal')"),
+        pytest.param(lambda: ModelSpec(api_key="prefix-${OPENAI_API_KEY}"), id="ModelSpec(api_key='prefix-${OPENAI_API_KEY}')"),
+        pytest.param(lambda: ModelSpec(id=""), id="ModelSpec(id='')"),
+        pytest.param(lambda: ModelSpec(protocol="anthropic"), id="ModelSpec(protocol='anthropic')"),
+        pytest.param(lambda: ModelSpec(params=[]), id="ModelSpec(params=[])"),
+        pytest.param(lambda: BenchmarkSpec(id=3), id="BenchmarkSpec(id=3)"),
+        pytest.param(lambda: HarnessSpec(id="oracle", params="x"), id="HarnessSpec(id='oracle', params='x')"),
+        pytest.param(lambda: EnvironmentSpec(run_network={"mode": "none"}), id="EnvironmentSpec(run_network={'mode': 'none'})"),
+        pytest.param(lambda: EnvironmentSpec(evaluation_environment_mode="sometimes"), id="EnvironmentSpec(evaluation_environment_mode='sometimes')"),
+        pytest.param(lambda: NetworkPolicy(mode="private"), id="NetworkPolicy(mode='private')"),
+        pytest.param(lambda: OutputSpec(namespace="a/b"), id="OutputSpec(namespace='a/b')"),
+        pytest.param(lambda: OutputSpec(namespace=".."), id="OutputSpec(namespace='..')"),
+        pytest.param(lambda: OutputSpec(namespace=""), id="OutputSpec(namespace='')"),
+        pytest.param(lambda: OutputSpec(run_id="-x"), id="OutputSpec(run_id='-x')"),
+        pytest.param(lambda: OutputSpec(run_id="a b"), id="OutputSpec(run_id='a b')"),
+        pytest.param(lambda: RunMetadata(config_paths="a"), id="RunMetadata(config_paths='a')"),
+        pytest.param(lambda: RunRuntimeSpec(reuse="yes"), id="RunRuntimeSpec(reuse='yes')"),
+        pytest.param(lambda: RunRequest(model={"id": "m"}, benchmark=BenchmarkSpec(id="b"), harness=HarnessSpec(id="h")), id="RunRequest(model={'id': 'm'}, benchmark=BenchmarkSpec(id='b'), harn..."),
+        pytest.param(lambda: TaskSpec(task_id=""), id="TaskSpec(task_id='')"),
+        pytest.param(lambda: TaskSpec(task_id="t", metadata={1: 2}), id="TaskSpec(task_id='t', metadata={1: 2})"),
+        pytest.param(lambda: TaskInput(prompt=None), id="TaskInput(prompt=None)"),
+        pytest.param(lambda: HarnessPlan(params=None), id="HarnessPlan(params=None)"),
+        pytest.param(lambda: RunResult(task_id="t", status=TaskStatus.RUN_ERROR), id="RunResult(task_id='t', status=TaskStatus.RUN_ERROR)"),
+        pytest.param(lambda: RunResult(task_id="t", status="eval_error", error=""), id="RunResult(task_id='t', status='eval_error', error='')"),
+        pytest.param(lambda: RunResult(task_id="t", status=TaskStatus.ERROR), id="RunResult(task_id='t', status=TaskStatus.ERROR)"),
+        pytest.param(lambda: RunResult(task_id="t", score="1"), id="RunResult(task_id='t', score='1')"),
+        pytest.param(lambda: RunResult(task_id="t", status=5), id="RunResult(task_id='t', status=5)"),
+        pytest.param(lambda: MetricResult(benchmark_id="b", metrics={}, counts={"completed": 2}, num_tasks=1, num_attempts=3), id="MetricResult(benchmark_id='b', metrics={}, counts={'completed': 2},..."),
+        pytest.param(lambda: MetricResult(benchmark_id="b", metrics={}, counts={"finished": 1}, num_tasks=1, num_attempts=1), id="MetricResult(benchmark_id='b', metrics={}, counts={'finished': 1}, ..."),
+        pytest.param(lambda: ResolvedRuntimeOptions(results_dir=""), id="ResolvedRuntimeOptions(results_dir='')"),
+        pytest.param(lambda: ResolvedRuntimeOptions(log_level="trace"), id="ResolvedRuntimeOptions(log_level='trace')"),
+        pytest.param(lambda: RequestOutcome(name="r", key="k", state="running"), id="RequestOutcome(name='r', key='k', state='running')"),
+        pytest.param(lambda: OrchestrationResult(outcomes=[{"name": "r"}]), id="OrchestrationResult(outcomes=[{'name': 'r'}])"),
     ],
-    ids=lambda f: None,
 )
 def test_invalid_contract_values_raise_contract_error_on_construction(build):
     with pytest.raises(ContractError):
@@ -481,43 +480,22 @@ def test_to_dict_rejects_values_that_are_not_json():
 # --- known bugs ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: RunResult.__post_init__ calls TaskStatus(value) before check_fields, so an "
-    "unknown status string raises a plain ValueError instead of ContractError naming the field",
-)
 def test_run_result_unknown_status_string_raises_contract_error():
     with pytest.raises(ContractError, match="status"):
         RunResult(task_id="t", status="exploded")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: MetricResult only checks that counts sum to num_attempts; negative counts "
-    "(and negative num_tasks/num_attempts) pass validation",
-)
 def test_metric_result_negative_counts_are_rejected():
     with pytest.raises(ContractError):
         MetricResult(benchmark_id="b", metrics={}, counts={"completed": 3, "run_error": -1},
                      num_tasks=1, num_attempts=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: RunResult accepts attempt=0 although attempts are numbered from 1 "
-    "(ExecutionPlan enforces it, RunResult does not)",
-)
 def test_run_result_attempt_counts_from_one():
     with pytest.raises(ContractError, match="attempt"):
         RunResult(task_id="t", attempt=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an int given for a float field (RunResult.usage values, as ChatHarness writes "
-    "'calls': 1; ExecutionSpec.task_timeout=5) is kept as int on construction but becomes a float "
-    "after from_dict, so the canonical JSON of a contract changes after one round trip",
-)
 def test_int_in_float_field_serializes_identically_after_round_trip():
     result = RunResult(task_id="t", usage={"calls": 1})
     rebuilt = RunResult.from_dict(json.loads(json.dumps(result.to_dict())))

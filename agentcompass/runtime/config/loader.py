@@ -244,6 +244,12 @@ def validate_config(config: RunConfig) -> None:
         )
     if error.validator == "required":
         raise config_error(config.source_of(path), path, error.message, "add the missing field")
+    if path and is_secret_key(str(path[-1])):
+        # jsonschema's message repeats the value: never echo what may be a key
+        raise config_error(
+            config.source_of(path), path, "must be a whole-field '${VAR}' reference (the value is not shown)",
+            "put the key in an environment variable and write '${VAR}'",
+        )
     description = error.schema.get("description", "")
     fix = f"expected: {description}" if description else "see schemas/config.schema.yaml"
     raise config_error(config.source_of(path), path, error.message, fix)

@@ -85,6 +85,27 @@ def _matches(value: Any, tp: Any) -> bool:
     return True
 
 
+def coerce_floats(value: Any, tp: Any) -> Any:
+    """Integers given where the type says float become floats, so JSON is stable over round trips."""
+    if tp is float:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if _is_union(tp):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if float in args and int not in args:
+            return coerce_floats(value, float)
+        return value
+    origin = get_origin(tp)
+    if origin is dict and isinstance(value, dict):
+        args = get_args(tp)
+        if args:
+            return {k: coerce_floats(v, args[1]) for k, v in value.items()}
+    if origin in (list, tuple) and isinstance(value, list):
+        args = get_args(tp)
+        if args:
+            return [coerce_floats(v, args[0]) for v in value]
+    return value
+
+
 def check_fields(obj: Any) -> None:
     """Raise ``ContractError`` naming the first field whose value has the wrong type."""
     cls = type(obj)
@@ -195,6 +216,11 @@ class Contract:
     """Mixin for contract dataclasses: validation on construction and the JSON round-trip."""
 
     def __post_init__(self) -> None:
+        for f, tp in contract_fields(type(self)):
+            value = getattr(self, f.name)
+            coerced = coerce_floats(value, tp)
+            if coerced is not value:
+                setattr(self, f.name, coerced)
         check_fields(self)
 
     def to_dict(self) -> dict[str, Any]:

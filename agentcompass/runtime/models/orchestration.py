@@ -61,10 +61,7 @@ class Orchestration(Contract):
         seen: dict[str, str] = {}
         for run in runs:
             if run.key in seen:
-                raise ContractError(
-                    f"requests {seen[run.key]!r} and {run.name!r} both write results/{run.key}; "
-                    "give one of them its own output.run_id or output.namespace"
-                )
+                raise ContractError(f"requests {seen[run.key]!r} and {run.name!r} both write results/{run.key}")
             seen[run.key] = run.name
         return cls(runs=runs, runtime=runtime or ResolvedRuntimeOptions())
 

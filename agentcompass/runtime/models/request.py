@@ -117,7 +117,7 @@ class ExecutionSpec(Contract):
                 raise ContractError(f"ExecutionSpec.{name} must be at least 1")
         if self.max_retries < 0:
             raise ContractError("ExecutionSpec.max_retries must not be negative")
-        if self.task_timeout is not None and self.task_timeout <= 0:
+        if self.task_timeout is not None and not (0 < self.task_timeout < float("inf")):
             raise ContractError("ExecutionSpec.task_timeout must be positive")
 
 

@@ -45,8 +45,16 @@ class RunResult(Contract):
 
     def __post_init__(self) -> None:
         if isinstance(self.status, str) and not isinstance(self.status, TaskStatus):
-            self.status = TaskStatus(self.status)
+            try:
+                self.status = TaskStatus(self.status)
+            except ValueError:
+                allowed = [s.value for s in TaskStatus]
+                raise ContractError(f"RunResult.status must be one of {allowed}, got {self.status!r}") from None
         super().__post_init__()
+        if self.attempt < 1:
+            raise ContractError("RunResult.attempt counts from 1")
+        if self.retries_used < 0:
+            raise ContractError("RunResult.retries_used must not be negative")
         if self.status.is_error and not self.error:
             raise ContractError(f"RunResult with status {self.status.value} needs an error message")
 
@@ -64,6 +72,8 @@ class MetricResult(Contract):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.num_tasks < 0 or self.num_attempts < 0 or any(v < 0 for v in self.counts.values()):
+            raise ContractError("MetricResult counts, num_tasks and num_attempts must not be negative")
         unknown = set(self.counts) - {s.value for s in TaskStatus}
         if unknown:
             raise ContractError(f"MetricResult.counts has unknown statuses {sorted(unknown)}")

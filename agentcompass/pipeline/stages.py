@@ -38,6 +38,8 @@ from agentcompass.secrets import scrub
 from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, validate_payload, write_file
 
 WORKSPACE_DIR = "workspace"
+# the agent's workspace as the run left it, kept for evaluation in the task environment
+FINAL_WORKSPACE_DIR = "final_workspace"
 OUTPUTS_DIR = "outputs"
 TRAJECTORY = "trajectory.jsonl"
 
@@ -203,6 +205,7 @@ def run(req: RunRequest, tasks_path, plan_path, prepared_path, segment: str, out
     attempt_dir = Path(out).parent
     trajectory = attempt_dir / TRAJECTORY
     outputs = attempt_dir / OUTPUTS_DIR
+    final_workspace = attempt_dir / FINAL_WORKSPACE_DIR
     benchmark = benchmark_for(req)
     harness = harness_for(req)
     restore = _restore_workspace(prepared, attempt_dir)
@@ -225,15 +228,19 @@ def run(req: RunRequest, tasks_path, plan_path, prepared_path, segment: str, out
             for name in prepared.output.files:
                 if await session.exists(name):
                     await session.download(name, outputs / name)
+            if plan.evaluation_environment_mode == "task" and prepared.input.workspace:
+                if await session.exists(prepared.input.workspace):
+                    await session.download(prepared.input.workspace, final_workspace)
             return result
         finally:
             await session.close()
 
     started = time.monotonic()
-    shutil.rmtree(outputs, ignore_errors=True)
     retries = 0
     while True:
         trajectory.write_text("")
+        for stale in (outputs, final_workspace):
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             result = run_coroutine(once())
             break
@@ -282,8 +289,10 @@ def evaluate(req: RunRequest, tasks_path, plan_path, prepared_path, output_path,
     async def go() -> RunResult:
         session = await _open(req, plan, "evaluation", evaluation=True)
         try:
-            if plan.evaluation_environment_mode == "task":
-                await _restore_workspace(prepared, attempt_dir)(session)
+            # task mode: the workspace as the agent left it; fresh mode: only its declared outputs
+            final = attempt_dir / FINAL_WORKSPACE_DIR
+            if plan.evaluation_environment_mode == "task" and prepared.input.workspace and final.exists():
+                await session.upload(final, prepared.input.workspace)
             outputs = attempt_dir / OUTPUTS_DIR
             for name in prepared.output.files:
                 if (outputs / name).exists():

@@ -1,15 +1,16 @@
 rule evaluate:
-    """result.json of one attempt: the scored RunResult."""
+    """result.json of one attempt (the scored RunResult) and the plan.json it used."""
     input:
-        tasks=f"{RUN}/tasks.json",
-        plan=f"{ATTEMPT}/plan.json",
+        tasks=ancient(f"{RUN}/tasks.json"),
+        plans=ancient(f"{RUN}/plans.json"),
         prepared=f"{ATTEMPT}/prepared.json",
         output=f"{ATTEMPT}/output.json",
     output:
-        f"{ATTEMPT}/result.json",
+        result=f"{ATTEMPT}/result.json",
+        plan=f"{ATTEMPT}/plan.json",
     log:
         f"{ATTEMPT}/logs/evaluate.log",
     params:
-        versions=EVAL.evaluate_param,
+        depends=EVAL.evaluate_param,
     run:
         EVAL.evaluate(wildcards, input, output, log)

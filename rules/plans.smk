@@ -1,4 +1,4 @@
-rule plans:
+checkpoint plans:
     """plans.json: every attempt's ExecutionPlan, in bulk (planning is cheap)."""
     input:
         tasks=f"{RUN}/tasks.json",
@@ -21,6 +21,8 @@ rule run_info:
         f"{RUN}/run_info.json",
     log:
         f"{RUN}/logs/run_info.log",
+    params:
+        record=EVAL.run_info_param,
     localrule: True
     run:
         EVAL.write_run_info(wildcards, input, output, log)

@@ -1,14 +1,18 @@
+# Per-attempt rules read the bulk files as ancient(): rewriting tasks.json or
+# plans.json reruns an attempt only when its own task or plan slice changed,
+# which the params (fingerprints of exactly what the stage reads) tell Snakemake.
+
+
 rule prepare:
-    """plan.json and prepared.json of one attempt: the harness-facing input."""
+    """prepared.json of one attempt: the harness-facing input."""
     input:
-        tasks=f"{RUN}/tasks.json",
-        plans=f"{RUN}/plans.json",
+        tasks=ancient(f"{RUN}/tasks.json"),
+        plans=ancient(f"{RUN}/plans.json"),
     output:
-        plan=f"{ATTEMPT}/plan.json",
-        prepared=f"{ATTEMPT}/prepared.json",
+        f"{ATTEMPT}/prepared.json",
     log:
         f"{ATTEMPT}/logs/prepare.log",
     params:
-        versions=EVAL.prepare_param,
+        depends=EVAL.prepare_param,
     run:
         EVAL.prepare(wildcards, input, output, log)

@@ -58,6 +58,7 @@ def test_deleting_result_reruns_only_that_evaluation_and_metrics(evaluated: Path
     after = mtimes(evaluated / "results")
     changed = {k for k in after if before.get(k) != after[k]}
     assert changed == {f"{RUN.relative_to('results')}/attempts/capital-japan/1/result.json",
+                       f"{RUN.relative_to('results')}/attempts/capital-japan/1/plan.json",
                        f"{RUN.relative_to('results')}/metrics.json"}
 
 

@@ -18,7 +18,7 @@ from agentcompass.runtime import (
     TaskSpec,
     TaskStatus,
 )
-from agentcompass.runtime.config import config_field, parse_bool
+from agentcompass.runtime.config import ConfigError, config_field, parse_bool, plan_field
 
 DATASET_REVISION = "tutorial-v1"
 
@@ -37,23 +37,33 @@ class ExampleExactMatchConfig(RuntimeBenchmarkConfig):
     case_sensitive: bool = config_field(
         default=False,
         description="Compare answers with case sensitivity.",
+        stage="evaluate",
     )
     strip_whitespace: bool = config_field(
         default=True,
         description="Ignore leading and trailing whitespace (and a final period) before comparing.",
+        stage="evaluate",
+    )
+    prompt_template: str = config_field(
+        default="{question}",
+        description="The prompt shown to the harness; '{question}' is replaced by the task's question.",
+        stage="prepare",
     )
 
     def __post_init__(self) -> None:
         RuntimeBenchmarkConfig.__post_init__(self)
         self.case_sensitive = parse_bool(self.case_sensitive, "case_sensitive")
         self.strip_whitespace = parse_bool(self.strip_whitespace, "strip_whitespace")
+        if "{question}" not in str(self.prompt_template):
+            raise ConfigError("prompt_template must contain '{question}'")
 
 
 @dataclass(slots=True)
 class ExampleExactMatchPlan(BenchmarkPlan):
-    expected: str = ""
-    case_sensitive: bool = False
-    strip_whitespace: bool = True
+    expected: str = plan_field("", stage="evaluate")
+    case_sensitive: bool = plan_field(False, stage="evaluate")
+    strip_whitespace: bool = plan_field(True, stage="evaluate")
+    prompt: str = plan_field("", stage="prepare")
 
 
 @BENCHMARKS.register()
@@ -86,16 +96,17 @@ class ExampleExactMatchBenchmark(BaseBenchmark):
             expected=str(task.ground_truth),
             case_sensitive=config.case_sensitive,
             strip_whitespace=config.strip_whitespace,
+            prompt=config.prompt_template.replace("{question}", task.question),
         )
 
     async def prepare_task(self, task, env, req, plan) -> PreparedTask:
         _ = env, req
-        self._require_plan(plan)
+        plan = self._require_plan(plan)
         return PreparedTask(
             task_id=task.task_id,
             category=task.category,
             ground_truth=None,
-            input=TaskInput(prompt=task.question),
+            input=TaskInput(prompt=plan.prompt),
             output=TaskOutput(answer="Return only the answer, nothing else."),
             metadata={"dataset_revision": task.metadata["dataset_revision"]},
         )

@@ -96,11 +96,6 @@ def _plans_cached(stamp: tuple, bcls: type, hcls: type) -> dict[tuple[str, int],
     return {(task_segment(p.task_id), p.attempt): p for p in plans}
 
 
-def read_plan(req: RunRequest, path: str | Path) -> ExecutionPlan:
-    bcls, hcls = _plan_classes(req)
-    return ExecutionPlan.from_dict(read_json(path), bcls, hcls)
-
-
 def plan_for(req: RunRequest, plans_path: str | Path, segment: str, attempt: int) -> ExecutionPlan:
     bcls, hcls = _plan_classes(req)
     return _plans_cached(_stamp(plans_path), bcls, hcls)[(segment, attempt)]
@@ -164,11 +159,10 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
     return await environment_for(spec.id).open(spec, network, _label(req, plan, phase))
 
 
-def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int, plan_out, prepared_out) -> None:
-    """Write the attempt's plan.json and its PreparedTask (+ the prepared workspace)."""
+def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int, prepared_out) -> None:
+    """Write the attempt's PreparedTask (+ the prepared workspace)."""
     plan = plan_for(req, plans_path, segment, attempt)
     task = task_by_segment(tasks_path, segment)
-    write_file("plan", plan_out, plan)
     attempt_dir = Path(prepared_out).parent
     saved = attempt_dir / WORKSPACE_DIR
     shutil.rmtree(saved, ignore_errors=True)
@@ -197,9 +191,9 @@ def _restore_workspace(prepared: PreparedTask, attempt_dir: Path):
     return restore
 
 
-def run(req: RunRequest, tasks_path, plan_path, prepared_path, segment: str, out) -> None:
+def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, attempt: int, out) -> None:
     """Run the harness (or harness-free Benchmark) with runtime retries; write output.json."""
-    plan = read_plan(req, plan_path)
+    plan = plan_for(req, plans_path, segment, attempt)
     task = task_by_segment(tasks_path, segment)
     prepared = from_dict(PreparedTask, read_json(prepared_path), str(prepared_path))
     attempt_dir = Path(out).parent
@@ -273,9 +267,16 @@ def _write_scrubbed(req: RunRequest, kind: str, out, result: RunResult) -> None:
     write_text_atomic(out, scrub(canonical_json(payload), [req.model.api_key]))
 
 
-def evaluate(req: RunRequest, tasks_path, plan_path, prepared_path, output_path, segment: str, out) -> None:
-    """Score the attempt in its evaluation environment; write result.json."""
-    plan = read_plan(req, plan_path)
+def evaluate(
+    req: RunRequest, tasks_path, plans_path, prepared_path, output_path, segment: str, attempt: int, out, plan_out
+) -> None:
+    """Score the attempt in its evaluation environment; write result.json and the plan it used.
+
+    Every change of an attempt's plan reruns evaluation (it is the last stage),
+    so plan.json is written here and always matches the plans file.
+    """
+    plan = plan_for(req, plans_path, segment, attempt)
+    write_file("plan", plan_out, plan)
     task = task_by_segment(tasks_path, segment)
     prepared = from_dict(PreparedTask, read_json(prepared_path), str(prepared_path))
     output = read_result(output_path)

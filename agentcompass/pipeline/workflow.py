@@ -19,13 +19,13 @@ import yaml
 
 import agentcompass
 from agentcompass.runtime.config import ConfigError, load_run_config
-from agentcompass.runtime.models import Orchestration, RunRequest
+from agentcompass.runtime.models import ExecutionPlan, Orchestration, RunRequest, TaskSpec
 from agentcompass.runtime.orchestration import resolve_orchestration
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
 from agentcompass.paths import run_dir, task_segment
 from agentcompass.secrets import scrub
 
-from . import stages
+from . import reuse, stages
 
 # Bump a stage's version when its behaviour changes: Snakemake then reruns it.
 STAGE_VERSIONS = {"tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "1"}
@@ -64,7 +64,6 @@ class EvaluationWorkflow:
         self.by_key: dict[tuple[str, str], RunRequest] = {
             (run.request.namespace, run.request.run_id): run.request for run in orchestration.runs
         }
-        # A request with reuse off recomputes: its tasks param changes every invocation.
         self._nonce = f"{time.time_ns()}"
         self.checkpoints = None
 
@@ -100,6 +99,8 @@ class EvaluationWorkflow:
     def attempt_paths(self, req: RunRequest, w=None) -> list[tuple[str, int]]:
         """(task segment, attempt) of every attempt, once tasks.json exists (a checkpoint)."""
         tasks_file = self.checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0]
+        # Per-attempt params read plans.json: the attempts appear only once it is settled too.
+        self.checkpoints.plans.get(ns=req.namespace, run_id=req.run_id)
         return [
             (task_segment(t.task_id), attempt)
             for t in stages.read_tasks(tasks_file)
@@ -133,19 +134,30 @@ class EvaluationWorkflow:
             "environment": ENVIRONMENTS.get(req.environment.id).version,
         }
 
+    def _recompute(self, req: RunRequest) -> dict[str, str]:
+        # reuse off: every param of the request changes with each invocation
+        return {} if req.runtime.reuse else {"recompute": self._nonce}
+
+    def _attempt(self, w) -> tuple[RunRequest, TaskSpec, ExecutionPlan]:
+        """The request, task and plan of one attempt, from the (checkpointed) bulk files."""
+        req = self.request(w)
+        tasks_file = self.checkpoints.tasks.get(ns=w.ns, run_id=w.run_id).output[0]
+        plans_file = self.checkpoints.plans.get(ns=w.ns, run_id=w.run_id).output[0]
+        return req, stages.task_by_segment(tasks_file, w.task), stages.plan_for(req, plans_file, w.task, int(w.attempt))
+
     def request_param(self, w) -> str:
-        return _param(self.request(w).to_dict())
+        return _param(reuse.request_record(self.request(w)))
 
     def tasks_param(self, w) -> str:
         req = self.request(w)
-        value = {
+        benchmark = stages.benchmark_for(req)
+        return _param({
             "stage": STAGE_VERSIONS["tasks"],
-            "benchmark": req.benchmark.to_dict(),
-            "version": self._components(req)["benchmark"],
-        }
-        if not req.runtime.reuse:
-            value["recompute"] = self._nonce
-        return _param(value)
+            "benchmark": req.benchmark.id,
+            "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("tasks",)),
+            "version": benchmark.version,
+            **self._recompute(req),
+        })
 
     def plans_param(self, w) -> str:
         req = self.request(w)
@@ -161,32 +173,58 @@ class EvaluationWorkflow:
             "recipes": {rid: cls.version for rid, cls in RECIPES.items()},
             "recipe_dirs": req.metadata.recipe_dirs,
             "versions": self._components(req),
+            **self._recompute(req),
         })
+
+    def run_info_param(self, w) -> str:
+        req = self.request(w)
+        return _param({"model": req.model.id, "versions": self._components(req)})
 
     def prepare_param(self, w) -> str:
-        req = self.request(w)
+        req, task, plan = self._attempt(w)
         c = self._components(req)
-        return _param({"stage": STAGE_VERSIONS["prepare"], "benchmark": c["benchmark"], "environment": c["environment"]})
-
-    def run_param(self, w) -> str:
-        req = self.request(w)
-        c = self._components(req)
-        # The Model as configured: api_key is its ${VAR} reference, never the key.
         return _param({
-            "stage": STAGE_VERSIONS["run"], "model": req.model.to_dict(),
-            "harness": c["harness"], "environment": c["environment"], "benchmark": c["benchmark"],
+            "stage": STAGE_VERSIONS["prepare"], "benchmark": c["benchmark"], "environment": c["environment"],
+            "task": reuse.task_fingerprint(task), "plan": reuse.digest(reuse.plan_view(plan, "prepare")),
+            **self._recompute(req),
         })
 
-    def evaluate_param(self, w) -> str:
-        req = self.request(w)
+    def run_param(self, w) -> str:
+        req, task, plan = self._attempt(w)
         c = self._components(req)
-        return _param({"stage": STAGE_VERSIONS["evaluate"], "benchmark": c["benchmark"], "environment": c["environment"]})
+        harness = stages.harness_for(req)
+        # The Model as configured: api_key is its ${VAR} reference, never the key.
+        value = {
+            "stage": STAGE_VERSIONS["run"], "model": req.model.to_dict(),
+            "harness": c["harness"], "environment": c["environment"],
+            "plan": reuse.digest(reuse.plan_view(plan, "run")),
+            **self._recompute(req),
+        }
+        if harness is None:  # a harness-free Benchmark runs its own code on the task
+            value["benchmark"] = c["benchmark"]
+            value["task"] = reuse.task_fingerprint(task)
+        elif harness.is_oracle:  # the oracle's answer is the reference, nothing else of the plan
+            benchmark = stages.benchmark_for(req)
+            value["reference"] = reuse.digest(benchmark.reference_solution(task, plan.benchmark_plan))
+        return _param(value)
+
+    def evaluate_param(self, w) -> str:
+        req, task, plan = self._attempt(w)
+        c = self._components(req)
+        return _param({
+            "stage": STAGE_VERSIONS["evaluate"], "benchmark": c["benchmark"], "environment": c["environment"],
+            "task": reuse.task_fingerprint(task), "plan": reuse.digest(reuse.plan_view(plan, "evaluate")),
+            **self._recompute(req),
+        })
 
     def metrics_param(self, w) -> str:
         req = self.request(w)
+        benchmark = stages.benchmark_for(req)
         return _param({
-            "stage": STAGE_VERSIONS["metrics"], "benchmark": self._components(req)["benchmark"],
+            "stage": STAGE_VERSIONS["metrics"], "benchmark": benchmark.version,
+            "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("metrics",)),
             "analyzers": req.execution.analyzers,
+            **self._recompute(req),
         })
 
     # -- stage calls: each logs to its rule's log file --------------------------------
@@ -209,15 +247,18 @@ class EvaluationWorkflow:
 
     def prepare(self, w, input, output, log) -> None:
         with stage_log(log, "prepare", w, self.request(w)):
-            stages.prepare(self.request(w), input.tasks, input.plans, w.task, int(w.attempt), output.plan, output.prepared)
+            stages.prepare(self.request(w), input.tasks, input.plans, w.task, int(w.attempt), output[0])
 
     def run(self, w, input, output, log) -> None:
         with stage_log(log, "run", w, self.request(w)):
-            stages.run(self.request(w), input.tasks, input.plan, input.prepared, w.task, output[0])
+            stages.run(self.request(w), input.tasks, input.plans, input.prepared, w.task, int(w.attempt), output[0])
 
     def evaluate(self, w, input, output, log) -> None:
         with stage_log(log, "evaluate", w, self.request(w)):
-            stages.evaluate(self.request(w), input.tasks, input.plan, input.prepared, input.output, w.task, output[0])
+            stages.evaluate(
+                self.request(w), input.tasks, input.plans, input.prepared, input.output,
+                w.task, int(w.attempt), output.result, output.plan,
+            )
 
     def metrics(self, w, input, output, log) -> None:
         with stage_log(log, "metrics", w, self.request(w)):

@@ -9,6 +9,7 @@ from .fields import (
     describe_config,
     parse_bool,
     parse_int,
+    plan_field,
 )
 from .benchmark import RuntimeBenchmarkConfig
 from .loader import (
@@ -24,5 +25,5 @@ from .loader import (
 __all__ = [
     "ComponentConfig", "ConfigError", "RuntimeBenchmarkConfig", "ConfigLayer", "RunConfig", "build_component_config",
     "config_field", "deep_merge", "describe_config", "env_ref", "find_project_config",
-    "load_run_config", "parse_bool", "parse_int", "user_config_path",
+    "load_run_config", "parse_bool", "parse_int", "plan_field", "user_config_path",
 ]

@@ -14,14 +14,17 @@ class RuntimeBenchmarkConfig:
     task_ids: list[str] | None = config_field(
         default=None,
         description="Run only these task ids (in the Benchmark's order); null runs all.",
+        stage="tasks",
     )
     categories: list[str] | None = config_field(
         default=None,
         description="Run only tasks in these categories; null runs all.",
+        stage="tasks",
     )
     limit: int | None = config_field(
         default=None,
         description="Run at most this many tasks, the first ones after id and category selection.",
+        stage="tasks",
     )
 
     def __post_init__(self) -> None:

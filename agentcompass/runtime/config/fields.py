@@ -23,15 +23,41 @@ class ParameterError(ConfigError):
         self.names = names
 
 
-def config_field(default: Any = _MISSING, *, description: str, choices: list | None = None):
-    """A dataclass field of a component config, documented by ``agentcompass config docs``."""
+STAGES = ("tasks", "prepare", "run", "evaluate", "metrics")
+
+
+def config_field(
+    default: Any = _MISSING, *, description: str, choices: list | None = None, stage: str | None = None
+):
+    """A dataclass field of a component config, documented by ``agentcompass config docs``.
+
+    ``stage`` names the first pipeline stage that reads the value (for a
+    Benchmark: ``tasks`` for loading and selection, ``prepare`` for what the
+    harness sees, ``evaluate`` for scoring, ``metrics`` for aggregation).
+    Changing the value reruns that stage onward and nothing before it. A field
+    without a stage counts as ``tasks``: everything reruns.
+    """
     metadata = {"description": description}
     if choices is not None:
         metadata["choices"] = list(choices)
+    if stage is not None:
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        metadata["stage"] = stage
     if isinstance(default, (list, dict, set)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def plan_field(default: Any = _MISSING, *, stage: str | None = None, description: str = ""):
+    """A field of a BenchmarkPlan; ``stage`` ('prepare' or 'evaluate') says which stage reads it.
+
+    A field read only by ``evaluate`` can change without rerunning preparation
+    or the harness: that is what makes regrading exact. Unmarked fields count
+    for both stages.
+    """
+    return config_field(default, description=description, stage=stage)
 
 
 def parse_bool(value: Any, name: str) -> bool:
@@ -100,6 +126,7 @@ def describe_config(config_cls: type) -> list[dict[str, Any]]:
                 "default": default,
                 "description": f.metadata.get("description", ""),
                 "choices": f.metadata.get("choices"),
+                "stage": f.metadata.get("stage", "tasks"),
             }
         )
     return rows

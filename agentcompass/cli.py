@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from agentcompass import PROJECT_ROOT
+from agentcompass import PROJECT_ROOT, sdk, status
 from agentcompass.runtime.config import ConfigError, describe_config, load_run_config
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
 from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError, load_builtin_components
@@ -66,64 +66,146 @@ def cmd_config_docs(args) -> int:
     return 0
 
 
-def _snakemake_argv(args, layer: dict) -> list[str]:
-    argv = [
-        "--snakefile", str(PROJECT_ROOT / "Snakefile"),
-        "--directory", str(Path.cwd()),
-        "--cores", str(args.cores),
-        # JSON is YAML: the Snakefile re-reads these values with their types.
-        "--config", *[f"{key}={json.dumps(value)}" for key, value in layer.items()],
-    ]
-    for path in args.config or []:
-        argv.extend(["--configfile", str(path)])
-    return argv + list(args.snakemake_args or [])
+def _layer(args) -> dict | None:
+    """The command line's config layer: one request for B H M, else only runtime overrides."""
+    layer: dict = {}
+    request_flags = [f for f in ("environment", "benchmark_param", "harness_param", "environment_param", "base_url",
+                                 "api_key_env", "model_param", "attempts", "max_retries", "task_timeout",
+                                 "namespace", "run_id") if getattr(args, f, None)]
+    if not args.benchmark and (request_flags or args.no_reuse):
+        flags = ", ".join("--" + f.replace("_", "-") for f in request_flags + (["no_reuse"] if args.no_reuse else []))
+        raise ConfigError(f"the command line: {flags} build a request, which needs BENCHMARK HARNESS MODEL. "
+                          "Fix: give them, or put these settings in the --config file")
+    if args.benchmark:
+        if not (args.harness and args.model):
+            raise ConfigError("the command line: give all of BENCHMARK HARNESS MODEL, or none with --config FILE. "
+                              "Fix: agentcompass run example_exact_match oracle none")
+        layer = single_request_layer(
+            args.benchmark,
+            args.harness,
+            args.model,
+            environment=args.environment,
+            benchmark_params=_key_values(args.benchmark_param, "--benchmark-param"),
+            harness_params=_key_values(args.harness_param, "--harness-param"),
+            environment_params=_key_values(args.environment_param, "--environment-param"),
+            model_fields={
+                k: v for k, v in {
+                    "base_url": args.base_url,
+                    "api_key": f"${{{args.api_key_env}}}" if args.api_key_env else None,
+                    "params": _key_values(args.model_param, "--model-param") or None,
+                }.items() if v is not None
+            },
+            execution={"attempts": args.attempts, "max_retries": args.max_retries, "task_timeout": args.task_timeout},
+            output={"namespace": args.namespace, "run_id": args.run_id},
+            reuse=False if args.no_reuse else None,
+        )
+    if getattr(args, "results_dir", None):
+        layer["runtime"] = {"results_dir": args.results_dir}
+    return layer or None
 
 
-def run_snakemake(argv: list[str]) -> bool:
-    """Drive Snakemake through its own argument handling and API (profiles included)."""
-    from snakemake.cli import args_to_api, parse_args
+def _resolve(args, layer):
+    config = load_run_config(args.config or [], layer, overrides_source="the command line",
+                             project_fallback=PROJECT_ROOT / "configs" / "config.yaml")
+    return resolve_orchestration(config)
 
-    parser, sm_args = parse_args(argv)
-    return bool(args_to_api(sm_args, parser))
+
+def _print_outcomes(result) -> None:
+    for outcome in result.outcomes:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items()))
+        metrics = ", ".join(f"{k} {v}" for k, v in sorted(outcome.metrics.items()))
+        print(f"{outcome.name}: {outcome.state}; {metrics} ({counts}) -> {outcome.results_dir}/metrics.json")
 
 
 def cmd_run(args) -> int:
-    layer = single_request_layer(
-        args.benchmark,
-        args.harness,
-        args.model,
-        environment=args.environment,
-        benchmark_params=_key_values(args.benchmark_param, "--benchmark-param"),
-        harness_params=_key_values(args.harness_param, "--harness-param"),
-        environment_params=_key_values(args.environment_param, "--environment-param"),
-        model_fields={
-            k: v for k, v in {
-                "base_url": args.base_url,
-                "api_key": f"${{{args.api_key_env}}}" if args.api_key_env else None,
-                "params": _key_values(args.model_param, "--model-param") or None,
-            }.items() if v is not None
-        },
-        execution={"attempts": args.attempts, "max_retries": args.max_retries, "task_timeout": args.task_timeout},
-        output={"namespace": args.namespace, "run_id": args.run_id},
-        reuse=False if args.no_reuse else None,
-    )
-    if args.results_dir:
-        layer["runtime"] = {"results_dir": args.results_dir}
-    config = load_run_config(args.config or [], layer, overrides_source="the command line")
-    orchestration = resolve_orchestration(config)
+    layer = _layer(args)
+    orchestration = _resolve(args, layer)
     if args.dry_run:
         print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))
         return 0
-    ok = run_snakemake(_snakemake_argv(args, layer))
-    results_dir = Path(orchestration.runtime.results_dir)
-    for run in orchestration.runs:
-        path = results_dir / run.request.namespace / run.request.run_id / "metrics.json"
-        if path.exists():
-            data = json.loads(path.read_text())
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(data["counts"].items()))
-            metrics = ", ".join(f"{k} {v}" for k, v in sorted(data["metrics"].items()))
-            print(f"{run.name}: {metrics} ({counts}) -> {path}")
-    return 0 if ok else 1
+    ok = sdk.run_snakemake(sdk.snakemake_argv(layer, args.config or [], args.cores, args.snakemake_args))
+    result = sdk.outcomes(orchestration, ok)
+    _print_outcomes(result)
+    return 0 if result.ok else 1
+
+
+def cmd_status(args) -> int:
+    if args.results_root:
+        args.results_dir = args.results_root
+    layer = _layer(args)
+    orchestration = _resolve(args, layer)
+    print(status.render(status.predict(orchestration, Path.cwd()), verbose=args.verbose))
+    return 0
+
+
+def cmd_retry(args) -> int:
+    layer = _layer(args)
+    orchestration = _resolve(args, layer)
+    base = Path(orchestration.runtime.results_dir)
+    targets = [
+        t for run in orchestration.runs
+        for t in status.failed_attempt_targets(base / run.request.namespace / run.request.run_id, run.request)
+    ]
+    if not targets:
+        print("no attempt holds an error status: nothing to retry")
+        return 0
+    print(f"retrying {len(targets)} failed attempt(s)")
+    extra = ["--forcerun", *targets, *args.snakemake_args]
+    ok = sdk.run_snakemake(sdk.snakemake_argv(layer, args.config or [], args.cores, extra))
+    result = sdk.outcomes(orchestration, ok)
+    _print_outcomes(result)
+    return 0 if result.ok else 1
+
+
+def _add_selection(p: argparse.ArgumentParser, positional: bool = True) -> None:
+    """The arguments that say which requests: B H M, or config files."""
+    if positional:
+        p.add_argument("benchmark", nargs="?")
+        p.add_argument("harness", nargs="?")
+        p.add_argument("model", nargs="?", help="model id sent to the endpoint; 'none' for a harness that needs no model")
+    p.add_argument("--config", "-c", action="append", metavar="FILE", help="run config file (repeatable); its requests run when no BENCHMARK HARNESS MODEL is given")
+    p.add_argument("--environment", "-e", help="environment id (default host_process)")
+    p.add_argument("--benchmark-param", "-b", action="append", metavar="K=V")
+    p.add_argument("--harness-param", "-H", action="append", metavar="K=V")
+    p.add_argument("--environment-param", "-E", action="append", metavar="K=V")
+    p.add_argument("--base-url", help="the model endpoint, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    p.add_argument("--model-param", "-m", action="append", metavar="K=V", help="inference param (temperature=0.2)")
+    p.add_argument("--attempts", type=int, help="semantic attempts per task")
+    p.add_argument("--max-retries", type=int, help="runtime retries after infrastructure faults")
+    p.add_argument("--task-timeout", type=float, help="seconds an attempt's run may take")
+    p.add_argument("--namespace")
+    p.add_argument("--run-id")
+    p.add_argument("--results-dir")
+    p.add_argument("--no-reuse", action="store_true", help="recompute every file of this request")
+    p.add_argument("snakemake_args", nargs="*", help=argparse.SUPPRESS)
+
+
+def cmd_clean(args) -> int:
+    from agentcompass.environments.leftovers import clean
+
+    report = clean(args.run, include_live=args.all, dry_run=args.dry_run)
+    for note in report.notes:
+        print(f"agentcompass clean: {note}", file=sys.stderr)
+    removed = report.processes + report.containers
+    for line in removed:
+        print(f"{'would remove' if args.dry_run else 'removed'} {line}")
+    if not removed:
+        print("nothing to clean")
+    return 0
+
+
+def _add_clean_parser(sub) -> None:
+    p = sub.add_parser(
+        "clean",
+        help="remove containers and processes that sessions of killed runs left behind",
+        description="Finds sessions by their labels (containers) and environment markers (host processes) "
+        "and removes those whose agentcompass process is gone.",
+    )
+    p.add_argument("--run", metavar="RUN_ID", help="only sessions of this run (labels starting 'RUN_ID-')")
+    p.add_argument("--all", action="store_true", help="also sessions whose agentcompass process still runs, and containers kept by retention")
+    p.add_argument("--dry-run", "-n", action="store_true", help="list what would be removed; remove nothing")
+    p.set_defaults(func=cmd_clean)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,32 +225,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "run",
-        help="evaluate MODEL with HARNESS on BENCHMARK through Snakemake",
-        description="Builds a one-request config and runs it through the Snakemake workflow. "
+        help="evaluate MODEL with HARNESS on BENCHMARK (or the requests of --config files) through Snakemake",
+        description="Builds the config and runs it through the Snakemake workflow. "
         "Arguments after '--' go to Snakemake (e.g. -- --profile profiles/slurm).",
     )
-    p.add_argument("benchmark")
-    p.add_argument("harness")
-    p.add_argument("model", help="model id sent to the endpoint; 'none' for a harness that needs no model")
-    p.add_argument("--environment", "-e", help="environment id (default host_process)")
-    p.add_argument("--config", "-c", action="append", metavar="FILE", help="run config file for component params (repeatable)")
-    p.add_argument("--benchmark-param", "-b", action="append", metavar="K=V")
-    p.add_argument("--harness-param", "-H", action="append", metavar="K=V")
-    p.add_argument("--environment-param", "-E", action="append", metavar="K=V")
-    p.add_argument("--base-url", help="the model endpoint, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
-    p.add_argument("--model-param", "-m", action="append", metavar="K=V", help="inference param (temperature=0.2)")
-    p.add_argument("--attempts", type=int, help="semantic attempts per task")
-    p.add_argument("--max-retries", type=int, help="runtime retries after infrastructure faults")
-    p.add_argument("--task-timeout", type=float, help="seconds an attempt's run may take")
-    p.add_argument("--namespace")
-    p.add_argument("--run-id")
-    p.add_argument("--results-dir")
-    p.add_argument("--no-reuse", action="store_true", help="recompute every file of this request")
+    _add_selection(p)
     p.add_argument("--cores", default="2", help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
-    p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved request; load no tasks")
-    p.add_argument("snakemake_args", nargs="*", help=argparse.SUPPRESS)
+    p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved requests; load no tasks")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="counts by status per request, and which files would rerun and why")
+    p.add_argument("results_root", nargs="?", metavar="RESULTS_DIR", help="results root (default: runtime.results_dir, 'results')")
+    _add_selection(p, positional=False)
+    p.set_defaults(benchmark=None, harness=None, model=None)
+    p.add_argument("--verbose", "-v", action="store_true", help="list every file that would rerun")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("retry", help="rerun only the attempts whose result.json holds an error status")
+    _add_selection(p)
+    p.add_argument("--cores", default="2")
+    p.set_defaults(func=cmd_retry)
+    _add_clean_parser(sub)
     return parser
 
 

@@ -1,0 +1,235 @@
+"""Reuse you can predict: each change reruns exactly the files that depend on it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+from conftest import agentcompass, clean_env, jobs_run, snakemake
+
+ANSWERS = {"France": "Paris", "Japan": "Tokyo", "planet": "Jupiter", "water": "H2O", "Hamlet": "Marlowe"}
+N = 5
+
+
+class Model:
+    """A scripted model: right for four questions, wrong for Hamlet, and 500 where told to fail."""
+
+    def __init__(self) -> None:
+        self.fail_on: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, body) -> tuple[int, dict]:
+        question = body["messages"][-1]["content"]
+        for needle, answer in ANSWERS.items():
+            if needle in question:
+                if needle in self.fail_on:
+                    return 500, {"error": {"message": "scripted failure"}}
+                return 200, completion(answer.lower() if "lower" in question else answer)
+        return 200, completion("?")
+
+
+@pytest.fixture
+def model():
+    script = Model()
+    with ScriptedEndpoint(script) as endpoint:
+        endpoint.script = script
+        yield endpoint
+
+
+def write_config(workdir: Path, endpoint, *, temperature=0.0, case_sensitive=False, prompt="{question}", attempts=1, reuse=True) -> Path:
+    path = workdir / "eval.yaml"
+    path.write_text(json.dumps({
+        "requests": {
+            "chat-run": {
+                "benchmark": "example_exact_match",
+                "harness": "chat",
+                "model": {"id": "scripted", "base_url": endpoint.base_url, "params": {"temperature": temperature}},
+                "execution": {"attempts": attempts},
+                "runtime": {"reuse": reuse},
+            }
+        },
+        "benchmarks": {"example_exact_match": {"case_sensitive": case_sensitive, "prompt_template": prompt}},
+    }))
+    return path
+
+
+def run(workdir: Path, config: Path) -> dict[str, int]:
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return jobs_run(done.stderr)
+
+
+def results(workdir: Path) -> dict[str, dict]:
+    base = workdir / "results/default/chat-run/attempts"
+    return {p.parent.parent.name: json.loads(p.read_text()) for p in base.glob("*/1/result.json")}
+
+
+def test_changing_nothing_reruns_nothing(workdir: Path, model):
+    config = write_config(workdir, model)
+    assert run(workdir, config)["run"] == N
+    calls = len(model.requests)
+    assert run(workdir, config) == {}
+    assert len(model.requests) == calls
+
+
+def test_temperature_reruns_the_harness_and_scoring_but_not_preparation(workdir: Path, model):
+    run(workdir, write_config(workdir, model, temperature=0.0))
+    prepared_before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("prepared.json")}
+    model.requests.clear()
+    ran = run(workdir, write_config(workdir, model, temperature=0.7))
+    # per attempt: exactly output.json and result.json; per request: metrics.json and the request record
+    assert ran == {"run": N, "evaluate": N, "metrics": 1, "request": 1}
+    assert len(model.requests) == N and {r.body["temperature"] for r in model.requests} == {0.7}
+    assert {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("prepared.json")} == prepared_before
+
+
+def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, model):
+    run(workdir, write_config(workdir, model, case_sensitive=False))
+    model.requests.clear()
+    ran = run(workdir, write_config(workdir, model, case_sensitive=True))
+    # the plan holds the scoring setting, so the bulk plan and its audit view are rewritten too
+    assert ran == {"evaluate": N, "metrics": 1, "plans": 1, "run_info": 1, "request": 1}
+    assert model.requests == []
+    plan = json.loads((workdir / "results/default/chat-run/attempts/capital-france/1/plan.json").read_text())
+    assert plan["benchmark_plan"]["case_sensitive"] is True
+
+
+def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(workdir: Path, model):
+    run(workdir, write_config(workdir, model))
+    config = write_config(workdir, model, prompt="Answer in lower case. {question}")
+    status = agentcompass(workdir, "status", "--config", str(config))
+    assert status.returncode == 0, status.stderr
+    assert f"prepared.json x{N}: params changed: plan" in status.stdout
+    assert f"output.json x{N}: upstream file reruns" in status.stdout
+    assert "tasks.json" not in status.stdout
+    model.requests.clear()
+    ran = run(workdir, config)
+    assert ran == {"prepare": N, "run": N, "evaluate": N, "metrics": 1, "plans": 1, "run_info": 1, "request": 1}
+    assert len(model.requests) == N
+    assert all(r.body["messages"][-1]["content"].startswith("Answer in lower case.") for r in model.requests)
+    after = agentcompass(workdir, "status", "--config", str(config))
+    assert "up to date: nothing would rerun" in after.stdout
+
+
+def test_more_attempts_and_tasks_run_only_the_new_ones(workdir: Path, model):
+    run(workdir, write_config(workdir, model, attempts=1))
+    model.requests.clear()
+    ran = run(workdir, write_config(workdir, model, attempts=3))
+    assert ran["run"] == 2 * N and ran["prepare"] == 2 * N and ran["evaluate"] == 2 * N
+    assert len(model.requests) == 2 * N
+    metrics = json.loads((workdir / "results/default/chat-run/metrics.json").read_text())
+    assert metrics["num_attempts"] == 3 * N
+
+
+def test_reuse_off_recomputes_the_request(workdir: Path, model):
+    run(workdir, write_config(workdir, model, reuse=False))
+    model.requests.clear()
+    ran = run(workdir, write_config(workdir, model, reuse=False))
+    assert ran["tasks"] == 1 and ran["prepare"] == N and ran["run"] == N and ran["evaluate"] == N
+    assert len(model.requests) == N
+
+
+def test_retry_reruns_exactly_the_failed_attempts(workdir: Path, model):
+    model.script.fail_on = {"France", "water"}
+    config = write_config(workdir, model)
+    run(workdir, config)
+    first = results(workdir)
+    assert {t for t, r in first.items() if r["status"] == "run_error"} == {"capital-france", "water-formula"}
+    assert first["author-hamlet"]["status"] == "completed" and first["author-hamlet"]["score"] == 0.0
+    model.script.fail_on = set()
+    model.requests.clear()
+    done = agentcompass(workdir, "retry", "--config", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "retrying 2 failed attempt(s)" in done.stdout
+    assert jobs_run(done.stderr) == {"run": 2, "evaluate": 2, "metrics": 1}
+    asked = sorted(r.body["messages"][-1]["content"].split("?")[0] for r in model.requests)
+    assert len(asked) == 2 and any("France" in q for q in asked) and any("water" in q for q in asked)
+    second = results(workdir)
+    assert all(r["status"] == "completed" for r in second.values())
+    # nothing else moved, and the valid zero was never retried
+    assert second["author-hamlet"] == first["author-hamlet"]
+    again = agentcompass(workdir, "retry", "--config", str(config))
+    assert "nothing to retry" in again.stdout
+
+
+def test_two_requests_with_three_attempts_run_in_one_invocation_and_dry_run_prints_both(workdir: Path):
+    config = workdir / "two.yaml"
+    config.write_text(
+        "defaults:\n  harness: oracle\n  model: {id: none}\n  execution: {attempts: 3}\n"
+        "requests:\n"
+        "  first: {benchmark: {id: example_exact_match, params: {limit: 2}}}\n"
+        "  second: {benchmark: example_exact_match, harness: {id: fixed_answer, params: {answer: Paris}}}\n"
+    )
+    dry = agentcompass(workdir, "run", "--config", str(config), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    printed = json.loads(dry.stdout)
+    assert [p["name"] for p in printed] == ["first", "second"]
+    assert printed[0]["request"]["execution"]["attempts"] == 3
+    assert printed[1]["request"]["harness"] == {"id": "fixed_answer", "params": {"answer": "Paris"}}
+    assert not (workdir / "results").exists()
+    done = agentcompass(workdir, "run", "--config", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = json.loads((workdir / "results/default/first/metrics.json").read_text())
+    second = json.loads((workdir / "results/default/second/metrics.json").read_text())
+    assert (first["num_tasks"], first["num_attempts"], first["metrics"]["accuracy"]) == (2, 6, 1.0)
+    assert (second["num_tasks"], second["num_attempts"]) == (5, 15)
+    assert second["metrics"]["accuracy"] == pytest.approx(0.2)
+    assert done.stdout.index("first:") < done.stdout.index("second:")
+
+
+def test_request_options_without_a_request_are_refused(workdir: Path):
+    done = agentcompass(workdir, "status", "-m", "temperature=1")
+    assert done.returncode != 0 and "--model-param" in done.stderr and "Fix:" in done.stderr
+
+
+def test_sdk_runs_the_same_workflow_and_returns_outcomes(workdir: Path, monkeypatch):
+    from agentcompass.runtime import BenchmarkSpec, HarnessSpec, ModelSpec, RunMetadata, RunRequest
+    from agentcompass.sdk import run_evaluation, run_evaluation_request
+
+    monkeypatch.setenv("AGENTCOMPASS_USER_CONFIG", "")
+    result = run_evaluation("example_exact_match", "oracle", "none", workdir=workdir, snakemake_args=["--quiet"])
+    [outcome] = result.outcomes
+    assert outcome.state == "completed" and outcome.metrics["accuracy"] == 1.0 and outcome.counts == {"completed": 5}
+    req = RunRequest(
+        model=ModelSpec(id="none"),
+        benchmark=BenchmarkSpec(id="example_exact_match", params={"limit": 2}),
+        harness=HarnessSpec(id="fixed_answer", params={"answer": "Paris"}),
+        metadata=RunMetadata(request_name="from-sdk"),
+    )
+    result = run_evaluation_request(req, workdir=workdir, snakemake_args=["--quiet"])
+    assert [(o.name, o.state, o.counts) for o in result.outcomes] == [("from-sdk", "completed", {"completed": 2})]
+    assert result.outcomes[0].metrics["accuracy"] == 0.5
+    assert (workdir / "results/default/from-sdk/request.json").exists()
+
+
+def test_a_stage_version_bump_changes_that_stage_params_only():
+    from types import SimpleNamespace
+
+    from agentcompass.benchmarks.example_exact_match import ExampleExactMatchBenchmark
+    from agentcompass.harnesses.oracle import OracleHarness
+    from agentcompass.runtime.config import load_run_config
+    from agentcompass.runtime.orchestration import resolve_orchestration
+    from agentcompass.pipeline.workflow import EvaluationWorkflow
+
+    config = load_run_config([], {"requests": {"r": {"benchmark": "example_exact_match", "harness": "oracle", "model": {"id": "none"}}}},
+                             include_user=False, include_project=False)
+    wf = EvaluationWorkflow(resolve_orchestration(config))
+    w = SimpleNamespace(ns="default", run_id="r")
+    before = (wf.tasks_param(w), wf.metrics_param(w))
+    original = ExampleExactMatchBenchmark.version
+    try:
+        ExampleExactMatchBenchmark.version = "2"
+        after = (wf.tasks_param(w), wf.metrics_param(w))
+    finally:
+        ExampleExactMatchBenchmark.version = original
+    assert before[0] != after[0] and before[1] != after[1]
+    original = OracleHarness.version
+    try:
+        OracleHarness.version = "2"
+        assert (wf.tasks_param(w), wf.metrics_param(w)) == before
+    finally:
+        OracleHarness.version = original

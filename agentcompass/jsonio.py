@@ -16,7 +16,8 @@ def canonical_json(payload: Any) -> str:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write via a temporary file in the same directory and rename: readers never see half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():  # a stat is much cheaper than a failing mkdir on some disks
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

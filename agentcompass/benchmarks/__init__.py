@@ -1,5 +1,6 @@
 """Built-in Benchmarks. Adding one: a module here plus one import line."""
 
 from .example_exact_match import ExampleExactMatchBenchmark
+from .synthetic import SyntheticBenchmark
 
-__all__ = ["ExampleExactMatchBenchmark"]
+__all__ = ["ExampleExactMatchBenchmark", "SyntheticBenchmark"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import fastjsonschema
 
 from agentcompass import PROJECT_ROOT
 from agentcompass.jsonio import canonical_json, write_json
@@ -113,15 +113,32 @@ def write_schemas(directory: Path = SCHEMA_DIR) -> list[Path]:
     return written
 
 
+def _no_remote(uri: str):
+    raise ValueError(f"schemas/ must not reference remote documents ({uri})")
+
+
 @functools.lru_cache(maxsize=None)
-def validator(kind: str) -> jsonschema.protocols.Validator:
-    schema = json.loads(schema_path(kind).read_text())
-    return jsonschema.Draft202012Validator(schema)
+def validator(kind: str):
+    """The schema of ``kind`` compiled to Python code (fastjsonschema): ~20x jsonschema's speed.
+
+    Every job validates what it writes, so this is on the hot path. The
+    generated schemas use only draft-07 keywords, and refer to nothing remote.
+    """
+    schema = {k: v for k, v in json.loads(schema_path(kind).read_text()).items() if k != "$id"}
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return fastjsonschema.compile(schema, handlers={"http": _no_remote, "https": _no_remote})
+
+
+class FileSchemaError(ValueError):
+    """A payload that breaks its file's schema: a bug in the component that produced it."""
 
 
 def validate_payload(kind: str, payload: Any) -> None:
-    """Raise ``jsonschema.ValidationError`` if ``payload`` breaks the schema of ``kind``."""
-    validator(kind).validate(payload)
+    """Raise ``FileSchemaError`` if ``payload`` breaks the schema of ``kind``."""
+    try:
+        validator(kind)(payload)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        raise FileSchemaError(f"{kind}.json would break schemas/{kind}.schema.json: {exc.message}") from None
 
 
 def write_file(kind: str, path: str | Path, value: Contract | dict) -> Path:

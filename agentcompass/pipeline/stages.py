@@ -66,7 +66,8 @@ def environment_for(env_id: str):
 # --- reading files (cached by path and modification) -------------------------------
 
 
-def _stamp(path: str | Path) -> tuple[str, int, int]:
+def file_stamp(path: str | Path) -> tuple[str, int, int]:
+    """Path, modification time and size: a file version, for caches."""
     st = os.stat(path)
     return str(path), st.st_mtime_ns, st.st_size
 
@@ -79,12 +80,12 @@ def _tasks_cached(stamp: tuple) -> tuple[list[TaskSpec], dict[str, TaskSpec]]:
 
 
 def read_tasks(path: str | Path) -> list[TaskSpec]:
-    return _tasks_cached(_stamp(path))[0]
+    return _tasks_cached(file_stamp(path))[0]
 
 
 def task_by_segment(path: str | Path, segment: str) -> TaskSpec:
     try:
-        return _tasks_cached(_stamp(path))[1][segment]
+        return _tasks_cached(file_stamp(path))[1][segment]
     except KeyError:
         raise KeyError(f"no task with path segment {segment!r} in {path}") from None
 
@@ -96,9 +97,13 @@ def _plans_cached(stamp: tuple, bcls: type, hcls: type) -> dict[tuple[str, int],
     return {(task_segment(p.task_id), p.attempt): p for p in plans}
 
 
-def plan_for(req: RunRequest, plans_path: str | Path, segment: str, attempt: int) -> ExecutionPlan:
+def plans_by_attempt(req: RunRequest, plans_path: str | Path) -> dict[tuple[str, int], ExecutionPlan]:
     bcls, hcls = _plan_classes(req)
-    return _plans_cached(_stamp(plans_path), bcls, hcls)[(segment, attempt)]
+    return _plans_cached(file_stamp(plans_path), bcls, hcls)
+
+
+def plan_for(req: RunRequest, plans_path: str | Path, segment: str, attempt: int) -> ExecutionPlan:
+    return plans_by_attempt(req, plans_path)[(segment, attempt)]
 
 
 def _plan_classes(req: RunRequest) -> tuple[type, type]:
@@ -232,7 +237,7 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
     started = time.monotonic()
     retries = 0
     while True:
-        trajectory.write_text("")
+        trajectory.unlink(missing_ok=True)  # written by the harness, if it keeps one
         for stale in (outputs, final_workspace):
             shutil.rmtree(stale, ignore_errors=True)
         try:
@@ -258,7 +263,8 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
     )
     _write_scrubbed(req, "output", out, result)
-    trajectory.write_text(scrub(trajectory.read_text(), [req.model.api_key]))
+    if trajectory.exists():
+        trajectory.write_text(scrub(trajectory.read_text(), [req.model.api_key]))
 
 
 def _write_scrubbed(req: RunRequest, kind: str, out, result: RunResult) -> None:

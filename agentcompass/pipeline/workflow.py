@@ -19,7 +19,7 @@ import yaml
 
 import agentcompass
 from agentcompass.runtime.config import ConfigError, load_run_config
-from agentcompass.runtime.models import ExecutionPlan, Orchestration, RunRequest, TaskSpec
+from agentcompass.runtime.models import Orchestration, RunRequest
 from agentcompass.runtime.orchestration import resolve_orchestration
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
 from agentcompass.paths import run_dir, task_segment
@@ -65,6 +65,7 @@ class EvaluationWorkflow:
             (run.request.namespace, run.request.run_id): run.request for run in orchestration.runs
         }
         self._nonce = f"{time.time_ns()}"
+        self._param_tables: dict[tuple, dict] = {}
         self.checkpoints = None
 
     # -- loading ---------------------------------------------------------------
@@ -138,12 +139,60 @@ class EvaluationWorkflow:
         # reuse off: every param of the request changes with each invocation
         return {} if req.runtime.reuse else {"recompute": self._nonce}
 
-    def _attempt(self, w) -> tuple[RunRequest, TaskSpec, ExecutionPlan]:
-        """The request, task and plan of one attempt, from the (checkpointed) bulk files."""
+    def _attempt_params(self, w) -> dict[str, str]:
+        """The prepare, run and evaluate params of one attempt.
+
+        They are computed for every attempt of the request at once, per version of
+        its (checkpointed) tasks.json and plans.json: Snakemake asks for them once
+        per job, and at 10,000 attempts one pass is much cheaper than 30,000.
+        """
         req = self.request(w)
         tasks_file = self.checkpoints.tasks.get(ns=w.ns, run_id=w.run_id).output[0]
         plans_file = self.checkpoints.plans.get(ns=w.ns, run_id=w.run_id).output[0]
-        return req, stages.task_by_segment(tasks_file, w.task), stages.plan_for(req, plans_file, w.task, int(w.attempt))
+        key = (w.ns, w.run_id, stages.file_stamp(tasks_file), stages.file_stamp(plans_file))
+        table = self._param_tables.get(key)
+        if table is None:
+            table = self._param_table(req, tasks_file, plans_file)
+            self._param_tables = {k: v for k, v in self._param_tables.items() if k[:2] != key[:2]}
+            self._param_tables[key] = table
+        return table[(w.task, int(w.attempt))]
+
+    def _param_table(self, req: RunRequest, tasks_file: str, plans_file: str) -> dict:
+        c = self._components(req)
+        recompute = self._recompute(req)
+        benchmark = stages.benchmark_for(req)
+        harness = stages.harness_for(req)
+        model = req.model.to_dict()
+        tasks = {task_segment(t.task_id): t for t in stages.read_tasks(tasks_file)}
+        fingerprints = {segment: reuse.task_fingerprint(t) for segment, t in tasks.items()}
+        table = {}
+        for (segment, attempt), plan in stages.plans_by_attempt(req, plans_file).items():
+            task = tasks[segment]
+            run = {
+                "stage": STAGE_VERSIONS["run"], "model": model,
+                "harness": c["harness"], "environment": c["environment"],
+                "plan": reuse.digest(reuse.plan_view(plan, "run")),
+                **recompute,
+            }
+            if harness is None:  # a harness-free Benchmark runs its own code on the task
+                run["benchmark"] = c["benchmark"]
+                run["task"] = fingerprints[segment]
+            elif harness.is_oracle:  # the oracle's answer is the reference, nothing else of the plan
+                run["reference"] = reuse.digest(benchmark.reference_solution(task, plan.benchmark_plan))
+            table[(segment, attempt)] = {
+                "prepare": _param({
+                    "stage": STAGE_VERSIONS["prepare"], "benchmark": c["benchmark"], "environment": c["environment"],
+                    "task": fingerprints[segment], "plan": reuse.digest(reuse.plan_view(plan, "prepare")),
+                    **recompute,
+                }),
+                "run": _param(run),
+                "evaluate": _param({
+                    "stage": STAGE_VERSIONS["evaluate"], "benchmark": c["benchmark"], "environment": c["environment"],
+                    "task": fingerprints[segment], "plan": reuse.digest(reuse.plan_view(plan, "evaluate")),
+                    **recompute,
+                }),
+            }
+        return table
 
     def request_param(self, w) -> str:
         return _param(reuse.request_record(self.request(w)))
@@ -181,41 +230,14 @@ class EvaluationWorkflow:
         return _param({"model": req.model.id, "versions": self._components(req)})
 
     def prepare_param(self, w) -> str:
-        req, task, plan = self._attempt(w)
-        c = self._components(req)
-        return _param({
-            "stage": STAGE_VERSIONS["prepare"], "benchmark": c["benchmark"], "environment": c["environment"],
-            "task": reuse.task_fingerprint(task), "plan": reuse.digest(reuse.plan_view(plan, "prepare")),
-            **self._recompute(req),
-        })
+        return self._attempt_params(w)["prepare"]
 
     def run_param(self, w) -> str:
-        req, task, plan = self._attempt(w)
-        c = self._components(req)
-        harness = stages.harness_for(req)
         # The Model as configured: api_key is its ${VAR} reference, never the key.
-        value = {
-            "stage": STAGE_VERSIONS["run"], "model": req.model.to_dict(),
-            "harness": c["harness"], "environment": c["environment"],
-            "plan": reuse.digest(reuse.plan_view(plan, "run")),
-            **self._recompute(req),
-        }
-        if harness is None:  # a harness-free Benchmark runs its own code on the task
-            value["benchmark"] = c["benchmark"]
-            value["task"] = reuse.task_fingerprint(task)
-        elif harness.is_oracle:  # the oracle's answer is the reference, nothing else of the plan
-            benchmark = stages.benchmark_for(req)
-            value["reference"] = reuse.digest(benchmark.reference_solution(task, plan.benchmark_plan))
-        return _param(value)
+        return self._attempt_params(w)["run"]
 
     def evaluate_param(self, w) -> str:
-        req, task, plan = self._attempt(w)
-        c = self._components(req)
-        return _param({
-            "stage": STAGE_VERSIONS["evaluate"], "benchmark": c["benchmark"], "environment": c["environment"],
-            "task": reuse.task_fingerprint(task), "plan": reuse.digest(reuse.plan_view(plan, "evaluate")),
-            **self._recompute(req),
-        })
+        return self._attempt_params(w)["evaluate"]
 
     def metrics_param(self, w) -> str:
         req = self.request(w)
@@ -268,6 +290,9 @@ class EvaluationWorkflow:
 @contextlib.contextmanager
 def stage_log(log, stage: str, w, req: RunRequest):
     """Record a stage's start, end and any traceback in its rule's log file."""
+    if not log:
+        yield
+        return
     path = Path(log[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

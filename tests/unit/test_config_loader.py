@@ -110,7 +110,7 @@ def test_config_field_list_default_is_not_shared():
     a.items.append(2)
     assert b.items == [1]
     assert describe_config(Cfg) == [
-        {"name": "items", "type": "list", "default": [1], "description": "Items.", "choices": None}
+        {"name": "items", "type": "list", "default": [1], "description": "Items.", "choices": None, "stage": "tasks"}
     ]
 
 

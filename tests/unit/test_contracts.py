@@ -254,7 +254,7 @@ def test_every_exported_contract_has_a_round_trip_example():
 def test_execution_plan_round_trip_with_benchmark_plan_subclass():
     plan = _plan(ExampleExactMatchPlan(expected="Paris", case_sensitive=True, strip_whitespace=False))
     data = _json_round_trip(plan)
-    assert data["benchmark_plan"] == {"expected": "Paris", "case_sensitive": True, "strip_whitespace": False}
+    assert data["benchmark_plan"] == {"expected": "Paris", "case_sensitive": True, "strip_whitespace": False, "prompt": ""}
     rebuilt = ExecutionPlan.from_dict(data, ExampleExactMatchPlan, HarnessPlan)
     assert isinstance(rebuilt.benchmark_plan, ExampleExactMatchPlan)
     assert rebuilt == plan

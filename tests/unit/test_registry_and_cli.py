@@ -186,6 +186,7 @@ def test_config_docs_unknown_id_returns_non_zero(capsys):
 
 def test_run_dry_run_prints_resolved_request(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("agentcompass.cli.PROJECT_ROOT", tmp_path)  # no project config: only the command line
     code, out, _ = run_cli(capsys, "run", "example_exact_match", "oracle", "none", "-b", "limit=2", "--dry-run")
     assert code == 0
     import json

@@ -13,7 +13,7 @@ import enum
 import functools
 import types
 import typing
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Callable, Union, get_args, get_origin
 
 JSON_SCALARS = (str, int, float, bool, type(None))
 
@@ -27,9 +27,17 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def contract_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+@functools.lru_cache(maxsize=None)
+def contract_fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
     hints = _hints(cls)
-    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls) if f.init)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_float(tp: Any) -> bool:
+    if tp is float:
+        return True
+    return any(_has_float(a) for a in get_args(tp))
 
 
 def _is_optional(tp: Any) -> bool:
@@ -55,34 +63,42 @@ def _type_name(tp: Any) -> str:
 
 def _matches(value: Any, tp: Any) -> bool:
     """Whether ``value`` is an instance of the (simple) type hint ``tp``."""
+    return _checker(tp)(value)
+
+
+def _always(value: Any) -> bool:
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _checker(tp: Any) -> Callable[[Any], bool]:
+    """A predicate for the type hint ``tp``, built once per hint: contracts are checked on every construction."""
     if tp is Any:
-        return True
+        return _always
     if _is_union(tp):
-        return any(_matches(value, a) for a in get_args(tp))
+        checks = tuple(_checker(a) for a in get_args(tp))
+        return lambda v: any(check(v) for check in checks)
     if tp is type(None):
-        return value is None
+        return lambda v: v is None
     origin = get_origin(tp)
     if origin is typing.Literal:
-        return value in get_args(tp)
+        allowed = get_args(tp)
+        return lambda v: v in allowed
     if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            return False
         args = get_args(tp)
-        inner = args[0] if args else Any
-        return all(_matches(v, inner) for v in value)
+        inner = _checker(args[0]) if args else _always
+        return lambda v: isinstance(v, (list, tuple)) and all(inner(x) for x in v)
     if origin is dict:
-        if not isinstance(value, dict):
-            return False
         args = get_args(tp)
-        key_t, val_t = args if args else (Any, Any)
-        return all(_matches(k, key_t) and _matches(v, val_t) for k, v in value.items())
+        key_check, val_check = (_checker(args[0]), _checker(args[1])) if args else (_always, _always)
+        return lambda v: isinstance(v, dict) and all(key_check(k) and val_check(x) for k, x in v.items())
     if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
     if isinstance(tp, type):
-        return isinstance(value, tp)
-    return True
+        return lambda v: isinstance(v, tp)
+    return _always
 
 
 def coerce_floats(value: Any, tp: Any) -> Any:
@@ -217,6 +233,8 @@ class Contract:
 
     def __post_init__(self) -> None:
         for f, tp in contract_fields(type(self)):
+            if not _has_float(tp):
+                continue
             value = getattr(self, f.name)
             coerced = coerce_floats(value, tp)
             if coerced is not value:

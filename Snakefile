@@ -29,3 +29,15 @@ include: "rules/prepare.smk"
 include: "rules/run.smk"
 include: "rules/evaluate.smk"
 include: "rules/metrics.smk"
+
+
+onstart:
+    EVAL.start_progress()
+
+
+onsuccess:
+    EVAL.stop_progress()
+
+
+onerror:
+    EVAL.stop_progress()

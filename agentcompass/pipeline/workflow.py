@@ -89,6 +89,16 @@ class EvaluationWorkflow:
     def bind(self, checkpoints) -> None:
         self.checkpoints = checkpoints
 
+    def start_progress(self) -> None:
+        from agentcompass import progress
+
+        progress.start(self)
+
+    def stop_progress(self) -> None:
+        from agentcompass import progress
+
+        progress.stop()
+
     # -- paths -----------------------------------------------------------------
 
     def request(self, w) -> RunRequest:

@@ -1,5 +1,6 @@
 """Built-in Environment providers."""
 
+from .docker import DockerEnvironment
 from .host_process import HostProcessEnvironment
 
-__all__ = ["HostProcessEnvironment"]
+__all__ = ["DockerEnvironment", "HostProcessEnvironment"]

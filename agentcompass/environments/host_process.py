@@ -1,7 +1,10 @@
 """``host_process``: a per-attempt workspace directory and host subprocesses.
 
-Network isolation is not enforced yet, so a ``none`` phase is refused rather
-than run open.
+Each command runs in its own process group and carries the session's markers
+(``leftovers``), so a timeout or ``close()`` ends every process it started.
+A phase under network policy ``none`` runs its commands in a network
+namespace with nothing but loopback (``netns``); where no namespace can be
+made, such a phase is refused, never run open.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import shutil
 import signal
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +28,10 @@ from agentcompass.runtime import (
     ExecResult,
     NetworkPolicy,
 )
-from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
+from agentcompass.runtime.config import ComponentConfig, config_field
+
+from . import netns
+from .leftovers import EXEC_VAR, LABEL_VAR, OWNER_VAR, SESSION_VAR, kill_marked, owner_token
 
 
 @dataclass(slots=True)
@@ -71,15 +78,25 @@ def _kill_group(pgid: int) -> None:
 
 
 class HostProcessSession(EnvironmentSession):
-    def __init__(self, root: Path, keep: bool) -> None:
+    def __init__(self, root: Path, keep: bool, label: str) -> None:
         self.root = root
         self.keep = keep
+        self.label = label
+        self.session_id = uuid.uuid4().hex
+        self._markers = {SESSION_VAR: self.session_id, OWNER_VAR: owner_token(), LABEL_VAR: label}
         # process groups started here; close() ends whatever is left of them
         self._groups: set[int] = set()
+        self._started_any = False
+        self._mode = "public"
+        self._isolated: netns.IsolatedNetwork | None = None
 
     @property
     def workdir(self) -> str:
         return str(self.root)
+
+    @property
+    def network_mode(self) -> str:
+        return self._mode
 
     def _path(self, path: str) -> Path:
         p = Path(path)
@@ -91,27 +108,31 @@ class HostProcessSession(EnvironmentSession):
         if not shell and not (isinstance(cmd, list) and all(isinstance(c, str) for c in cmd)):
             raise TypeError("exec(shell=False) takes an argv list of strings")
         started = time.monotonic()
-        full_env = {**os.environ, **(env or {})}
+        exec_id = uuid.uuid4().hex
+        full_env = {**os.environ, **(env or {}), **self._markers, EXEC_VAR: exec_id}
         workdir = str(self._path(cwd)) if cwd else str(self.root)
         stdin = asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
-        if shell:
-            proc = await asyncio.create_subprocess_shell(
-                cmd, cwd=workdir, env=full_env, stdin=stdin,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-            )
-        else:
+        argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)
+        pass_fds: tuple[int, ...] = ()
+        if self._isolated is not None:
+            argv, pass_fds = self._isolated.wrap(argv), self._isolated.pass_fds
+        if not os.path.isdir(workdir):
+            raise FileNotFoundError(f"exec: working directory {workdir} does not exist")
+        self._started_any = True
+        try:
             proc = await asyncio.create_subprocess_exec(
-                *cmd, cwd=workdir, env=full_env, stdin=stdin,
+                *argv, cwd=workdir, env=full_env, stdin=stdin, pass_fds=pass_fds,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
             )
+        except (FileNotFoundError, PermissionError) as exc:
+            # as a shell reports it, and as under 'none' (where nsenter execs the program)
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            return ExecResult(returncode=code, stdout="", stderr=f"{argv[0]}: {exc.strerror}\n")
         self._groups.add(proc.pid)
         data = input.encode() if isinstance(input, str) else input
         out, err = bytearray(), bytearray()
         readers = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
-        if data is not None:
-            proc.stdin.write(data)
-            await proc.stdin.drain()
-            proc.stdin.close()
+        writer = asyncio.ensure_future(self._feed(proc, data)) if data is not None else None
         exited = asyncio.ensure_future(_exited(proc))
         done, _ = await asyncio.wait({exited, readers}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if readers in done and exited not in done:
@@ -119,8 +140,9 @@ class HostProcessSession(EnvironmentSession):
             await asyncio.wait({exited}, timeout=None if timeout is None else max(timeout - (time.monotonic() - started), 0))
         timed_out = not exited.done()
         if timed_out:
-            # The command runs in its own process group: kill the whole tree.
+            # the group holds the command's tree; the marker also finds what left the group
             _kill_group(proc.pid)
+            kill_marked(EXEC_VAR, exec_id)
             await exited
         # A background child may still hold the pipes: give it a moment, then stop reading.
         if not readers.done():
@@ -130,6 +152,8 @@ class HostProcessSession(EnvironmentSession):
             transport = getattr(proc, "_transport", None)
             if transport is not None:
                 transport.close()
+        if writer is not None:
+            writer.cancel()
         if not _group_alive(proc.pid):
             # nothing left in the group: forget it, so close() never signals a reused id
             self._groups.discard(proc.pid)
@@ -140,11 +164,21 @@ class HostProcessSession(EnvironmentSession):
             timed_out=timed_out,
         )
 
+    @staticmethod
+    async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
+        # written while the output is read, so a large input cannot deadlock on a full pipe
+        try:
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the command stopped reading: what it got is its input
+
     async def upload(self, local: Path, remote: str) -> None:
         target = self._path(remote)
         target.parent.mkdir(parents=True, exist_ok=True)
         if Path(local).is_dir():
-            shutil.copytree(local, target, dirs_exist_ok=True)
+            shutil.copytree(local, target, symlinks=True, dirs_exist_ok=True)
         else:
             shutil.copy2(local, target)
 
@@ -152,17 +186,17 @@ class HostProcessSession(EnvironmentSession):
         source = self._path(remote)
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
-            shutil.copytree(source, local, dirs_exist_ok=True)
+            shutil.copytree(source, local, symlinks=True, dirs_exist_ok=True)
         else:
             shutil.copy2(source, local)
 
     async def read_text(self, path: str) -> str:
-        return self._path(path).read_text()
+        return self._path(path).read_text(encoding="utf-8")
 
     async def write_text(self, path: str, text: str) -> None:
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        target.write_text(text, encoding="utf-8")
 
     async def exists(self, path: str) -> bool:
         return self._path(path).exists()
@@ -171,15 +205,45 @@ class HostProcessSession(EnvironmentSession):
         return self._path(path).is_dir()
 
     async def endpoint(self, port: int) -> str:
+        if self._isolated is not None:
+            return self._isolated.endpoint(port)
         return f"127.0.0.1:{port}"
 
     async def set_network(self, policy: NetworkPolicy) -> None:
-        HostProcessEnvironment.check_policy(policy)
+        """Switch the network of the commands started from now on.
 
-    async def close(self) -> None:
+        Switching to ``none`` first ends the processes the session started: they
+        run on the host's network and must not carry it into an isolated phase.
+        Processes started under ``none`` stay in their namespace after a switch
+        to ``public``.
+        """
+        if policy.mode == self._mode:
+            return
+        if policy.mode == "none":
+            netns.require_isolation("host_process")
+            self._end_processes()
+            self._isolated = await netns.IsolatedNetwork.create(
+                {**os.environ, **self._markers}, "host_process"
+            )
+        else:
+            await self._release_network()
+        self._mode = policy.mode
+
+    def _end_processes(self) -> None:
         for pgid in self._groups:
             _kill_group(pgid)
         self._groups.clear()
+        if self._started_any:
+            kill_marked(SESSION_VAR, self.session_id)
+
+    async def _release_network(self) -> None:
+        if self._isolated is not None:
+            isolated, self._isolated = self._isolated, None
+            await isolated.close()
+
+    async def close(self) -> None:
+        self._end_processes()
+        await self._release_network()
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -191,21 +255,21 @@ class HostProcessEnvironment(BaseEnvironment):
     id = "host_process"
     config_class = HostProcessConfig
 
-    @staticmethod
-    def check_policy(policy: NetworkPolicy) -> None:
-        if policy.mode != "public":
-            raise ConfigError(
-                f"host_process cannot enforce network policy {policy.mode!r} yet, and it never runs "
-                "such a phase open; use network policy 'public' with host_process"
-            )
-
     def resolve_network_policy(self, policy: NetworkPolicy, phase: str) -> NetworkPolicy:
-        self.check_policy(policy)
+        if policy.mode == "none":
+            netns.require_isolation(f"host_process ({phase} phase)")
         return policy
 
     async def open(self, spec: EnvironmentSpec, network: NetworkPolicy, label: str) -> HostProcessSession:
         config = self.build_config(spec)
-        self.check_policy(network)
+        if network.mode == "none":
+            netns.require_isolation("host_process")
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:40]
         root = Path(tempfile.mkdtemp(prefix=f"agentcompass-{safe}-", dir=config.workspace_root))
-        return HostProcessSession(root, keep=config.keep_workspace)
+        session = HostProcessSession(root, keep=config.keep_workspace, label=label)
+        try:
+            await session.set_network(network)
+        except BaseException:
+            await session.close()
+            raise
+        return session

@@ -300,22 +300,39 @@ def test_session_works_as_async_context_manager():
     assert not os.path.exists(asyncio.run(main()))
 
 
-def test_open_with_network_none_raises():
-    async def main():
-        await HostProcessEnvironment().open(EnvironmentSpec(), NetworkPolicy(mode="none"), "label")
+def isolation(monkeypatch, available: bool) -> None:
+    """Pretend this machine can (or cannot) make network namespaces."""
+    from agentcompass.environments import netns
 
-    with pytest.raises(ConfigError, match="none"):
-        asyncio.run(main())
+    monkeypatch.setattr(netns, "network_isolation", lambda: (available, "" if available else "namespaces are off here"))
 
 
-def test_set_network_none_raises_and_public_is_accepted():
+def test_network_none_is_refused_where_isolation_is_unavailable(monkeypatch):
+    from agentcompass.environments.netns import NetworkIsolationError
+
+    isolation(monkeypatch, False)
+    env = HostProcessEnvironment()
+    with pytest.raises(NetworkIsolationError, match="namespaces are off here") as refused:
+        env.resolve_network_policy(NetworkPolicy(mode="none"), "run")
+    assert "never runs such a phase with the network open" in str(refused.value)
+    assert isinstance(refused.value, ConfigError)
+    with pytest.raises(NetworkIsolationError):
+        asyncio.run(env.open(EnvironmentSpec(), NetworkPolicy(mode="none"), "label"))
+
     async def body(s):
-        await s.set_network(NetworkPolicy(mode="public"))
-        with pytest.raises(ConfigError):
+        with pytest.raises(NetworkIsolationError):
             await s.set_network(NetworkPolicy(mode="none"))
-        return True
+        return s.network_mode, await s.exec(["true"])
 
-    assert run(body)
+    mode, still_works = run(body)
+    assert mode == "public" and still_works.ok
+
+
+def test_resolve_network_policy_accepts_none_where_isolation_is_available(monkeypatch):
+    isolation(monkeypatch, True)
+    env = HostProcessEnvironment()
+    assert env.resolve_network_policy(NetworkPolicy(), "run") == NetworkPolicy(mode="public")
+    assert env.resolve_network_policy(NetworkPolicy(mode="none"), "evaluation") == NetworkPolicy(mode="none")
 
 
 def test_open_with_unknown_param_raises():
@@ -324,13 +341,6 @@ def test_open_with_unknown_param_raises():
 
     with pytest.raises(ConfigError, match="cpus"):
         asyncio.run(main())
-
-
-def test_resolve_network_policy():
-    env = HostProcessEnvironment()
-    assert env.resolve_network_policy(NetworkPolicy(), "run") == NetworkPolicy(mode="public")
-    with pytest.raises(ConfigError):
-        env.resolve_network_policy(NetworkPolicy(mode="none"), "evaluation")
 
 
 def test_exec_timeout_is_bounded_when_a_descendant_escapes_the_process_group():

@@ -266,15 +266,31 @@ def test_bad_environment_param_is_rejected():
     assert "cpus" in message
 
 
+def isolation(monkeypatch, available: bool) -> None:
+    """Pretend this machine can (or cannot) give host processes a network namespace."""
+    from agentcompass.environments import netns
+
+    monkeypatch.setattr(netns, "network_isolation", lambda: (available, "" if available else "namespaces are off here"))
+
+
 @pytest.mark.parametrize("phase", ["baseline_network", "run_network", "evaluation_network"])
-def test_network_policy_none_with_host_process_is_rejected(phase):
+def test_network_policy_none_with_host_process_is_accepted_where_it_can_isolate(monkeypatch, phase):
+    isolation(monkeypatch, True)
+    req = resolve_one({"requests": {"r": request(environment={"id": "host_process", phase: "none"})}})
+    assert getattr(req.environment, phase) == NetworkPolicy(mode="none")
+
+
+@pytest.mark.parametrize("phase", ["baseline_network", "run_network", "evaluation_network"])
+def test_network_policy_none_with_host_process_is_rejected_where_it_cannot_isolate(monkeypatch, phase):
+    isolation(monkeypatch, False)
     message = config_error({"requests": {"r": request(environment={"id": "host_process", phase: "none"})}})
     assert "host_process" in message
-    assert "none" in message
+    assert "namespaces are off here" in message
     assert "requests.r.environment" in message
 
 
-def test_network_policy_none_in_defaults_is_rejected():
+def test_network_policy_none_in_defaults_is_rejected_where_it_cannot_isolate(monkeypatch):
+    isolation(monkeypatch, False)
     message = config_error({
         "defaults": {"environment": {"run_network": {"mode": "none"}}},
         "requests": {"r": request()},

@@ -274,10 +274,15 @@ def test_request_none_policy_wins_over_task_public_hint():
     assert plan.evaluation_network == NetworkPolicy(mode="none")
 
 
-def test_provider_resolves_phase_policies():
+def test_provider_resolves_phase_policies(monkeypatch):
+    from agentcompass.environments import netns
+
     req = make_request(EnvironmentSpec(run_network=NetworkPolicy(mode="none")))
+    monkeypatch.setattr(netns, "network_isolation", lambda: (False, "namespaces are off here"))
     with pytest.raises(ConfigError, match="host_process"):
         make_planner(environment=HostProcessEnvironment()).plan(req, make_task(), 1)
+    monkeypatch.setattr(netns, "network_isolation", lambda: (True, ""))
+    assert make_planner(environment=HostProcessEnvironment()).plan(req, make_task(), 1).run_network == NetworkPolicy(mode="none")
     plan = make_planner(environment=HostProcessEnvironment()).plan(make_request(), make_task(), 1)
     assert plan.run_network == NetworkPolicy(mode="public")
 

@@ -1,0 +1,651 @@
+"""``docker``: one container per session on a real Docker engine, through the docker SDK.
+
+The container starts on a Docker network and a ``none`` phase disconnects it
+from every network (a container created with ``network_mode='none'`` could
+never join one later). Commands run through ``docker exec``; the timeout is
+enforced from here and ends every process the command started, found by a
+marker in their environment. Files move with ``put_archive`` and
+``get_archive``. At the end of the session the container is removed unless
+``keep`` says otherwise. Nothing is pulled from a registry: the image must be
+on the engine or built from a Dockerfile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import json
+import os
+import posixpath
+import re
+import secrets
+import socket
+import struct
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from agentcompass.runtime import (
+    ENVIRONMENTS,
+    BaseEnvironment,
+    EnvironmentSession,
+    EnvironmentSpec,
+    ExecResult,
+    NetworkPolicy,
+)
+from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
+
+from . import netns
+from .leftovers import EXEC_VAR, CleanReport, label_selected, owner_alive, owner_token
+
+LABEL_ROOT = "agentcompass"
+LABEL = "agentcompass.label"
+LABEL_OWNER = "agentcompass.owner"
+KEPT_PREFIX = "agentcompass-kept-"
+
+# PID 1 is docker's init (it reaps the commands a timeout kills); this keeps the container up.
+_KEEPALIVE = "while :; do sleep 86400; done"
+# Ends every process whose environment carries the command's marker, again until none is left.
+# It needs only sh and cat, which command substitution strips of NUL bytes.
+_KILL_MARKED = (
+    'm="$1"; n=0; while [ "$n" -lt 50 ]; do f=; '
+    'for d in /proc/[0-9]*; do case "$(cat "$d/environ" 2>/dev/null)" in '
+    '*"$m"*) kill -9 "${d#/proc/}" 2>/dev/null && f=1;; esac; done; '
+    '[ -z "$f" ] && exit 0; n=$((n+1)); done'
+)
+_STREAM_GRACE_SECONDS = 5.0
+_MODE_DIR = 1 << 31  # Go's os.ModeDir, as the archive stat header reports it
+_MODE_SYMLINK = 1 << 27
+_MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmgBKMG]?$")
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(slots=True)
+class DockerConfig(ComponentConfig):
+    image: str | None = config_field(
+        default=None,
+        description="Image each session's container runs. It must already be on the engine: nothing is "
+        "pulled (build one with `docker build` or `docker import`). With `dockerfile`, the tag of the built image.",
+    )
+    dockerfile: str | None = config_field(
+        default=None,
+        description="Dockerfile to build the image from, before the first session (path, relative to the "
+        "working directory). Docker's build cache makes later builds quick; base images must be local.",
+    )
+    context: str | None = config_field(
+        default=None, description="Build context directory for `dockerfile` (default: the Dockerfile's directory)."
+    )
+    build_args: dict[str, str] = config_field(default={}, description="Build arguments (ARG values) for `dockerfile`.")
+    workdir: str | None = config_field(
+        default=None,
+        description="Directory in the container that commands start in and relative paths resolve against "
+        "(default: the image's WORKDIR, else /workspace); created if missing.",
+    )
+    memory: str | None = config_field(
+        default=None, description="Memory limit of the container, e.g. '512m' or '2g' (docker --memory); null: no limit."
+    )
+    cpus: float | None = config_field(
+        default=None, description="CPU limit in cores, e.g. 1.5 (docker --cpus); null: no limit."
+    )
+    pids_limit: int | None = config_field(
+        default=None, description="Most processes the container may hold at once (docker --pids-limit); null: no limit."
+    )
+    network: str = config_field(
+        default="bridge",
+        description="Docker network the container is on in a 'public' phase; a 'none' phase disconnects it "
+        "from every network and a switch back reconnects it.",
+    )
+    keep: str = config_field(
+        default="never",
+        choices=["never", "on_failure", "always"],
+        description="What happens to the container when the session closes: 'never' removes it; 'on_failure' "
+        "keeps it when the session ends failed (an exception leaves `async with`, or close(failed=True)); "
+        "'always' keeps it. A kept container keeps running, renamed agentcompass-kept-<label>, for "
+        "`docker exec`; `agentcompass clean --all` removes it.",
+    )
+
+    def __post_init__(self) -> None:
+        if not self.image and not self.dockerfile:
+            raise ConfigError("set `image` (an image on the engine) or `dockerfile` (to build one)")
+        if self.memory is not None:
+            if isinstance(self.memory, bool) or not _MEMORY.match(str(self.memory)):
+                raise ConfigError(f"memory must be a size such as '512m' or '2g', got {self.memory!r}")
+            self.memory = str(self.memory)
+        if self.cpus is not None:
+            try:
+                self.cpus = float(self.cpus)
+            except (TypeError, ValueError):
+                raise ConfigError(f"cpus must be a number of cores, got {self.cpus!r}") from None
+            if not self.cpus > 0:
+                raise ConfigError(f"cpus must be positive, got {self.cpus!r}")
+        if self.pids_limit is not None:
+            self.pids_limit = parse_int(self.pids_limit, "pids_limit", minimum=1)
+        if not isinstance(self.build_args, dict):
+            raise ConfigError(f"build_args must be a mapping of names to values, got {self.build_args!r}")
+        self.build_args = {str(k): str(v) for k, v in self.build_args.items()}
+        if self.network in ("none", "host", ""):
+            raise ConfigError(
+                f"network {self.network!r} cannot be used: name a bridge network (default 'bridge'); "
+                "a 'none' phase is set with the phase's network policy"
+            )
+        if self.workdir is not None and not posixpath.isabs(self.workdir):
+            raise ConfigError(f"workdir must be an absolute path in the container, got {self.workdir!r}")
+
+
+def _in_thread(fn: Callable, *args, **kwargs) -> asyncio.Future:
+    """``fn`` on a thread of its own: engine calls may block for as long as a command runs."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.cancelled():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = fn(*args, **kwargs), None
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:
+            pass  # the loop has closed: nobody waits any more
+
+    threading.Thread(target=work, name="agentcompass-docker", daemon=True).start()
+    return future
+
+
+def _engine():
+    import docker
+
+    try:
+        return docker.from_env(timeout=120)
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST") or "the default socket"
+        raise RuntimeError(
+            f"docker environment: no Docker engine answers at {where} ({exc}); start one "
+            "(e.g. .ci/docker-up.sh) and set DOCKER_HOST, or use the host_process environment"
+        ) from None
+
+
+_built: dict[tuple, str] = {}
+_build_lock = threading.Lock()
+
+
+def _image(client, config: DockerConfig) -> str:
+    import docker
+
+    if config.dockerfile:
+        return _build(client, config)
+    try:
+        client.images.get(config.image)
+    except docker.errors.ImageNotFound:
+        raise RuntimeError(
+            f"docker environment: image {config.image!r} is not on the engine, and nothing is pulled; "
+            "build it first (docker build, or docker import of a root filesystem) or set `dockerfile`"
+        ) from None
+    return config.image
+
+
+def _build(client, config: DockerConfig) -> str:
+    import docker
+
+    dockerfile = Path(config.dockerfile).resolve()
+    if not dockerfile.is_file():
+        raise RuntimeError(f"docker environment: dockerfile {str(dockerfile)!r} does not exist")
+    context = Path(config.context).resolve() if config.context else dockerfile.parent
+    digest = hashlib.sha256(f"{context}\0{dockerfile}\0{sorted(config.build_args.items())}".encode()).hexdigest()
+    tag = config.image or f"agentcompass-built:{digest[:16]}"
+    key = (client.api.base_url, str(context), str(dockerfile), tag, tuple(sorted(config.build_args.items())),
+           dockerfile.stat().st_mtime_ns)
+    with _build_lock:  # one build per Dockerfile and process, however many sessions open at once
+        if key not in _built:
+            try:
+                image, _ = client.images.build(
+                    path=str(context), dockerfile=str(dockerfile), tag=tag, buildargs=config.build_args,
+                    pull=False, rm=True, forcerm=True,
+                )
+            except docker.errors.BuildError as exc:
+                log = "".join(str(line.get("stream") or line.get("error") or "") for line in exc.build_log)
+                raise RuntimeError(
+                    f"docker environment: building {str(dockerfile)!r} failed: {exc.msg}\n{log[-2000:]}"
+                ) from None
+            _built[key] = image.id
+        return _built[key]
+
+
+def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    # files arrive owned by root whoever owns them here
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
+    """Read a multiplexed exec stream to its end: 8-byte headers (stream, size) then payload."""
+    streams = {1: bytearray(), 2: bytearray()}
+    buffer = bytearray()
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        buffer.extend(chunk)
+        while len(buffer) >= 8:
+            kind, size = struct.unpack(">BxxxL", buffer[:8])
+            if len(buffer) < 8 + size:
+                break
+            streams.get(kind, streams[1]).extend(buffer[8:8 + size])
+            del buffer[:8 + size]
+    return bytes(streams[1]), bytes(streams[2])
+
+
+def _write_input(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)  # the command's stdin ends here
+    except OSError:
+        pass  # the command stopped reading: what it got is its input
+
+
+class DockerSession(EnvironmentSession):
+    def __init__(self, client, container, config: DockerConfig, workdir: str, label: str) -> None:
+        self.client = client
+        self.container = container
+        self.config = config
+        self.label = label
+        self._workdir = workdir
+        self._mode = "public"
+        self._netns_fd: int | None = None
+        self._relays: dict[int, netns.TcpRelay] = {}
+        self._closed = False
+
+    @property
+    def workdir(self) -> str:
+        return self._workdir
+
+    @property
+    def network_mode(self) -> str:
+        return self._mode
+
+    def _path(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self._workdir, path))
+
+    # --- commands ------------------------------------------------------------------
+
+    async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None) -> ExecResult:
+        if shell and not isinstance(cmd, str):
+            raise TypeError("exec(shell=True) takes a command string")
+        if not shell and not (isinstance(cmd, list) and all(isinstance(c, str) for c in cmd)):
+            raise TypeError("exec(shell=False) takes an argv list of strings")
+        argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)
+        exec_id = uuid.uuid4().hex
+        data = input.encode() if isinstance(input, str) else input
+        workdir = self._path(cwd) if cwd else self._workdir
+        if cwd and not await self.is_dir(workdir):
+            raise FileNotFoundError(f"exec: working directory {workdir} does not exist in the container")
+        api = self.client.api
+        created = await _in_thread(
+            api.exec_create, self.container.id, argv, stdin=data is not None,
+            environment={**(env or {}), EXEC_VAR: exec_id}, workdir=workdir,
+        )
+        eid = created["Id"]
+        attached = await _in_thread(api.exec_start, eid, socket=True)
+        sock: socket.socket = getattr(attached, "_sock", attached)
+        if data is not None:
+            threading.Thread(target=_write_input, args=(sock, data), name="agentcompass-docker-stdin", daemon=True).start()
+        reading = _in_thread(_read_frames, sock)
+        done, _ = await asyncio.wait({reading}, timeout=timeout)
+        timed_out = not done
+        if timed_out:
+            await self._kill_marked(exec_id)
+            done, _ = await asyncio.wait({reading}, timeout=_STREAM_GRACE_SECONDS)
+            if not done:
+                sock.shutdown(socket.SHUT_RDWR)
+        stdout, stderr = await reading
+        sock.close()
+        returncode = await self._exit_code(eid)
+        if returncode == 126 and stdout.startswith(b"OCI runtime exec failed"):
+            # the program could not start: report it as a shell (and host_process) would
+            message = stdout.decode(errors="replace").strip()
+            missing = "not found" in message or "no such file" in message
+            return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")
+        return ExecResult(
+            returncode=returncode if returncode is not None else -9,
+            stdout=stdout.decode(errors="replace"),
+            stderr=stderr.decode(errors="replace"),
+            timed_out=timed_out,
+        )
+
+    async def _exit_code(self, eid: str) -> int | None:
+        deadline = time.monotonic() + _STREAM_GRACE_SECONDS
+        while True:
+            info = await _in_thread(self.client.api.exec_inspect, eid)
+            if not info["Running"] or time.monotonic() > deadline:
+                return info["ExitCode"]
+            await asyncio.sleep(0.02)
+
+    async def _kill_marked(self, exec_id: str) -> None:
+        await _in_thread(self.container.exec_run, ["sh", "-c", _KILL_MARKED, "sh", f"{EXEC_VAR}={exec_id}"])
+
+    # --- files -----------------------------------------------------------------------
+
+    def _stat_now(self, path: str) -> dict | None:
+        api = self.client.api
+        response = api.head(api._url("/containers/{0}/archive", self.container.id), params={"path": path})
+        if response.status_code == 404:
+            return None
+        api._raise_for_status(response)
+        return json.loads(base64.b64decode(response.headers["X-Docker-Container-Path-Stat"]))
+
+    def _resolve_now(self, path: str) -> tuple[str, dict | None]:
+        """``path`` with symlinks followed (as the engine reports them), and its stat."""
+        for _ in range(40):
+            stat = self._stat_now(path)
+            if stat is None or not stat["mode"] & _MODE_SYMLINK or not stat.get("linkTarget"):
+                return path, stat
+            path = stat["linkTarget"]
+        raise OSError(f"too many levels of symbolic links: {path}")
+
+    async def exists(self, path: str) -> bool:
+        _, stat = await _in_thread(self._resolve_now, self._path(path))
+        return stat is not None
+
+    async def is_dir(self, path: str) -> bool:
+        _, stat = await _in_thread(self._resolve_now, self._path(path))
+        return stat is not None and bool(stat["mode"] & _MODE_DIR)
+
+    def _ensure_dir_now(self, directory: str) -> None:
+        """Create ``directory`` and missing parents from an archive: no shell or mkdir needed inside."""
+        missing = []
+        current = directory
+        while True:
+            _, stat = self._resolve_now(current)
+            if stat is not None:
+                if not stat["mode"] & _MODE_DIR:
+                    raise NotADirectoryError(f"{current} exists in the container and is not a directory")
+                break
+            missing.append(posixpath.basename(current))
+            current = posixpath.dirname(current)
+        if not missing:
+            return
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            path = ""
+            for name in reversed(missing):
+                path = posixpath.join(path, name)
+                info = tarfile.TarInfo(path)
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, time.time()
+                tar.addfile(info)
+        self.container.put_archive(current, buffer.getvalue())
+
+    def _put_now(self, target: str, add: Callable[[tarfile.TarFile, str], None]) -> None:
+        parent, name = posixpath.split(target)
+        self._ensure_dir_now(parent)
+        with tempfile.TemporaryFile() as spool:
+            with tarfile.open(fileobj=spool, mode="w") as tar:
+                add(tar, name)
+            spool.seek(0)
+            self.container.put_archive(parent, spool)
+
+    async def upload(self, local: Path, remote: str) -> None:
+        local = Path(local)
+        if not local.exists():
+            raise FileNotFoundError(str(local))
+        await _in_thread(self._put_now, self._path(remote), lambda tar, name: tar.add(local, arcname=name, filter=_tar_filter))
+
+    async def write_text(self, path: str, text: str) -> None:
+        data = text.encode("utf-8")
+
+        def write() -> None:
+            target, stat = self._resolve_now(self._path(path))
+            if stat is not None and stat["mode"] & _MODE_DIR:
+                raise IsADirectoryError(f"{path} is a directory in the container")
+
+            def add(tar: tarfile.TarFile, name: str) -> None:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime = len(data), time.time()
+                info.mode = stat["mode"] & 0o7777 if stat is not None else 0o644
+                tar.addfile(_tar_filter(info), io.BytesIO(data))
+
+            self._put_now(target, add)
+
+        await _in_thread(write)
+
+    def _get_now(self, path: str, spool) -> dict:
+        """Stream the archive of ``path`` (symlinks followed) into ``spool``; return its stat."""
+        import docker
+
+        target, stat = self._resolve_now(path)
+        if stat is None:
+            raise FileNotFoundError(f"{path} does not exist in the container")
+        try:
+            stream, _ = self.client.api.get_archive(self.container.id, target)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"{path} does not exist in the container") from None
+        for chunk in stream:
+            spool.write(chunk)
+        spool.seek(0)
+        return stat
+
+    async def read_text(self, path: str) -> str:
+        def read() -> bytes:
+            with tempfile.TemporaryFile() as spool:
+                stat = self._get_now(self._path(path), spool)
+                if stat["mode"] & _MODE_DIR:
+                    raise IsADirectoryError(f"{path} is a directory in the container")
+                with tarfile.open(fileobj=spool, mode="r:") as tar:
+                    member = tar.next()
+                    return tar.extractfile(member).read()
+
+        return (await _in_thread(read)).decode("utf-8")
+
+    async def download(self, remote: str, local: Path) -> None:
+        local = Path(local)
+
+        def fetch() -> None:
+            with tempfile.TemporaryFile() as spool:
+                stat = self._get_now(self._path(remote), spool)
+                with tarfile.open(fileobj=spool, mode="r:") as tar:
+                    if not stat["mode"] & _MODE_DIR:
+                        member = tar.next()
+                        local.parent.mkdir(parents=True, exist_ok=True)
+                        with tar.extractfile(member) as source, open(local, "wb") as target:
+                            while chunk := source.read(1 << 20):
+                                target.write(chunk)
+                        os.chmod(local, member.mode & 0o777)
+                        return
+                    local.mkdir(parents=True, exist_ok=True)
+                    for member in tar:
+                        # the archive's top entry is the directory itself: its contents go into ``local``
+                        _, _, rest = member.name.partition("/")
+                        if not rest:
+                            continue
+                        member.name = rest
+                        if member.islnk():
+                            member.linkname = member.linkname.partition("/")[2]
+                        # the 'tar' filter refuses names and links that would land outside ``local``
+                        tar.extract(member, local, filter="tar")
+
+        await _in_thread(fetch)
+
+    # --- network -----------------------------------------------------------------------
+
+    def _attached(self) -> dict:
+        self.container.reload()
+        return self.container.attrs["NetworkSettings"]["Networks"] or {}
+
+    async def set_network(self, policy: NetworkPolicy) -> None:
+        """Disconnect from every network for ``none``; join ``network`` again for ``public``."""
+
+        def switch() -> None:
+            if policy.mode == "none":
+                for name in list(self._attached()):
+                    self.client.networks.get(name).disconnect(self.container)
+                left = self._attached()
+                if left:
+                    raise netns.NetworkIsolationError(
+                        f"docker environment: the container is still on networks {sorted(left)} after disconnecting"
+                    )
+            elif self.config.network not in self._attached():
+                self.client.networks.get(self.config.network).connect(self.container)
+
+        await _in_thread(switch)
+        self._mode = policy.mode
+
+    async def endpoint(self, port: int) -> str:
+        """``IP:port`` on the container's network; under ``none``, a relay on the host's 127.0.0.1."""
+        if self._mode == "none":
+            return await _in_thread(self._relay_address, port)
+        attached = await _in_thread(self._attached)
+        address = (attached.get(self.config.network) or {}).get("IPAddress")
+        if not address:
+            raise RuntimeError(f"docker environment: the container has no address on network {self.config.network!r}")
+        return f"{address}:{port}"
+
+    def _relay_address(self, port: int) -> str:
+        if port not in self._relays:
+            if self._netns_fd is None:
+                self._netns_fd = self._open_container_netns()
+            self._relays[port] = netns.TcpRelay(lambda: netns.connect_in_netns(self._netns_fd, port))
+        return self._relays[port].address
+
+    def _open_container_netns(self) -> int:
+        self.container.reload()
+        pid = self.container.attrs["State"]["Pid"]
+        try:
+            # the PID is the engine's: only a local engine's container process has our container's cgroup
+            local = self.container.id in Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            local = False
+        if not local or os.geteuid() != 0:
+            raise netns.NetworkIsolationError(
+                "docker environment: reaching a service in a container under network 'none' needs the "
+                "engine on this machine and root (the relay joins the container's network namespace)"
+            )
+        return netns.open_netns(pid)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def close(self, *, failed: bool = False) -> None:
+        """Remove the container, unless ``keep`` is 'always', or 'on_failure' and ``failed``."""
+        if self._closed:
+            return
+        self._closed = True
+        for relay in self._relays.values():
+            relay.close()
+        self._relays.clear()
+        if self._netns_fd is not None:
+            os.close(self._netns_fd)
+            self._netns_fd = None
+        keep = self.config.keep == "always" or (self.config.keep == "on_failure" and failed)
+        try:
+            await _in_thread(self._finish, keep)
+        finally:
+            self.client.close()
+
+    def _finish(self, keep: bool) -> None:
+        import docker
+
+        try:
+            if keep:
+                safe = _NAME_UNSAFE.sub("_", self.label)[:100]
+                self.container.rename(f"{KEPT_PREFIX}{safe}-{self.container.id[:8]}")
+            else:
+                self.container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass  # already gone
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await self.close(failed=exc_type is not None)
+
+
+@ENVIRONMENTS.register()
+class DockerEnvironment(BaseEnvironment):
+    """One container per session on a Docker engine: limits, network switching, copy in and out."""
+
+    id = "docker"
+    config_class = DockerConfig
+
+    async def open(self, spec: EnvironmentSpec, network: NetworkPolicy, label: str) -> DockerSession:
+        config = self.build_config(spec)
+        client = await _in_thread(_engine)
+        try:
+            container, workdir = await _in_thread(self._start, client, config, label)
+        except BaseException:
+            client.close()
+            raise
+        session = DockerSession(client, container, config, workdir, label)
+        try:
+            if network.mode == "none":
+                await session.set_network(network)
+        except BaseException:
+            await session.close()
+            raise
+        return session
+
+    @staticmethod
+    def _start(client, config: DockerConfig, label: str):
+        image = _image(client, config)
+        workdir = config.workdir or client.images.get(image).attrs["Config"].get("WorkingDir") or "/workspace"
+        name = f"agentcompass-{_NAME_UNSAFE.sub('_', label)[:100]}-{secrets.token_hex(3)}"
+        container = client.containers.create(
+            image,
+            entrypoint=["/bin/sh", "-c", _KEEPALIVE],
+            name=name,
+            labels={LABEL_ROOT: "1", LABEL: label, LABEL_OWNER: owner_token()},
+            working_dir=workdir,
+            init=True,
+            network=config.network,
+            mem_limit=config.memory,
+            nano_cpus=int(config.cpus * 1e9) if config.cpus else None,
+            pids_limit=config.pids_limit,
+            detach=True,
+        )
+        try:
+            container.start()
+            container.reload()
+        except BaseException:
+            container.remove(force=True, v=True)
+            raise
+        return container, workdir
+
+
+def clean_containers(run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
+    """Remove agentcompass containers whose owner is gone (``include_live``: all, kept ones too)."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=30)
+    except docker.errors.DockerException as exc:
+        report.notes.append(f"no Docker engine answers ({exc}); containers were not checked")
+        return
+    try:
+        for container in client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}=1"}):
+            label = container.labels.get(LABEL, "")
+            if not label_selected(label, run_id):
+                continue
+            kept = container.name.startswith(KEPT_PREFIX)
+            if not include_live and (kept or owner_alive(container.labels.get(LABEL_OWNER, ""))):
+                continue
+            report.containers.append(f"container {container.name} ({label})")
+            if not dry_run:
+                try:
+                    container.remove(force=True, v=True)
+                except docker.errors.NotFound:
+                    pass
+    finally:
+        client.close()

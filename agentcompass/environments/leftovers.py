@@ -1,0 +1,140 @@
+"""What a session leaves on the machine, how it is marked, and how it is found again.
+
+Every host process a session starts carries markers in its environment: the
+session, the command, the owner (the agentcompass process that opened the
+session, with its start time so a reused PID is not mistaken for it) and the
+session's label (run, task, attempt, phase). Markers survive ``setsid`` and
+double forks, which a process group does not; so a timeout or ``close()``
+ends every descendant, and ``agentcompass clean`` finds what a killed run
+left behind. Containers carry the same facts as Docker labels.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SESSION_VAR = "AGENTCOMPASS_SESSION"
+EXEC_VAR = "AGENTCOMPASS_EXEC"
+OWNER_VAR = "AGENTCOMPASS_OWNER"
+LABEL_VAR = "AGENTCOMPASS_LABEL"
+
+_KILL_ROUNDS = 50
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name may hold spaces and parentheses: fields start after the last ')'
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_token() -> str:
+    """This process, as ``host:pid:start_time``."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
+
+
+def owner_alive(token: str) -> bool:
+    """False only when ``token`` names a process of this machine that is gone."""
+    host, _, rest = token.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's process: not ours to judge
+    return _start_time(int(pid)) == started
+
+
+def environment_markers(pid: int) -> dict[str, str]:
+    """The agentcompass markers in ``pid``'s environment (empty if none or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    markers = {}
+    for entry in raw.split(b"\0"):
+        if entry.startswith(b"AGENTCOMPASS_"):
+            key, _, value = entry.partition(b"=")
+            markers[key.decode(errors="replace")] = value.decode(errors="replace")
+    return markers
+
+
+def _pids() -> list[int]:
+    me = os.getpid()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+
+
+def marked_processes(var: str, value: str) -> list[int]:
+    """Processes whose environment holds ``var=value``."""
+    needle = f"{var}={value}".encode()
+    found = []
+    for pid in _pids():
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in raw.split(b"\0"):
+            found.append(pid)
+    return found
+
+
+def kill_marked(var: str, value: str) -> int:
+    """SIGKILL every process marked ``var=value``, again until a scan finds none (forks race)."""
+    killed = 0
+    for _ in range(_KILL_ROUNDS):
+        pids = marked_processes(var, value)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed
+
+
+@dataclass
+class CleanReport:
+    processes: list[str] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def label_selected(label: str, run_id: str | None) -> bool:
+    # a session label is "<run_id>-<task>-<attempt>-<phase>"
+    return run_id is None or label.startswith(f"{run_id}-")
+
+
+def clean_processes(run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
+    for pid in _pids():
+        markers = environment_markers(pid)
+        owner = markers.get(OWNER_VAR)
+        if owner is None or not label_selected(markers.get(LABEL_VAR, ""), run_id):
+            continue
+        if not include_live and owner_alive(owner):
+            continue
+        report.processes.append(f"process {pid} of {markers.get(LABEL_VAR, '?')} (owner {owner})")
+        if not dry_run:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def clean(run_id: str | None = None, include_live: bool = False, dry_run: bool = False) -> CleanReport:
+    """Remove what sessions of dead agentcompass processes left: host processes and containers.
+
+    ``run_id`` limits it to one run's sessions; ``include_live`` also takes those
+    whose owner still runs (and containers kept on purpose by retention).
+    """
+    report = CleanReport()
+    clean_processes(run_id, include_live, dry_run, report)
+    from .docker import clean_containers
+
+    clean_containers(run_id, include_live, dry_run, report)
+    return report

@@ -1,0 +1,266 @@
+"""Network namespaces: the isolated network of a ``none`` phase, and the way into it.
+
+A host command under network policy ``none`` runs in a network namespace that
+has nothing but its own loopback. One holder process per session keeps the
+namespace alive (``unshare -n sh -c 'ip link set lo up; exec sleep infinity'``)
+and the session keeps a descriptor of it open: every command enters through
+that descriptor (``nsenter --net=/proc/self/fd/N``), so a holder that died
+and whose PID was reused can never send a command into another network.
+
+The agentcompass process reaches a service inside such a namespace (or inside
+a disconnected container) through ``TcpRelay``: a listener on the host's
+127.0.0.1 whose connections are opened from a thread that joined the
+namespace with ``setns``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import functools
+import os
+import selectors
+import shutil
+import socket
+import subprocess
+import threading
+from typing import Callable
+
+from agentcompass.runtime.config import ConfigError
+
+CLONE_NEWNET = 0x40000000
+
+# A root command in an isolated phase loses the capabilities that would let it
+# leave: setns back into the host's network or mount (sys_admin), move a link
+# into another namespace (net_admin), or take over a host process (sys_ptrace,
+# sys_module). Without them, /proc/1/ns/net cannot even be opened.
+DROPPED_CAPABILITIES = "-sys_admin,-net_admin,-sys_ptrace,-sys_module"
+
+_TOOLS = ("unshare", "nsenter", "setpriv", "ip")
+_HOLDER_SCRIPT = "ip link set lo up || exit 1; echo ready; exec sleep infinity"
+_START_TIMEOUT = 10.0
+
+
+class NetworkIsolationError(ConfigError):
+    """A ``none`` phase that cannot be isolated here: it is refused, never run open."""
+
+
+def _rootful() -> bool:
+    return os.geteuid() == 0
+
+
+def _unshare_argv() -> list[str]:
+    # Without root, a user namespace owned by the caller grants the right to make the network one.
+    return ["unshare", "--net"] if _rootful() else ["unshare", "--user", "--map-root-user", "--net"]
+
+
+@functools.lru_cache(maxsize=1)
+def network_isolation() -> tuple[bool, str]:
+    """Whether host processes can get a network namespace here; if not, why not."""
+    missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
+    if missing:
+        return False, f"the tools {missing} are not on PATH (install util-linux and iproute2)"
+    argv = [*_unshare_argv(), "true"]
+    try:
+        probe = subprocess.run(argv, capture_output=True, text=True, timeout=_START_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"`{' '.join(argv)}` failed: {exc}"
+    if probe.returncode != 0:
+        reason = probe.stderr.strip() or f"exit status {probe.returncode}"
+        return False, f"`{' '.join(argv)}` failed: {reason}"
+    return True, ""
+
+
+def require_isolation(what: str) -> None:
+    available, reason = network_isolation()
+    if not available:
+        raise NetworkIsolationError(
+            f"{what} cannot enforce network policy 'none' on this machine: {reason}. "
+            "It never runs such a phase with the network open; run it where network namespaces "
+            "are allowed (as root, or with unprivileged user namespaces enabled), use the docker "
+            "environment, or set the phase's network policy to 'public'"
+        )
+
+
+def open_netns(pid: int) -> int:
+    """A descriptor of ``pid``'s network namespace, refused if that is our own network."""
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    if os.fstat(fd).st_ino == os.stat("/proc/self/ns/net").st_ino:
+        os.close(fd)
+        raise NetworkIsolationError(f"process {pid} shares this process's network: it is not isolated")
+    return fd
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def connect_in_netns(ns_fd: int, port: int, timeout: float = 10.0) -> socket.socket:
+    """A TCP connection to 127.0.0.1:``port`` inside the namespace ``ns_fd`` (needs root).
+
+    A socket belongs to the namespace it was created in, and ``setns`` moves only
+    the calling thread: so a short-lived thread joins the namespace and opens it.
+    """
+    outcome: dict = {}
+
+    def inside() -> None:
+        if _libc.setns(ns_fd, CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            outcome["error"] = OSError(errno, f"setns into the namespace failed: {os.strerror(errno)}")
+            return
+        try:
+            outcome["socket"] = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        except OSError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=inside, name="agentcompass-netns-connect", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    sock = outcome["socket"]
+    sock.settimeout(None)
+    return sock
+
+
+class TcpRelay:
+    """A listener on the host's 127.0.0.1; each connection is joined to one ``connect()`` opens."""
+
+    def __init__(self, connect: Callable[[], socket.socket]) -> None:
+        self._connect = connect
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="agentcompass-relay", daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        host, port = self._listener.getsockname()[:2]
+        return f"{host}:{port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(client,), name="agentcompass-relay-conn", daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            inner = self._connect()
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._open.update((client, inner))
+        peer = {client: inner, inner: client}
+        with selectors.DefaultSelector() as selector:
+            for sock in peer:
+                selector.register(sock, selectors.EVENT_READ)
+            reading = set(peer)
+            while reading:
+                for key, _ in selector.select():
+                    source = key.fileobj
+                    try:
+                        data = source.recv(65536)
+                        if data:
+                            peer[source].sendall(data)
+                            continue
+                    except OSError:
+                        pass
+                    # one direction ended: pass the end on, keep the other direction open
+                    selector.unregister(source)
+                    reading.discard(source)
+                    try:
+                        peer[source].shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+        with self._lock:
+            self._open.difference_update((client, inner))
+        client.close()
+        inner.close()
+
+    def close(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self._listener.close()
+        with self._lock:
+            for sock in list(self._open):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class IsolatedNetwork:
+    """One network namespace with only loopback, held for a session, entered by every command."""
+
+    def __init__(self, holder: asyncio.subprocess.Process, net_fd: int, user_fd: int | None) -> None:
+        self.holder = holder
+        self.net_fd = net_fd
+        self.user_fd = user_fd
+        self._relays: dict[int, TcpRelay] = {}
+
+    @classmethod
+    async def create(cls, env: dict[str, str], what: str) -> "IsolatedNetwork":
+        require_isolation(what)
+        holder = await asyncio.create_subprocess_exec(
+            # the holder dies with the thread that started it, even when that thread's process is killed
+            "setpriv", "--pdeathsig", "KILL", *_unshare_argv(), "sh", "-c", _HOLDER_SCRIPT,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env, start_new_session=True,
+        )
+        try:
+            line = await asyncio.wait_for(holder.stdout.readline(), _START_TIMEOUT)
+            if line.strip() != b"ready":
+                err = (await asyncio.wait_for(holder.stderr.read(), _START_TIMEOUT)).decode(errors="replace")
+                raise NetworkIsolationError(f"{what}: the network namespace holder failed: {err.strip() or 'no output'}")
+            net_fd = open_netns(holder.pid)
+            user_fd = None if _rootful() else os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        except BaseException:
+            await _stop(holder)
+            raise
+        return cls(holder, net_fd, user_fd)
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self.net_fd,) if self.user_fd is None else (self.user_fd, self.net_fd)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside the namespace (the descriptors in ``pass_fds`` must be inherited)."""
+        if self.user_fd is None:
+            return [
+                "nsenter", f"--net=/proc/self/fd/{self.net_fd}", "--",
+                "setpriv", "--bounding-set", DROPPED_CAPABILITIES, "--", *argv,
+            ]
+        # unprivileged: the user namespace that owns the network is the boundary
+        return ["nsenter", f"--user=/proc/self/fd/{self.user_fd}", f"--net=/proc/self/fd/{self.net_fd}", "--", *argv]
+
+    def endpoint(self, port: int) -> str:
+        if self.user_fd is not None:
+            raise NetworkIsolationError(
+                "reaching a service inside an isolated host_process phase needs root (setns into the "
+                "namespace); run as root or reach the service from a command inside the session"
+            )
+        if port not in self._relays:
+            self._relays[port] = TcpRelay(functools.partial(connect_in_netns, self.net_fd, port))
+        return self._relays[port].address
+
+    async def close(self) -> None:
+        for relay in self._relays.values():
+            relay.close()
+        self._relays.clear()
+        await _stop(self.holder)
+        for fd in self.pass_fds:
+            os.close(fd)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    await proc.wait()

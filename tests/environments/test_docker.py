@@ -1,0 +1,254 @@
+"""What only the docker provider does: images, limits, labels, retention, switching live services, clean."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from agentcompass.environments.docker import DockerConfig, DockerEnvironment
+from agentcompass.runtime.config import ConfigError, build_component_config
+from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
+
+from .envkit import TEST_IMAGE, Provider, require_docker, unique_label
+
+pytestmark = pytest.mark.usefixtures("engine")
+
+
+@pytest.fixture
+def engine():
+    require_docker()
+    import docker
+
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def docker_provider() -> Provider:
+    return Provider("docker", {"image": TEST_IMAGE})
+
+
+def containers(client, label: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"agentcompass.label={label}"})
+
+
+def test_container_carries_labels_naming_the_run_attempt_and_owner(engine, docker_provider):
+    label = unique_label("labels")
+
+    async def main():
+        session = await docker_provider.open(label=label)
+        try:
+            return dict(session.container.labels)
+        finally:
+            await session.close()
+
+    labels = asyncio.run(main())
+    assert labels["agentcompass"] == "1"
+    assert labels["agentcompass.label"] == label
+    host, pid, _ = labels["agentcompass.owner"].split(":")
+    assert int(pid) == os.getpid()
+    assert containers(engine, label) == []
+
+
+def test_memory_cpu_and_pids_limits_come_from_params(docker_provider):
+    async def body(s):
+        limits = s.container.attrs["HostConfig"]
+        cgroup = await s.exec(
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cut -d' ' -f1 /sys/fs/cgroup/memory.max",
+            shell=True,
+        )
+        # more processes than the limit allows: the fork fails inside the container
+        forks = await s.exec("for i in $(seq 40); do sleep 5 & done; wait", shell=True, timeout=30)
+        return limits, cgroup, forks
+
+    limits, cgroup, forks = docker_provider.run(body, memory="64m", cpus=0.5, pids_limit=16)
+    assert limits["Memory"] == 64 * 1024 * 1024
+    assert limits["NanoCpus"] == 500_000_000
+    assert limits["PidsLimit"] == 16
+    assert int(cgroup.stdout.strip()) == 64 * 1024 * 1024
+    assert "can't fork" in forks.stderr or "Resource temporarily unavailable" in forks.stderr
+
+
+def test_image_is_built_from_a_dockerfile_with_its_workdir_and_build_args(engine, tmp_path):
+    context = tmp_path / "task"
+    context.mkdir()
+    (context / "data.txt").write_text("from the build context\n")
+    (context / "Dockerfile").write_text(textwrap.dedent(f"""\
+        FROM {TEST_IMAGE}
+        ARG GREETING=unset
+        COPY data.txt /app/data.txt
+        RUN echo "$GREETING" > /app/greeting.txt
+        WORKDIR /app
+        """))
+    provider = Provider("docker", {"dockerfile": str(context / "Dockerfile"), "build_args": {"GREETING": "built"}})
+
+    async def body(s):
+        return s.workdir, await s.exec(["cat", "data.txt", "greeting.txt"])
+
+    workdir, cat = provider.run(body)
+    assert workdir == "/app"
+    assert cat.stdout == "from the build context\nbuilt\n"
+
+
+def test_default_workdir_is_workspace_when_the_image_sets_none(docker_provider):
+    async def body(s):
+        return s.workdir, await s.exec(["pwd"])
+
+    workdir, pwd = docker_provider.run(body)
+    assert workdir == "/workspace" and pwd.stdout == "/workspace\n"
+
+
+def test_missing_image_is_a_clear_error_and_leaves_no_container(engine):
+    label = unique_label("noimage")
+
+    async def main():
+        await DockerEnvironment().open(
+            EnvironmentSpec(id="docker", params={"image": "local/no-such-image:never"}), NetworkPolicy(), label
+        )
+
+    with pytest.raises(RuntimeError, match="not on the engine, and nothing is pulled"):
+        asyncio.run(main())
+    assert containers(engine, label) == []
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({}, "set `image`"),
+        ({"image": "x", "memory": "lots"}, "memory"),
+        ({"image": "x", "cpus": 0}, "cpus"),
+        ({"image": "x", "pids_limit": 0}, "pids_limit"),
+        ({"image": "x", "network": "host"}, "network"),
+        ({"image": "x", "keep": "sometimes"}, "keep"),
+        ({"image": "x", "workdir": "relative"}, "workdir"),
+    ],
+)
+def test_bad_params_are_rejected_with_the_field_named(params, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        build_component_config(DockerConfig, params, "environment 'docker' params")
+
+
+@pytest.mark.parametrize(
+    ("keep", "failed", "kept"),
+    [
+        ("never", True, False),
+        ("on_failure", False, False),
+        ("on_failure", True, True),
+        ("always", False, True),
+    ],
+)
+def test_retention_keeps_the_container_only_when_keep_says_so(engine, docker_provider, keep, failed, kept):
+    label = unique_label("keep")
+
+    async def main():
+        session = await docker_provider.open(label=label, keep=keep)
+        await session.write_text("evidence.txt", "for debugging")
+        try:
+            async with session:
+                if failed:
+                    raise ValueError("the attempt failed")
+        except ValueError:
+            pass
+
+    asyncio.run(main())
+    left = containers(engine, label)
+    try:
+        assert bool(left) == kept
+        if kept:
+            assert left[0].name.startswith("agentcompass-kept-")
+            assert left[0].status == "running"
+            assert left[0].exec_run(["cat", "/workspace/evidence.txt"]).output == b"for debugging"
+    finally:
+        for container in left:
+            container.remove(force=True)
+
+
+def test_a_service_survives_network_switches_and_its_endpoint_is_looked_up_again(docker_provider):
+    from .test_conformance import fetch
+
+    async def body(s):
+        await s.write_text("www/page.txt", "still here\n")
+        await s.exec(["httpd", "-p", "8080", "-h", f"{s.workdir}/www"])
+        seen = []
+        for mode in ("public", "none", "public"):
+            await s.set_network(NetworkPolicy(mode=mode))
+            address = await s.endpoint(8080)
+            seen.append((mode, address, await asyncio.to_thread(fetch, address, "/page.txt")))
+        return seen
+
+    seen = docker_provider.run(body)
+    assert [page for _, _, page in seen] == [b"still here\n"] * 3
+    # on the bridge the endpoint is the container's address; without a network, a relay on 127.0.0.1
+    assert not seen[0][1].startswith("127.") and seen[1][1].startswith("127.0.0.1:")
+
+
+def test_container_opened_under_none_never_had_a_network_for_commands(docker_provider):
+    async def body(s):
+        return s.container.attrs["NetworkSettings"]["Networks"], await s.exec(["cat", "/proc/net/route"])
+
+    s_networks, routes = docker_provider.run(body, mode="none")
+    assert s_networks == {}
+    assert routes.stdout.splitlines()[1:] == []
+
+
+OWNER = """
+import asyncio, sys
+from agentcompass.environments import DockerEnvironment
+from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
+
+async def main():
+    spec = EnvironmentSpec(id="docker", params={"image": sys.argv[1]})
+    session = await DockerEnvironment().open(spec, NetworkPolicy(mode="none"), sys.argv[2])
+    print("open", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def start_owner(label: str) -> subprocess.Popen:
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, TEST_IMAGE, label], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout.readline().strip() == "open"
+    return owner
+
+
+def clean(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentcompass.cli", "clean", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_clean_removes_the_containers_of_a_killed_run_and_spares_live_ones(engine):
+    run_id = f"cleanrun{time.time_ns()}"
+    killed_label, live_label, other_label = f"{run_id}-t-1-run", f"{run_id}-t-2-run", f"other{run_id}-t-1-run"
+    killed, live, other = start_owner(killed_label), start_owner(live_label), start_owner(other_label)
+    try:
+        killed.kill()
+        killed.wait()
+        other.kill()
+        other.wait()
+        assert containers(engine, killed_label), "a killed run leaves its container behind"
+
+        dry = clean("--run", run_id, "--dry-run")
+        assert dry.returncode == 0 and killed_label in dry.stdout
+        assert containers(engine, killed_label)
+
+        done = clean("--run", run_id)
+        assert done.returncode == 0, done.stderr
+        assert containers(engine, killed_label) == []
+        assert containers(engine, live_label), "a running owner's container is not cleaned"
+        assert containers(engine, other_label), "--run selects one run's containers only"
+
+        forced = clean("--run", run_id, "--all")
+        assert containers(engine, live_label) == [], forced.stdout
+    finally:
+        for proc in (killed, live, other):
+            proc.kill()
+            proc.wait()
+        clean("--run", f"other{run_id}")
+    assert containers(engine, other_label) == []

@@ -1,0 +1,158 @@
+"""What only host_process does for a 'none' phase: the namespace holder, its capabilities, and its end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentcompass.environments.leftovers import LABEL_VAR, SESSION_VAR, environment_markers, marked_processes
+from agentcompass.environments.netns import network_isolation
+from agentcompass.runtime.models import NetworkPolicy
+
+from .envkit import Provider, unique_label
+
+pytestmark = pytest.mark.skipif(not network_isolation()[0], reason=f"host_process cannot isolate here: {network_isolation()[1]}")
+
+
+@pytest.fixture
+def host() -> Provider:
+    return Provider("host_process")
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def wait_gone(pids, seconds: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not all(gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not gone(p)]
+
+
+def test_commands_under_none_share_one_namespace_that_is_not_the_hosts(host):
+    async def body(s):
+        first = await s.exec(["readlink", "/proc/self/ns/net"])
+        second = await s.exec("readlink /proc/self/ns/net", shell=True)
+        return first.stdout, second.stdout
+
+    first, second = host.run(body, mode="none")
+    assert first == second
+    assert first.strip() != os.readlink("/proc/self/ns/net")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the capability drop applies to commands run as root")
+def test_a_root_command_under_none_cannot_enter_the_host_network_again(host):
+    async def body(s):
+        return (
+            await s.exec(["nsenter", "--net=/proc/1/ns/net", "cat", "/proc/net/route"]),
+            await s.exec(["unshare", "--net", "true"]),
+            await s.exec(["ip", "link", "add", "ac-veth0", "type", "veth", "peer", "name", "ac-veth1"]),
+            await s.exec(["sh", "-c", "echo still root > owned.txt && cat owned.txt"]),
+        )
+
+    enter, unshare, veth, write = host.run(body, mode="none")
+    assert enter.returncode != 0 and "ermission denied" in enter.stderr
+    assert unshare.returncode != 0
+    assert veth.returncode != 0
+    assert write.ok and write.stdout == "still root\n"
+
+
+def test_switching_to_none_ends_processes_that_have_the_host_network(host):
+    async def body(s):
+        await s.exec("sleep 300 >/dev/null 2>&1 & echo $! > pid", shell=True)
+        pid = int(await s.read_text("pid"))
+        await s.set_network(NetworkPolicy(mode="none"))
+        return pid
+
+    pid = host.run(body, mode="public")
+    assert wait_gone([pid]) == []
+
+
+def test_switching_to_public_stops_the_holder(host):
+    async def body(s):
+        holder = s._isolated.holder.pid
+        await s.set_network(NetworkPolicy(mode="public"))
+        return holder, await s.exec(["readlink", "/proc/self/ns/net"])
+
+    holder, ns = host.run(body, mode="none")
+    assert wait_gone([holder]) == []
+    assert ns.stdout.strip() == os.readlink("/proc/self/ns/net")
+
+
+OWNER = """
+import asyncio, sys
+from agentcompass.environments import HostProcessEnvironment
+from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
+
+async def main():
+    session = await HostProcessEnvironment().open(EnvironmentSpec(), NetworkPolicy(mode="none"), sys.argv[1])
+    await session.exec("setsid sleep 300 >/dev/null 2>&1 &", shell=True)
+    print(session._isolated.holder.pid, session.session_id, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
+    label = unique_label("hostkill")
+    run_id = label.split("-")[0]
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, label], stdout=subprocess.PIPE, text=True)
+    try:
+        holder, session_id = owner.stdout.readline().split()
+        left = marked_processes(SESSION_VAR, session_id)
+        assert int(holder) in left and len(left) >= 2
+        owner.kill()
+        owner.wait()
+        assert wait_gone([int(holder)]) == [], "the holder outlived the process that owned it"
+        orphans = [p for p in marked_processes(SESSION_VAR, session_id) if not gone(p)]
+        assert orphans, "the detached command is what clean must find"
+        assert all(environment_markers(p)[LABEL_VAR] == label for p in orphans)
+
+        cleaned = subprocess.run(
+            [sys.executable, "-m", "agentcompass.cli", "clean", "--run", run_id],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert label in cleaned.stdout
+        assert wait_gone(orphans) == []
+    finally:
+        owner.kill()
+        owner.wait()
+        from agentcompass.environments.leftovers import kill_marked
+
+        kill_marked(LABEL_VAR, label)
+
+
+def test_clean_leaves_the_processes_of_a_live_owner_alone(host):
+    label = unique_label("hostlive")
+
+    async def body(s):
+        await s.exec("sleep 300 >/dev/null 2>&1 &", shell=True)
+        cleaned = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "agentcompass.cli", "clean", "--run", label.split("-")[0]],
+            capture_output=True, text=True, timeout=120,
+        )
+        return cleaned, marked_processes(SESSION_VAR, s.session_id)
+
+    async def main():
+        session = await host.open("none", label=label)
+        try:
+            return await body(session)
+        finally:
+            await session.close()
+
+    cleaned, alive = asyncio.run(main())
+    assert cleaned.returncode == 0
+    assert "nothing to clean" in cleaned.stdout
+    assert len(alive) >= 2  # the holder and the command

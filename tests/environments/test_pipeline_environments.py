@@ -1,0 +1,146 @@
+"""Environments under the real workflow: isolated phases end to end, and a killed run cleaned up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentcompass.environments.leftovers import LABEL_VAR, environment_markers
+from agentcompass.environments.netns import network_isolation
+from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+
+from .envkit import TEST_IMAGE, require_docker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def environment_of(provider: str) -> dict:
+    if provider == "docker":
+        require_docker()
+        return {"id": "docker", "params": {"image": TEST_IMAGE}}
+    if not network_isolation()[0]:
+        pytest.skip(f"host_process cannot isolate here: {network_isolation()[1]}")
+    return {"id": "host_process"}
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    env["AGENTCOMPASS_USER_CONFIG"] = ""
+    return env
+
+
+def snakemake_argv(workdir: Path, config: Path) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+            "--cores", "2", "--configfile", str(config)]
+
+
+def write_config(workdir: Path, run_id: str, environment: dict, harness: str = "oracle", model: dict | None = None) -> Path:
+    config = {
+        "requests": {
+            run_id: {
+                "benchmark": {"id": "example_exact_match", "params": {"limit": 2}},
+                "harness": harness,
+                "model": model or {"id": "none"},
+                "environment": {**environment, "baseline_network": "none", "run_network": "none",
+                                "evaluation_network": "none"},
+            }
+        }
+    }
+    path = workdir / "eval.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def containers_of(run_id: str) -> list[str]:
+    if os.environ.get("DOCKER_HOST") is None and not Path("/var/run/docker.sock").exists():
+        return []
+    import docker
+
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException:
+        return []
+    try:
+        return [
+            c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"})
+            if c.labels.get("agentcompass.label", "").startswith(f"{run_id}-")
+        ]
+    finally:
+        client.close()
+
+
+def processes_of(run_id: str) -> list[int]:
+    return [
+        int(p) for p in os.listdir("/proc")
+        if p.isdigit() and environment_markers(int(p)).get(LABEL_VAR, "").startswith(f"{run_id}-")
+    ]
+
+
+def remains(run_id: str) -> list:
+    deadline = time.monotonic() + 5
+    while (left := containers_of(run_id) + processes_of(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("provider", ["host_process", "docker"])
+def test_full_evaluation_with_every_phase_isolated_completes_and_leaves_nothing(provider, tmp_path):
+    environment = environment_of(provider)
+    run_id = f"isolated{provider.replace('_', '')}{time.time_ns()}"
+    config = write_config(tmp_path, run_id, environment)
+    done = subprocess.run(snakemake_argv(tmp_path, config), cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "results" / "default" / run_id / "metrics.json").read_text())
+    assert metrics["counts"] == {"completed": 2}
+    plan = json.loads(next((tmp_path / "results" / "default" / run_id / "attempts").glob("*/1/plan.json")).read_text())
+    assert plan["run_network"] == {"mode": "none"}
+    assert remains(run_id) == []
+
+
+@pytest.mark.parametrize("provider", ["host_process", "docker"])
+def test_kill_9_of_snakemake_mid_run_then_clean_leaves_nothing(provider, tmp_path):
+    environment = environment_of(provider)
+    run_id = f"killed{provider.replace('_', '')}{time.time_ns()}"
+    called = threading.Event()
+    release = threading.Event()
+
+    def reply(body):
+        # the run stage is now inside its session: hold it there until the test is done
+        called.set()
+        release.wait(120)
+        return 200, completion("Paris")
+
+    with ScriptedEndpoint(reply) as endpoint:
+        config = write_config(tmp_path, run_id, environment, harness="chat",
+                              model={"id": "scripted", "base_url": endpoint.base_url})
+        snakemake = subprocess.Popen(snakemake_argv(tmp_path, config), cwd=tmp_path, env=clean_env(),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            assert called.wait(300), "the run stage never called the model"
+            if provider == "docker":
+                assert containers_of(run_id), "the run stage's container exists while it runs"
+            else:
+                assert processes_of(run_id), "the run stage's namespace holder exists while it runs"
+            os.kill(snakemake.pid, signal.SIGKILL)
+            snakemake.wait()
+            cleaned = subprocess.run([sys.executable, "-m", "agentcompass.cli", "clean", "--run", run_id],
+                                     capture_output=True, text=True, timeout=120, env=clean_env())
+            assert cleaned.returncode == 0, cleaned.stderr
+            assert remains(run_id) == []
+        finally:
+            release.set()
+            if snakemake.poll() is None:
+                os.killpg(snakemake.pid, signal.SIGKILL)
+                snakemake.wait()
+            subprocess.run([sys.executable, "-m", "agentcompass.cli", "clean", "--run", run_id, "--all"],
+                           capture_output=True, timeout=120, env=clean_env())

@@ -19,7 +19,14 @@ import agentcompass
 from agentcompass.aio import run_coroutine
 from agentcompass.jsonio import canonical_json, read_json, write_text_atomic
 from agentcompass.paths import task_segment
-from agentcompass.runtime.base import BaseBenchmark, BaseHarness, HarnessContext, HarnessFreeBenchmark, error_result
+from agentcompass.runtime.base import (
+    BaseBenchmark,
+    BaseHarness,
+    EnvironmentSession,
+    HarnessContext,
+    HarnessFreeBenchmark,
+    error_result,
+)
 from agentcompass.runtime.models import (
     ExecutionPlan,
     HarnessPlan,
@@ -158,10 +165,74 @@ def _label(req: RunRequest, plan: ExecutionPlan, phase: str) -> str:
     return f"{req.run_id}-{task_segment(plan.task_id)}-{plan.attempt}-{phase}"
 
 
-async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False):
+class LazySession(EnvironmentSession):
+    """Opens the real session on first use: a stage whose components never touch
+    the sandbox (an exact-match scorer, the oracle) pays nothing for it."""
+
+    def __init__(self, opener) -> None:
+        self._opener = opener
+        self._session: EnvironmentSession | None = None
+
+    @property
+    def opened(self) -> bool:
+        return self._session is not None
+
+    async def _real(self) -> EnvironmentSession:
+        if self._session is None:
+            self._session = await self._opener()
+        return self._session
+
+    @property
+    def workdir(self) -> str:
+        if self._session is None:
+            raise RuntimeError("the session's workdir is known once it is opened; call a method first")
+        return self._session.workdir
+
+    async def exec(self, cmd, **kwargs):
+        return await (await self._real()).exec(cmd, **kwargs)
+
+    async def upload(self, local, remote):
+        return await (await self._real()).upload(local, remote)
+
+    async def download(self, remote, local):
+        return await (await self._real()).download(remote, local)
+
+    async def read_text(self, path):
+        return await (await self._real()).read_text(path)
+
+    async def write_text(self, path, text):
+        return await (await self._real()).write_text(path, text)
+
+    async def exists(self, path):
+        return await (await self._real()).exists(path)
+
+    async def is_dir(self, path):
+        return await (await self._real()).is_dir(path)
+
+    async def endpoint(self, port):
+        return await (await self._real()).endpoint(port)
+
+    async def set_network(self, policy):
+        return await (await self._real()).set_network(policy)
+
+    def __getattr__(self, name):
+        # provider-specific extras (e.g. a container id) open the session too
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._session is None:
+            raise AttributeError(f"{name}: open the session first (await any session method)")
+        return getattr(self._session, name)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False) -> LazySession:
     spec = plan.evaluation_environment if evaluation and plan.evaluation_environment else plan.task_environment
     network = getattr(plan, f"{phase}_network")
-    return await environment_for(spec.id).open(spec, network, _label(req, plan, phase))
+    return LazySession(lambda: environment_for(spec.id).open(spec, network, _label(req, plan, phase)))
 
 
 def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int, prepared_out) -> None:

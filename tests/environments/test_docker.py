@@ -213,10 +213,12 @@ asyncio.run(main())
 """
 
 
-def start_owner(label: str) -> subprocess.Popen:
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, TEST_IMAGE, label], stdout=subprocess.PIPE, text=True)
-    assert owner.stdout.readline().strip() == "open"
-    return owner
+def start_owners(*labels: str) -> list[subprocess.Popen]:
+    owners = [subprocess.Popen([sys.executable, "-c", OWNER, TEST_IMAGE, label], stdout=subprocess.PIPE, text=True)
+              for label in labels]
+    for owner in owners:
+        assert owner.stdout.readline().strip() == "open"
+    return owners
 
 
 def clean(*args: str) -> subprocess.CompletedProcess:
@@ -226,7 +228,7 @@ def clean(*args: str) -> subprocess.CompletedProcess:
 def test_clean_removes_the_containers_of_a_killed_run_and_spares_live_ones(engine):
     run_id = f"cleanrun{time.time_ns()}"
     killed_label, live_label, other_label = f"{run_id}-t-1-run", f"{run_id}-t-2-run", f"other{run_id}-t-1-run"
-    killed, live, other = start_owner(killed_label), start_owner(live_label), start_owner(other_label)
+    killed, live, other = start_owners(killed_label, live_label, other_label)
     try:
         killed.kill()
         killed.wait()

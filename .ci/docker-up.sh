@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Start a private Docker engine for the test suite and build the image its tests use.
+#
+#   .ci/docker-up.sh STATE_DIR    (then: source STATE_DIR/env; stop with .ci/docker-down.sh STATE_DIR)
+#
+# The engine keeps everything under STATE_DIR (socket, data root, exec root, log)
+# and runs with --iptables=false --ip-forward=false: containers reach this
+# machine over the bridge (all the tests need) and nothing beyond it, and the
+# engine leaves no firewall rules behind. The test image is a 2 MB busybox
+# built with `docker import` from busybox-static: no registry is reachable.
+# Exit status 0: STATE_DIR/env exports DOCKER_HOST and AGENTCOMPASS_TEST_IMAGE.
+set -euo pipefail
+
+state=${1:?usage: docker-up.sh STATE_DIR}
+mkdir -p "$state"
+image=${AGENTCOMPASS_TEST_IMAGE:-local/busybox:latest}
+
+say() { echo "docker-up: $*" >&2; }
+
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+# the image holds nothing but busybox: it must be the static build
+[ -x /bin/busybox ] && { ldd /bin/busybox 2>&1 || true; } | grep -Eq "not a dynamic|statically linked" || need+=(busybox-static)
+command -v ip >/dev/null || need+=(iproute2)
+command -v nsenter >/dev/null && command -v unshare >/dev/null && command -v setpriv >/dev/null || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing ${need[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q >"$state/apt.log" 2>&1
+        apt-get install -y -q --no-install-recommends "${need[@]}" >>"$state/apt.log" 2>&1 \
+            || { say "apt-get install failed:"; tail -20 "$state/apt.log" >&2; exit 1; }
+    else
+        say "missing ${need[*]} and cannot install them (needs root and apt-get)"
+        exit 1
+    fi
+fi
+if [ "$(id -u)" != 0 ]; then
+    say "dockerd needs root here"
+    exit 1
+fi
+
+# remember whether the bridge existed, so docker-down removes only what this engine made
+ip link show docker0 >/dev/null 2>&1 && echo yes >"$state/bridge-existed" || echo no >"$state/bridge-existed"
+
+sock="$state/docker.sock"
+dockerd -H "unix://$sock" --data-root "$state/data" --exec-root "$state/exec" \
+    --pidfile "$state/dockerd.pid" --iptables=false --ip-forward=false \
+    >"$state/dockerd.log" 2>&1 &
+echo $! >"$state/dockerd.launcher.pid"
+export DOCKER_HOST="unix://$sock"
+
+started=$(date +%s%N)
+for _ in $(seq 120); do
+    docker version >/dev/null 2>&1 && break
+    sleep 0.25
+done
+if ! docker version >/dev/null 2>&1; then
+    say "the engine did not answer; its log ends with:"
+    tail -20 "$state/dockerd.log" >&2
+    exit 1
+fi
+say "engine $(docker version --format '{{.Server.Version}}') answering at $DOCKER_HOST after $((($(date +%s%N) - started) / 1000000)) ms"
+
+rootfs="$state/rootfs"
+mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc" "$rootfs/workspace"
+cp /bin/busybox "$rootfs/bin/"
+for applet in $(/bin/busybox --list); do
+    [ "$applet" = busybox ] || ln -sf busybox "$rootfs/bin/$applet"
+done
+tar -C "$rootfs" -c . | docker import -c 'ENV PATH=/bin' -c 'CMD ["sh"]' - "$image" >/dev/null
+rm -rf "$rootfs"
+if ! docker run --rm --network none "$image" true; then
+    say "the test image $image does not run"
+    exit 1
+fi
+say "built $image"
+
+cat >"$state/env" <<EOF
+export DOCKER_HOST=$DOCKER_HOST
+export AGENTCOMPASS_TEST_IMAGE=$image
+EOF

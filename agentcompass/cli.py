@@ -88,13 +88,9 @@ def _layer(args) -> dict | None:
             benchmark_params=_key_values(args.benchmark_param, "--benchmark-param"),
             harness_params=_key_values(args.harness_param, "--harness-param"),
             environment_params=_key_values(args.environment_param, "--environment-param"),
-            model_fields={
-                k: v for k, v in {
-                    "base_url": args.base_url,
-                    "api_key": f"${{{args.api_key_env}}}" if args.api_key_env else None,
-                    "params": _key_values(args.model_param, "--model-param") or None,
-                }.items() if v is not None
-            },
+            base_url=args.base_url,
+            api_key_env=args.api_key_env,
+            model_params=_key_values(args.model_param, "--model-param"),
             execution={"attempts": args.attempts, "max_retries": args.max_retries, "task_timeout": args.task_timeout},
             output={"namespace": args.namespace, "run_id": args.run_id},
             reuse=False if args.no_reuse else None,

@@ -119,15 +119,11 @@ def run_evaluation(
     workdir: str | Path | None = None,
 ) -> OrchestrationResult:
     """Evaluate ``model`` with ``harness`` on ``benchmark`` (one request) through Snakemake."""
-    model_fields = {k: v for k, v in {
-        "base_url": base_url,
-        "api_key": f"${{{api_key_env}}}" if api_key_env else None,
-        "params": model_params,
-    }.items() if v is not None}
     layer = single_request_layer(
         benchmark, harness, model,
         environment=environment, benchmark_params=benchmark_params, harness_params=harness_params,
-        environment_params=environment_params, model_fields=model_fields, execution=execution,
+        environment_params=environment_params, base_url=base_url, api_key_env=api_key_env,
+        model_params=model_params, execution=execution,
         output={"namespace": namespace, "run_id": run_id}, reuse=reuse,
     )
     return execute(layer, config_paths, cores=cores, dry_run=dry_run, snakemake_args=snakemake_args, workdir=workdir)

@@ -251,7 +251,9 @@ def single_request_layer(
     benchmark_params: dict | None = None,
     harness_params: dict | None = None,
     environment_params: dict | None = None,
-    model_fields: dict | None = None,
+    base_url: str | None = None,
+    api_key_env: str | None = None,
+    model_params: dict | None = None,
     execution: dict | None = None,
     output: dict | None = None,
     reuse: bool | None = None,
@@ -263,10 +265,19 @@ def single_request_layer(
     entries; the Model comes from explicit arguments only.
     """
     name = name or _slug(f"{benchmark}-{harness}-{model}")
+    model_fields = {
+        key: value
+        for key, value in (
+            ("base_url", base_url),
+            ("api_key", f"${{{api_key_env}}}" if api_key_env else None),
+            ("params", model_params or None),
+        )
+        if value is not None
+    }
     request: dict[str, Any] = {
         "benchmark": {"id": benchmark, "params": dict(benchmark_params or {})},
         "harness": {"id": harness, "params": dict(harness_params or {})},
-        "model": {"id": model, **(model_fields or {})},
+        "model": {"id": model, **model_fields},
     }
     if environment or environment_params:
         request["environment"] = {"id": environment or "host_process", "params": dict(environment_params or {})}

@@ -183,7 +183,7 @@ def cmd_clean(args) -> int:
     report = clean(args.run, include_live=args.all, dry_run=args.dry_run)
     for note in report.notes:
         print(f"agentcompass clean: {note}", file=sys.stderr)
-    removed = report.processes + report.containers
+    removed = report.processes + report.workspaces + report.containers
     for line in removed:
         print(f"{'would remove' if args.dry_run else 'removed'} {line}")
     if not removed:

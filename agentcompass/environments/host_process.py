@@ -31,7 +31,16 @@ from agentcompass.runtime import (
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns
-from .leftovers import EXEC_VAR, LABEL_VAR, OWNER_VAR, SESSION_VAR, kill_marked, owner_token
+from .leftovers import (
+    EXEC_VAR,
+    LABEL_VAR,
+    OWNER_VAR,
+    SESSION_VAR,
+    forget_session,
+    kill_marked,
+    owner_token,
+    record_session,
+)
 
 
 @dataclass(slots=True)
@@ -246,6 +255,7 @@ class HostProcessSession(EnvironmentSession):
         await self._release_network()
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
+        forget_session(self.root)
 
 
 @ENVIRONMENTS.register()
@@ -266,6 +276,8 @@ class HostProcessEnvironment(BaseEnvironment):
             netns.require_isolation("host_process")
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:40]
         root = Path(tempfile.mkdtemp(prefix=f"agentcompass-{safe}-", dir=config.workspace_root))
+        # beside the workspace, not in it: the agent's files stay its own
+        record_session(root, label)
         session = HostProcessSession(root, keep=config.keep_workspace, label=label)
         try:
             await session.set_network(network)

@@ -6,14 +6,18 @@ session, with its start time so a reused PID is not mistaken for it) and the
 session's label (run, task, attempt, phase). Markers survive ``setsid`` and
 double forks, which a process group does not; so a timeout or ``close()``
 ends every descendant, and ``agentcompass clean`` finds what a killed run
-left behind. Containers carry the same facts as Docker labels.
+left behind. A host workspace has a record beside it (``<workspace>.session``)
+until its session closes; containers carry the same facts as Docker labels.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,9 +102,23 @@ def kill_marked(var: str, value: str) -> int:
     return killed
 
 
+SESSION_RECORD_SUFFIX = ".session"
+
+
+def record_session(workspace: Path, label: str) -> None:
+    """Note beside ``workspace`` who opened it; ``forget_session`` removes the note at close."""
+    record = {"owner": owner_token(), "label": label}
+    Path(f"{workspace}{SESSION_RECORD_SUFFIX}").write_text(json.dumps(record))
+
+
+def forget_session(workspace: Path) -> None:
+    Path(f"{workspace}{SESSION_RECORD_SUFFIX}").unlink(missing_ok=True)
+
+
 @dataclass
 class CleanReport:
     processes: list[str] = field(default_factory=list)
+    workspaces: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -126,14 +144,35 @@ def clean_processes(run_id: str | None, include_live: bool, dry_run: bool, repor
                 pass
 
 
+def clean_workspaces(root: Path, run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
+    """Workspaces under ``root`` whose session never closed (kept ones have no record left)."""
+    for record_path in sorted(root.glob(f"agentcompass-*{SESSION_RECORD_SUFFIX}")):
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not label_selected(record.get("label", ""), run_id):
+            continue
+        if not include_live and owner_alive(record.get("owner", "")):
+            continue
+        workspace = Path(str(record_path)[: -len(SESSION_RECORD_SUFFIX)])
+        report.workspaces.append(f"workspace {workspace} of {record.get('label', '?')}")
+        if not dry_run:
+            shutil.rmtree(workspace, ignore_errors=True)
+            record_path.unlink(missing_ok=True)
+
+
 def clean(run_id: str | None = None, include_live: bool = False, dry_run: bool = False) -> CleanReport:
-    """Remove what sessions of dead agentcompass processes left: host processes and containers.
+    """Remove what sessions of dead agentcompass processes left: processes, workspaces, containers.
 
     ``run_id`` limits it to one run's sessions; ``include_live`` also takes those
     whose owner still runs (and containers kept on purpose by retention).
+    Workspaces are looked for in the system temp directory, where host_process
+    makes them unless ``workspace_root`` says otherwise.
     """
     report = CleanReport()
     clean_processes(run_id, include_live, dry_run, report)
+    clean_workspaces(Path(tempfile.gettempdir()), run_id, include_live, dry_run, report)
     from .docker import clean_containers
 
     clean_containers(run_id, include_live, dry_run, report)

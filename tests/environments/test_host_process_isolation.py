@@ -97,7 +97,7 @@ from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 async def main():
     session = await HostProcessEnvironment().open(EnvironmentSpec(), NetworkPolicy(mode="none"), sys.argv[1])
     await session.exec("setsid sleep 300 >/dev/null 2>&1 &", shell=True)
-    print(session._isolated.holder.pid, session.session_id, flush=True)
+    print(session._isolated.holder.pid, session.session_id, session.workdir, flush=True)
     await asyncio.sleep(600)
 
 asyncio.run(main())
@@ -109,7 +109,7 @@ def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
     run_id = label.split("-")[0]
     owner = subprocess.Popen([sys.executable, "-c", OWNER, label], stdout=subprocess.PIPE, text=True)
     try:
-        holder, session_id = owner.stdout.readline().split()
+        holder, session_id, workspace = owner.stdout.readline().split()
         left = marked_processes(SESSION_VAR, session_id)
         assert int(holder) in left and len(left) >= 2
         owner.kill()
@@ -126,6 +126,7 @@ def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
         assert cleaned.returncode == 0, cleaned.stderr
         assert label in cleaned.stdout
         assert wait_gone(orphans) == []
+        assert not os.path.exists(workspace), "clean removes the workspace of a session that never closed"
     finally:
         owner.kill()
         owner.wait()

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,9 +88,13 @@ def processes_of(run_id: str) -> list[int]:
     ]
 
 
+def workspaces_of(run_id: str) -> list[str]:
+    return [str(p) for p in Path(tempfile.gettempdir()).glob(f"agentcompass-{run_id}-*")]
+
+
 def remains(run_id: str) -> list:
     deadline = time.monotonic() + 5
-    while (left := containers_of(run_id) + processes_of(run_id)) and time.monotonic() < deadline:
+    while (left := containers_of(run_id) + processes_of(run_id) + workspaces_of(run_id)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -122,6 +127,8 @@ def test_kill_9_of_snakemake_mid_run_then_clean_leaves_nothing(provider, tmp_pat
         assert snakemake.stdout.readline().strip() == "holding", "the run stage never reached its sandbox"
         before = containers_of(run_id) + processes_of(run_id)
         assert before, "the run stage's sandbox exists while it runs"
+        if provider == "host_process":
+            assert workspaces_of(run_id), "and its workspace"
         os.kill(snakemake.pid, signal.SIGKILL)
         snakemake.wait()
         cleaned = subprocess.run([sys.executable, "-m", "agentcompass.cli", "clean", "--run", run_id],

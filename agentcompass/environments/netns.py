@@ -235,8 +235,12 @@ class IsolatedNetwork:
                 "nsenter", f"--net=/proc/self/fd/{self.net_fd}", "--",
                 "setpriv", "--bounding-set", DROPPED_CAPABILITIES, "--", *argv,
             ]
-        # unprivileged: the user namespace that owns the network is the boundary
-        return ["nsenter", f"--user=/proc/self/fd/{self.user_fd}", f"--net=/proc/self/fd/{self.net_fd}", "--", *argv]
+        # Unprivileged: the user namespace that owns the network is the boundary. Our uid is its
+        # root already; keeping the credentials avoids setgroups, which that namespace denies.
+        return [
+            "nsenter", "--preserve-credentials", f"--user=/proc/self/fd/{self.user_fd}",
+            f"--net=/proc/self/fd/{self.net_fd}", "--", *argv,
+        ]
 
     def endpoint(self, port: int) -> str:
         if self.user_fd is not None:

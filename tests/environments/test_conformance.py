@@ -13,7 +13,6 @@ import asyncio
 import os
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 

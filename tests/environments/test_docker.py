@@ -189,12 +189,13 @@ def test_a_service_survives_network_switches_and_its_endpoint_is_looked_up_again
     assert not seen[0][1].startswith("127.") and seen[1][1].startswith("127.0.0.1:")
 
 
-def test_container_opened_under_none_never_had_a_network_for_commands(docker_provider):
+def test_container_opened_under_none_is_on_no_network_before_its_first_command(docker_provider):
     async def body(s):
-        return s.container.attrs["NetworkSettings"]["Networks"], await s.exec(["cat", "/proc/net/route"])
+        networks = s.container.attrs["NetworkSettings"]["Networks"]
+        return networks, await s.exec(["cat", "/proc/net/route"])
 
-    s_networks, routes = docker_provider.run(body, mode="none")
-    assert s_networks == {}
+    networks, routes = docker_provider.run(body, mode="none")
+    assert networks == {}
     assert routes.stdout.splitlines()[1:] == []
 
 

@@ -335,7 +335,7 @@ def test_single_request_layer_builds_one_request():
     layer = single_request_layer(
         "example_exact_match", "chat", "gpt-4o/mini",
         benchmark_params={"limit": 2},
-        model_fields={"base_url": "http://127.0.0.1:8000/v1"},
+        base_url="http://127.0.0.1:8000/v1",
         execution={"attempts": 2, "max_retries": None},
         output={"namespace": "ns", "run_id": None},
         reuse=False,

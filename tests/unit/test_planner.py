@@ -104,7 +104,10 @@ def test_plan_holds_benchmark_and_harness_subplans():
     assert isinstance(plan, ExecutionPlan)
     assert plan.task_id == "capital-france"
     assert plan.benchmark_id == "example_exact_match"
-    assert plan.benchmark_plan == ExampleExactMatchPlan(expected="Paris", case_sensitive=True, strip_whitespace=True)
+    assert plan.benchmark_plan == ExampleExactMatchPlan(
+        expected="Paris", case_sensitive=True, strip_whitespace=True, prompt=plan.benchmark_plan.prompt
+    )
+    assert "France" in plan.benchmark_plan.prompt
     assert plan.harness_plan == HarnessPlan(harness_id="oracle", params={})
     assert plan.applied_recipes == []
 

@@ -156,8 +156,9 @@ def test_large_binary_file_round_trips_byte_identically(provider, tmp_path):
     local.write_bytes(payload)
 
     async def body(s):
-        await s.upload(local, "/tmp/large.bin")
-        await s.download("/tmp/large.bin", tmp_path / "back.bin")
+        # an absolute path inside the session: host_process shares the host's file system
+        await s.upload(local, f"{s.workdir}/big/large.bin")
+        await s.download(f"{s.workdir}/big/large.bin", tmp_path / "back.bin")
 
     provider.run(body)
     assert (tmp_path / "back.bin").read_bytes() == payload

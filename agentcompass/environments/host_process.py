@@ -250,7 +250,12 @@ class HostProcessSession(EnvironmentSession):
             isolated, self._isolated = self._isolated, None
             await isolated.close()
 
-    async def close(self) -> None:
+    async def close(self, *, failed: bool = False) -> None:
+        """End every process of the session and remove the workspace unless ``keep_workspace``.
+
+        ``failed`` is accepted as docker's ``close`` accepts it; the workspace's
+        fate depends on ``keep_workspace`` alone.
+        """
         self._end_processes()
         await self._release_network()
         if not self.keep:

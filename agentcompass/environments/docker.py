@@ -40,6 +40,7 @@ from agentcompass.runtime import (
     ExecResult,
     NetworkPolicy,
 )
+from agentcompass.runtime.base import keeps
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 
 from . import netns
@@ -540,8 +541,8 @@ class DockerSession(EnvironmentSession):
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    async def close(self, *, failed: bool = False) -> None:
-        """Remove the container, unless ``keep`` is 'always', or 'on_failure' and ``failed``."""
+    async def close(self, *, failed: bool = False, retain: str | None = None) -> None:
+        """Remove the container, unless kept: ``retain`` (the request's retention) or else ``keep``."""
         if self._closed:
             return
         self._closed = True
@@ -551,7 +552,7 @@ class DockerSession(EnvironmentSession):
         if self._netns_fd is not None:
             os.close(self._netns_fd)
             self._netns_fd = None
-        keep = self.config.keep == "always" or (self.config.keep == "on_failure" and failed)
+        keep = keeps(retain, self.config.keep, failed)
         try:
             await _in_thread(self._finish, keep)
         finally:

@@ -28,6 +28,7 @@ from agentcompass.runtime import (
     ExecResult,
     NetworkPolicy,
 )
+from agentcompass.runtime.base import keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns
@@ -250,7 +251,7 @@ class HostProcessSession(EnvironmentSession):
             isolated, self._isolated = self._isolated, None
             await isolated.close()
 
-    async def close(self, *, failed: bool = False) -> None:
+    async def close(self, *, failed: bool = False, retain: str | None = None) -> None:
         """End every process of the session and remove the workspace unless ``keep_workspace``.
 
         ``failed`` is accepted as docker's ``close`` accepts it; the workspace's
@@ -258,7 +259,7 @@ class HostProcessSession(EnvironmentSession):
         """
         self._end_processes()
         await self._release_network()
-        if not self.keep:
+        if not keeps(retain, "always" if self.keep else "never", failed):
             shutil.rmtree(self.root, ignore_errors=True)
         forget_session(self.root)
 

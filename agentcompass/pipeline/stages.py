@@ -7,6 +7,7 @@ without Snakemake.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import os
@@ -25,6 +26,7 @@ from agentcompass.runtime.base import (
     EnvironmentSession,
     HarnessContext,
     HarnessFreeBenchmark,
+    InfrastructureError,
     error_result,
 )
 from agentcompass.runtime.models import (
@@ -49,10 +51,6 @@ WORKSPACE_DIR = "workspace"
 FINAL_WORKSPACE_DIR = "final_workspace"
 OUTPUTS_DIR = "outputs"
 TRAJECTORY = "trajectory.jsonl"
-
-
-class InfrastructureError(RuntimeError):
-    """A fault of the sandbox or the connection, not of the agent: retried up to max_retries."""
 
 
 # --- components ---------------------------------------------------------------
@@ -172,6 +170,7 @@ class LazySession(EnvironmentSession):
     def __init__(self, opener) -> None:
         self._opener = opener
         self._session: EnvironmentSession | None = None
+        self.failed = False
 
     @property
     def opened(self) -> bool:
@@ -223,16 +222,36 @@ class LazySession(EnvironmentSession):
             raise AttributeError(f"{name}: open the session first (await any session method)")
         return getattr(self._session, name)
 
-    async def close(self) -> None:
+    async def close(self, *, failed: bool = False, retain: str | None = None) -> None:
         if self._session is not None:
-            await self._session.close()
+            await self._session.close(failed=failed, retain=retain)
             self._session = None
 
 
-async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False) -> LazySession:
+@contextlib.asynccontextmanager
+async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False):
+    """The phase's session, closed at the end: kept when the request's retention says so.
+
+    A stage marks ``session.failed`` when its attempt failed without raising.
+    """
     spec = plan.evaluation_environment if evaluation and plan.evaluation_environment else plan.task_environment
     network = getattr(plan, f"{phase}_network")
-    return LazySession(lambda: environment_for(spec.id).open(spec, network, _label(req, plan, phase)))
+    session = LazySession(lambda: environment_for(spec.id).open(spec, network, _label(req, plan, phase)))
+    retain = None if plan.execution.retain_environments == "never" else plan.execution.retain_environments
+    try:
+        yield session
+    except BaseException:
+        session.failed = True
+        raise
+    finally:
+        await session.close(failed=session.failed, retain=retain)
+
+
+def is_infrastructure_fault(exc: BaseException) -> bool:
+    """A dead sandbox, an unreachable engine, a dropped connection: worth a runtime retry."""
+    if isinstance(exc, (InfrastructureError, ConnectionError)):
+        return True
+    return type(exc).__module__.startswith(("docker.errors", "requests.exceptions"))
 
 
 def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int, prepared_out) -> None:
@@ -245,14 +264,11 @@ def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int,
     benchmark = benchmark_for(req)
 
     async def go() -> PreparedTask:
-        session = await _open(req, plan, "baseline")
-        try:
+        async with _open(req, plan, "baseline") as session:
             prepared = await benchmark.prepare_task(task, session, req, plan.benchmark_plan)
             if prepared.input.workspace:
                 await session.download(prepared.input.workspace, saved)
             return prepared
-        finally:
-            await session.close()
 
     write_file("prepared", prepared_out, run_coroutine(go()))
 
@@ -281,8 +297,7 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
     restore = _restore_workspace(prepared, attempt_dir)
 
     async def once() -> RunResult:
-        session = await _open(req, plan, "run")
-        try:
+        async with _open(req, plan, "run") as session:
             await restore(session)
             if harness is None:
                 assert isinstance(benchmark, HarnessFreeBenchmark)
@@ -301,9 +316,8 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
             if plan.evaluation_environment_mode == "task" and prepared.input.workspace:
                 if await session.exists(prepared.input.workspace):
                     await session.download(prepared.input.workspace, final_workspace)
+            session.failed = result.status.is_error
             return result
-        finally:
-            await session.close()
 
     started = time.monotonic()
     retries = 0
@@ -314,16 +328,16 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         try:
             result = run_coroutine(once())
             break
-        except InfrastructureError as exc:
-            if retries < plan.execution.max_retries:
-                retries += 1
-                continue
-            result = error_result(plan.task_id, plan.attempt, "run", exc)
-            break
         except asyncio.TimeoutError:
             result = error_result(plan.task_id, plan.attempt, "run", f"timed out after {plan.execution.task_timeout} s")
             break
-        except Exception as exc:  # the agent's failure is a status, never a lost file
+        except Exception as exc:
+            if not is_infrastructure_fault(exc):
+                result = error_result(plan.task_id, plan.attempt, "run", exc)  # the agent's failure is a status
+                break
+            if retries < plan.execution.max_retries:
+                retries += 1
+                continue
             result = error_result(plan.task_id, plan.attempt, "run", exc)
             break
     result = dataclasses.replace(
@@ -365,8 +379,7 @@ def evaluate(
         return
 
     async def go() -> RunResult:
-        session = await _open(req, plan, "evaluation", evaluation=True)
-        try:
+        async with _open(req, plan, "evaluation", evaluation=True) as session:
             # task mode: the workspace as the agent left it; fresh mode: only its declared outputs
             final = attempt_dir / FINAL_WORKSPACE_DIR
             if plan.evaluation_environment_mode == "task" and prepared.input.workspace and final.exists():
@@ -375,9 +388,9 @@ def evaluate(
             for name in prepared.output.files:
                 if (outputs / name).exists():
                     await session.upload(outputs / name, name)
-            return await benchmark.evaluate(task, prepared, output, session, req, plan.benchmark_plan)
-        finally:
-            await session.close()
+            result = await benchmark.evaluate(task, prepared, output, session, req, plan.benchmark_plan)
+            session.failed = result.status.is_error
+            return result
 
     started = time.monotonic()
     try:

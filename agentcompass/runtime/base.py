@@ -253,13 +253,26 @@ class EnvironmentSession(abc.ABC):
         """The working directory commands start in."""
 
     @abc.abstractmethod
-    async def close(self) -> None: ...
+    async def close(self, *, failed: bool = False, retain: str | None = None) -> None:
+        """End the session. ``retain`` ('never', 'on_failure', 'always'; None = the
+        provider's own setting) says whether to keep the sandbox for debugging,
+        given whether the attempt ``failed``."""
 
     async def __aenter__(self) -> "EnvironmentSession":
         return self
 
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type, *exc) -> None:
+        await self.close(failed=exc_type is not None)
+
+
+class InfrastructureError(RuntimeError):
+    """A fault of the sandbox or the connection, not of the agent: retried up to max_retries."""
+
+
+def keeps(retain: str | None, default: str, failed: bool) -> bool:
+    """Whether a sandbox is kept at close: ``retain`` if given, else the provider's ``default``."""
+    policy = retain or default
+    return policy == "always" or (policy == "on_failure" and failed)
 
 
 class BaseEnvironment(_Component, abc.ABC):

@@ -273,16 +273,6 @@ def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int,
     write_file("prepared", prepared_out, run_coroutine(go()))
 
 
-def _restore_workspace(prepared: PreparedTask, attempt_dir: Path):
-    saved = attempt_dir / WORKSPACE_DIR
-
-    async def restore(session) -> None:
-        if prepared.input.workspace and saved.exists():
-            await session.upload(saved, prepared.input.workspace)
-
-    return restore
-
-
 def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, attempt: int, out) -> None:
     """Run the harness (or harness-free Benchmark) with runtime retries; write output.json."""
     plan = plan_for(req, plans_path, segment, attempt)
@@ -294,11 +284,12 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
     final_workspace = attempt_dir / FINAL_WORKSPACE_DIR
     benchmark = benchmark_for(req)
     harness = harness_for(req)
-    restore = _restore_workspace(prepared, attempt_dir)
+    saved_workspace = attempt_dir / WORKSPACE_DIR
 
     async def once() -> RunResult:
         async with _open(req, plan, "run") as session:
-            await restore(session)
+            if prepared.input.workspace and saved_workspace.exists():
+                await session.upload(saved_workspace, prepared.input.workspace)
             if harness is None:
                 assert isinstance(benchmark, HarnessFreeBenchmark)
                 coro = benchmark.run_task(prepared, session, req, plan)

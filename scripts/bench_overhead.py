@@ -127,8 +127,9 @@ def agentcompass_env() -> dict:
 
 def snakemake_cmd(n: int, cores: int, *extra: str) -> list[str]:
     request = {"bench": {"benchmark": {"id": "synthetic", "params": {"num_tasks": n}}, "harness": "oracle", "model": {"id": "none"}}}
+    # targets and flags before --config, which takes every value after it
     return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--cores", str(cores),
-            "--quiet", "--config", f"requests={json.dumps(request)}", *extra]
+            "--quiet", *extra, "--config", f"requests={json.dumps(request)}"]
 
 
 def bench_agentcompass(n: int, cores: int, work: Path) -> dict:
@@ -168,11 +169,16 @@ def main() -> None:
     parser.add_argument("--dry-run-n", type=int, default=0, help="also time a dry run over this many attempts")
     parser.add_argument("--inspect-venv", type=Path, default=ROOT / ".bench" / "inspect-venv")
     parser.add_argument("--skip-inspect", action="store_true")
+    parser.add_argument("--dry-run-only", action="store_true", help="only time the dry run of --dry-run-n attempts")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directories")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="agentcompass-bench-"))
     try:
+        if args.dry_run_only:
+            dry = bench_dry_run(args.dry_run_n, args.cores, scratch / "dry-run")
+            print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")
+            return
         inspect = None if args.skip_inspect else ensure_inspect(args.inspect_venv)
         print(f"n={args.n}  snakemake --cores {args.cores}  inspect --max-connections {args.connections}")
         ours = bench_agentcompass(args.n, args.cores, scratch / "agentcompass")

@@ -76,19 +76,28 @@ def synthetic(n: int = 100):
 '''
 
 
+GNU_TIME = Path("/usr/bin/time")
+
+
 def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
-    """Wall and CPU seconds (of the command and its children) and its peak RSS."""
+    """Wall and CPU seconds (of the command and its children) and its own peak RSS."""
+    peak_file = Path(tempfile.mkstemp(prefix="bench-peak-")[1])
+    if GNU_TIME.exists():  # the command's own peak; getrusage only knows the max over all children
+        cmd = [str(GNU_TIME), "-q", "-f", "%M", "-o", str(peak_file), *cmd]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_text = peak_file.read_text().strip().splitlines()
+    peak_file.unlink(missing_ok=True)
+    peak_kb = int(peak_text[-1]) if peak_text and peak_text[-1].isdigit() else after.ru_maxrss
     if done.returncode != 0:
         sys.exit(f"command failed ({done.returncode}): {' '.join(cmd)}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return {
         "wall": wall,
         "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-        "peak_rss_mb": after.ru_maxrss / 1024,  # max over all children so far
+        "peak_rss_mb": peak_kb / 1024,
         "stdout": done.stdout,
         "stderr": done.stderr,
     }
@@ -196,7 +205,7 @@ def main() -> None:
                   f"no-op rerun {ours['noop']['wall'] / rows[1][1]['noop']['wall']:.2f}")
         if args.dry_run_n:
             dry = bench_dry_run(args.dry_run_n, args.cores, scratch / "dry-run")
-            print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB (max over this script's children)")
+            print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")
     finally:
         if args.keep:
             print(f"kept {scratch}")

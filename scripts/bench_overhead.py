@@ -136,9 +136,9 @@ def agentcompass_env() -> dict:
 
 def snakemake_cmd(n: int, cores: int, *extra: str) -> list[str]:
     request = {"bench": {"benchmark": {"id": "synthetic", "params": {"num_tasks": n}}, "harness": "oracle", "model": {"id": "none"}}}
-    # targets and flags before --config, which takes every value after it
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--cores", str(cores),
-            "--quiet", *extra, "--config", f"requests={json.dumps(request)}"]
+    # targets and flags first: --quiet and --config take every value after them
+    return [sys.executable, "-m", "snakemake", *extra, "--snakefile", str(ROOT / "Snakefile"), "--cores", str(cores),
+            "--quiet", "--config", f"requests={json.dumps(request)}"]
 
 
 def bench_agentcompass(n: int, cores: int, work: Path) -> dict:

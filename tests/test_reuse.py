@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
 
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
-from conftest import agentcompass, clean_env, jobs_run, snakemake
+from conftest import agentcompass, jobs_run, snakemake
 
 ANSWERS = {"France": "Paris", "Japan": "Tokyo", "planet": "Jupiter", "water": "H2O", "Hamlet": "Marlowe"}
 N = 5
@@ -20,7 +19,6 @@ class Model:
 
     def __init__(self) -> None:
         self.fail_on: set[str] = set()
-        self.lock = threading.Lock()
 
     def __call__(self, body) -> tuple[int, dict]:
         question = body["messages"][-1]["content"]

@@ -6,12 +6,13 @@ import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import fastjsonschema
 
 from agentcompass import PROJECT_ROOT
-from agentcompass.jsonio import canonical_json, write_json
+from agentcompass.jsonio import canonical_json, write_text_atomic
+from agentcompass.secrets import scrub
 from agentcompass.runtime.models import (
     BenchmarkPlan,
     Contract,
@@ -141,8 +142,12 @@ def validate_payload(kind: str, payload: Any) -> None:
         raise FileSchemaError(f"{kind}.json would break schemas/{kind}.schema.json: {exc.message}") from None
 
 
-def write_file(kind: str, path: str | Path, value: Contract | dict) -> Path:
-    """Validate a contract against its file schema, then write it canonically and atomically."""
+def write_file(kind: str, path: str | Path, value: Contract | dict, secrets: Iterable[str | None] = ()) -> Path:
+    """Validate a contract against its file schema, then write it canonically and atomically.
+
+    ``secrets`` are ``${VAR}`` references whose values must not reach the file
+    (a harness may echo a key into an error message): each is written as its reference.
+    """
     payload = value.to_dict() if isinstance(value, Contract) else value
     validate_payload(kind, payload)
-    return write_json(path, payload)
+    return write_text_atomic(path, scrub(canonical_json(payload), list(secrets)))

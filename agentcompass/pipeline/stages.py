@@ -18,7 +18,7 @@ from pathlib import Path
 
 import agentcompass
 from agentcompass.aio import run_coroutine
-from agentcompass.jsonio import canonical_json, read_json, write_text_atomic
+from agentcompass.jsonio import read_json
 from agentcompass.paths import task_segment
 from agentcompass.runtime.base import (
     BaseBenchmark,
@@ -44,7 +44,7 @@ from agentcompass.runtime.recipes import build_run_recipe_registry
 from agentcompass.runtime.registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES
 from agentcompass.secrets import scrub
 
-from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, validate_payload, write_file
+from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, write_file
 
 WORKSPACE_DIR = "workspace"
 # the agent's workspace as the run left it, kept for evaluation in the task environment
@@ -338,15 +338,9 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         retries_used=retries,
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
     )
-    _write_scrubbed(req, "output", out, result)
+    write_file("output", out, result, secrets=[req.model.api_key])
     if trajectory.exists():
         trajectory.write_text(scrub(trajectory.read_text(), [req.model.api_key]))
-
-
-def _write_scrubbed(req: RunRequest, kind: str, out, result: RunResult) -> None:
-    payload = result.to_dict()
-    validate_payload(kind, payload)
-    write_text_atomic(out, scrub(canonical_json(payload), [req.model.api_key]))
 
 
 def evaluate(
@@ -394,7 +388,7 @@ def evaluate(
     result = dataclasses.replace(
         result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)}
     )
-    _write_scrubbed(req, "result", out, result)
+    write_file("result", out, result, secrets=[req.model.api_key])
 
 
 # --- per request ------------------------------------------------------------------

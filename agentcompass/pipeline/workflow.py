@@ -300,9 +300,6 @@ class EvaluationWorkflow:
 @contextlib.contextmanager
 def stage_log(log, stage: str, w, req: RunRequest):
     """Record a stage's start, end and any traceback in its rule's log file."""
-    if not log:
-        yield
-        return
     path = Path(log[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -23,7 +23,7 @@ from .loader import (
 )
 
 __all__ = [
-    "ComponentConfig", "ConfigError", "RuntimeBenchmarkConfig", "ConfigLayer", "RunConfig", "build_component_config",
+    "ComponentConfig", "ConfigError", "ParameterError", "RuntimeBenchmarkConfig", "ConfigLayer", "RunConfig", "build_component_config",
     "config_field", "deep_merge", "describe_config", "env_ref", "find_project_config",
     "load_run_config", "parse_bool", "parse_int", "plan_field", "user_config_path",
 ]

@@ -21,7 +21,7 @@ from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
 
 # Which file each rule writes, to say "output.json would rerun" rather than "rule run".
 RULE_FILES = {
-    "request": "request.json", "tasks": "tasks.json", "plans": "plans.json", "run_info": "run_info.json",
+    "request": "request.json", "tasks": "tasks.json", "plans": "plans.json and run_info.json",
     "prepare": "prepared.json", "run": "output.json", "evaluate": "result.json", "metrics": "metrics.json",
 }
 
@@ -80,12 +80,22 @@ def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
     return targets
 
 
-def _changed_keys(before: str, now: str) -> str:
-    try:
-        old, new = json.loads(before), json.loads(now)
-    except (json.JSONDecodeError, TypeError):
-        return "params changed"
-    if not (isinstance(old, dict) and isinstance(new, dict)):
+def _merged(params: list[str]) -> dict | None:
+    merged: dict = {}
+    for text in params:
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, TypeError):
+            return None
+        if not isinstance(value, dict):
+            return None
+        merged.update(value)
+    return merged
+
+
+def _changed_keys(before: list[str], now: list[str]) -> str:
+    old, new = _merged(before), _merged(now)
+    if old is None or new is None:
         return "params changed"
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     return f"params changed: {', '.join(keys)}"
@@ -101,12 +111,11 @@ class _Metadata:
     def _key(self, path: Path) -> str:
         return base64.b64encode(str(path.relative_to(self.workdir)).encode()).decode()
 
-    def params(self, path: Path) -> str | None:
+    def params(self, path: Path) -> list[str] | None:
         record = self.root / "metadata" / self._key(path)
         if not record.exists():
             return None
-        params = json.loads(record.read_text()).get("params") or []
-        return ast.literal_eval(params[0]) if params else ""
+        return sorted(ast.literal_eval(p) for p in json.loads(record.read_text()).get("params") or [])
 
     def incomplete(self, path: Path) -> bool:
         return (self.root / "incomplete" / self._key(path)).exists()
@@ -147,7 +156,8 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
             statuses.append(state)
             w = SimpleNamespace(ns=req.namespace, run_id=req.run_id)
 
-            def judge(rule: str, out: Path, now: str, upstream: bool = False) -> bool:
+            def judge(rule: str, out: Path, now: str | tuple[str, ...], upstream: bool = False) -> bool:
+                now = sorted([now] if isinstance(now, str) else now)
                 if not out.exists():
                     reason = "missing"
                 elif meta.incomplete(out):
@@ -169,11 +179,14 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
                 tasks_file = Path(scratch) / f"{index}-tasks.json"
                 stages.write_tasks(req, tasks_file)
             plans_file = path / "plans.json"
-            if judge("plans", plans_file, wf.plans_param(w), upstream=tasks_file != path / "tasks.json"):
+            plans_params = (wf.plans_param(w), wf.run_info_param(w))
+            tasks_rebuilt = tasks_file != path / "tasks.json"
+            if judge("plans", plans_file, plans_params, upstream=tasks_rebuilt):
                 plans_file = Path(scratch) / f"{index}-plans.json"
                 stages.write_plans(req, tasks_file, plans_file)
+            else:
+                judge("plans", path / "run_info.json", plans_params, upstream=tasks_rebuilt)
             tasks_files[key], plans_files[key] = tasks_file, plans_file
-            judge("run_info", path / "run_info.json", wf.run_info_param(w), upstream=plans_file != path / "plans.json")
             any_result = False
             for task in stages.read_tasks(tasks_file):
                 for attempt in range(1, req.execution.attempts + 1):

@@ -12,4 +12,4 @@ wildcard_constraints:
 RUN = f"{RESULTS}/{{ns}}/{{run_id}}"
 ATTEMPT = f"{RUN}/attempts/{{task}}/{{attempt}}"
 
-EVAL.bind(checkpoints)
+EVAL.bind(checkpoints, workflow)

@@ -1,15 +1,13 @@
 rule evaluate:
     """result.json of one attempt (the scored RunResult) and the plan.json it used."""
     input:
-        tasks=ancient(f"{RUN}/tasks.json"),
-        plans=ancient(f"{RUN}/plans.json"),
         prepared=f"{ATTEMPT}/prepared.json",
         output=f"{ATTEMPT}/output.json",
     output:
         result=f"{ATTEMPT}/result.json",
         plan=f"{ATTEMPT}/plan.json",
     log:
-        f"{ATTEMPT}/logs/evaluate.log",
+        f"{ATTEMPT}/evaluate.log",
     params:
         depends=EVAL.evaluate_param,
     run:

@@ -1,28 +1,16 @@
 checkpoint plans:
-    """plans.json: every attempt's ExecutionPlan, in bulk (planning is cheap)."""
+    """plans.json: every attempt's ExecutionPlan, in bulk (planning is cheap), and
+    run_info.json: provenance and the resolved_execution_plans audit view."""
     input:
         tasks=f"{RUN}/tasks.json",
     output:
-        f"{RUN}/plans.json",
+        plans=f"{RUN}/plans.json",
+        run_info=f"{RUN}/run_info.json",
     log:
         f"{RUN}/logs/plans.log",
     params:
         plan=EVAL.plans_param,
-    localrule: True
-    run:
-        EVAL.write_plans(wildcards, input, output, log)
-
-
-rule run_info:
-    """run_info.json: provenance and the resolved_execution_plans audit view."""
-    input:
-        plans=f"{RUN}/plans.json",
-    output:
-        f"{RUN}/run_info.json",
-    log:
-        f"{RUN}/logs/run_info.log",
-    params:
         record=EVAL.run_info_param,
     localrule: True
     run:
-        EVAL.write_run_info(wildcards, input, output, log)
+        EVAL.write_plans(wildcards, input, output, log)

@@ -1,17 +1,16 @@
-# Per-attempt rules read the bulk files as ancient(): rewriting tasks.json or
-# plans.json reruns an attempt only when its own task or plan slice changed,
-# which the params (fingerprints of exactly what the stage reads) tell Snakemake.
+# Per-attempt rules read their own slice of tasks.json and plans.json, and depend on
+# it through params (fingerprints of exactly what the stage reads), not through the
+# files: rewriting plans.json reruns only the attempts whose slice changed. Attempt
+# jobs exist only once both files are written (EVAL.attempt_paths), so they always
+# run after them.
 
 
 rule prepare:
     """prepared.json of one attempt: the harness-facing input."""
-    input:
-        tasks=ancient(f"{RUN}/tasks.json"),
-        plans=ancient(f"{RUN}/plans.json"),
     output:
         f"{ATTEMPT}/prepared.json",
     log:
-        f"{ATTEMPT}/logs/prepare.log",
+        f"{ATTEMPT}/prepare.log",
     params:
         depends=EVAL.prepare_param,
     run:

@@ -89,8 +89,8 @@ def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, mod
     run(workdir, write_config(workdir, model, case_sensitive=False))
     model.requests.clear()
     ran = run(workdir, write_config(workdir, model, case_sensitive=True))
-    # the plan holds the scoring setting, so the bulk plan and its audit view are rewritten too
-    assert ran == {"evaluate": N, "metrics": 1, "plans": 1, "run_info": 1, "request": 1}
+    # the plan holds the scoring setting, so the bulk plans (and run_info.json with them) are rewritten too
+    assert ran == {"evaluate": N, "metrics": 1, "plans": 1, "request": 1}
     assert model.requests == []
     plan = json.loads((workdir / "results/default/chat-run/attempts/capital-france/1/plan.json").read_text())
     assert plan["benchmark_plan"]["case_sensitive"] is True
@@ -106,7 +106,7 @@ def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(wor
     assert "tasks.json" not in status.stdout
     model.requests.clear()
     ran = run(workdir, config)
-    assert ran == {"prepare": N, "run": N, "evaluate": N, "metrics": 1, "plans": 1, "run_info": 1, "request": 1}
+    assert ran == {"prepare": N, "run": N, "evaluate": N, "metrics": 1, "plans": 1, "request": 1}
     assert len(model.requests) == N
     assert all(r.body["messages"][-1]["content"].startswith("Answer in lower case.") for r in model.requests)
     after = agentcompass(workdir, "status", "--config", str(config))
@@ -231,3 +231,29 @@ def test_a_stage_version_bump_changes_that_stage_params_only():
         assert (wf.tasks_param(w), wf.metrics_param(w)) == before
     finally:
         OracleHarness.version = original
+
+
+CHECKPOINT_UPDATE = "Updating checkpoint dependencies"
+
+
+def test_a_current_task_list_is_read_at_parse_time(workdir: Path, model):
+    """Decision 4: once tasks.json and plans.json are current, the DAG is static.
+
+    Snakemake then re-evaluates no checkpoint (the larger part of a no-op rerun);
+    a change or a flag that rebuilds them goes through the checkpoints again.
+    """
+    config = write_config(workdir, model)
+    first = snakemake(workdir, "--configfile", str(config))
+    assert first.returncode == 0 and CHECKPOINT_UPDATE in first.stderr
+    again = snakemake(workdir, "--configfile", str(config))
+    assert again.returncode == 0 and jobs_run(again.stderr) == {}
+    assert CHECKPOINT_UPDATE not in again.stderr
+
+    forced = snakemake(workdir, "--configfile", str(config), "--forcerun", "plans")
+    assert CHECKPOINT_UPDATE in forced.stderr and jobs_run(forced.stderr)["plans"] == 1
+
+    changed = snakemake(workdir, "--configfile", str(write_config(workdir, model, prompt="Q: {question}")))
+    assert changed.returncode == 0 and CHECKPOINT_UPDATE in changed.stderr
+    assert jobs_run(changed.stderr)["prepare"] == N
+    settled = snakemake(workdir, "--configfile", str(write_config(workdir, model, prompt="Q: {question}")))
+    assert jobs_run(settled.stderr) == {} and CHECKPOINT_UPDATE not in settled.stderr

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from agentcompass.runtime import ANALYZERS, BaseAnalyzer, RunRequest, RunResult
 
 
@@ -28,6 +26,8 @@ class ResultsTableAnalyzer(BaseAnalyzer):
             }
             for r in results
         ]
+        import pandas as pd  # imported when a report is written: it costs a second at every parse
+
         frame = pd.DataFrame(rows, columns=["task_id", "attempt", "status", "correct", "score", "error"])
         frame = frame.sort_values(["task_id", "attempt"], kind="stable")
         table = out_dir / "results.csv"

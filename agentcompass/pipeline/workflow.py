@@ -13,9 +13,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
+from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 
 import agentcompass
 from agentcompass.runtime.config import ConfigError, load_run_config
@@ -26,6 +28,7 @@ from agentcompass.paths import run_dir, task_segment
 from agentcompass.secrets import scrub
 
 from . import reuse, stages
+from .bulk import BulkOutput, settled
 
 # Bump a stage's version when its behaviour changes: Snakemake then reruns it.
 STAGE_VERSIONS = {"tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "1"}
@@ -66,7 +69,9 @@ class EvaluationWorkflow:
         }
         self._nonce = f"{time.time_ns()}"
         self._param_tables: dict[tuple, dict] = {}
+        self._settled: dict[tuple[str, str], bool] = {}
         self.checkpoints = None
+        self.snakemake = None
 
     # -- loading ---------------------------------------------------------------
 
@@ -86,8 +91,10 @@ class EvaluationWorkflow:
             # Raising inside the Snakefile stops Snakemake before any job or file exists.
             raise SystemExit(1) from None
 
-    def bind(self, checkpoints) -> None:
+    def bind(self, checkpoints, workflow=None) -> None:
+        """Snakemake's checkpoints, and its workflow to read its records (Decision 4)."""
         self.checkpoints = checkpoints
+        self.snakemake = workflow
 
     def start_progress(self) -> None:
         from agentcompass import progress
@@ -107,11 +114,42 @@ class EvaluationWorkflow:
     def run_path(self, req: RunRequest) -> Path:
         return run_dir(self.results_dir, req.namespace, req.run_id)
 
-    def attempt_paths(self, req: RunRequest, w=None) -> list[tuple[str, int]]:
-        """(task segment, attempt) of every attempt, once tasks.json exists (a checkpoint)."""
+    def _w(self, req: RunRequest) -> SimpleNamespace:
+        return SimpleNamespace(ns=req.namespace, run_id=req.run_id)
+
+    def bulk_outputs(self, req: RunRequest) -> list[BulkOutput]:
+        """tasks.json, plans.json and run_info.json with what their rules record for them now."""
+        base, w = self.run_path(req), self._w(req)
+        plans_params = (self.plans_param(w), self.run_info_param(w))
+        return [
+            BulkOutput(base / "tasks.json", "tasks", (self.tasks_param(w),)),
+            BulkOutput(base / "plans.json", "plans", plans_params, (base / "tasks.json",)),
+            BulkOutput(base / "run_info.json", "plans", plans_params, (base / "tasks.json",)),
+        ]
+
+    def is_settled(self, req: RunRequest) -> bool:
+        """Whether this request's task list and plans are read at parse time (Decision 4)."""
+        key = (req.namespace, req.run_id)
+        if key not in self._settled:
+            self._settled[key] = settled(self.snakemake, self.bulk_outputs(req))
+        return self._settled[key]
+
+    def bulk_files(self, req: RunRequest) -> tuple[str, str]:
+        """Paths of tasks.json and plans.json once they are current.
+
+        Until then they come from the checkpoints, which raise (and so make
+        Snakemake wait for them) while they still have to be written.
+        """
+        if self.is_settled(req):
+            base = self.run_path(req)
+            return str(base / "tasks.json"), str(base / "plans.json")
         tasks_file = self.checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0]
-        # Per-attempt params read plans.json: the attempts appear only once it is settled too.
-        self.checkpoints.plans.get(ns=req.namespace, run_id=req.run_id)
+        plans_file = self.checkpoints.plans.get(ns=req.namespace, run_id=req.run_id).output[0]
+        return tasks_file, plans_file
+
+    def attempt_paths(self, req: RunRequest) -> list[tuple[str, int]]:
+        """(task segment, attempt) of every attempt, once tasks.json and plans.json are settled."""
+        tasks_file, _ = self.bulk_files(req)
         return [
             (task_segment(t.task_id), attempt)
             for t in stages.read_tasks(tasks_file)
@@ -120,7 +158,10 @@ class EvaluationWorkflow:
 
     def request_targets(self, req: RunRequest) -> list[str]:
         base = self.run_path(req)
-        targets = [str(base / name) for name in ("request.json", "tasks.json", "plans.json", "run_info.json", "metrics.json")]
+        # Settled bulk files are left out: naming a checkpoint's output would make
+        # Snakemake re-evaluate everything depending on it, for files it will not rebuild.
+        bulk = () if self.is_settled(req) else ("tasks.json", "plans.json", "run_info.json")
+        targets = [str(base / name) for name in ("request.json", *bulk, "metrics.json")]
         for segment, attempt in self.attempt_paths(req):
             a = base / "attempts" / segment / str(attempt)
             targets.extend(str(a / name) for name in ("plan.json", "prepared.json", "output.json", "result.json"))
@@ -157,8 +198,14 @@ class EvaluationWorkflow:
         per job, and at 10,000 attempts one pass is much cheaper than 30,000.
         """
         req = self.request(w)
-        tasks_file = self.checkpoints.tasks.get(ns=w.ns, run_id=w.run_id).output[0]
-        plans_file = self.checkpoints.plans.get(ns=w.ns, run_id=w.run_id).output[0]
+        try:
+            tasks_file, plans_file = self.bulk_files(req)
+        except IncompleteCheckpointException:
+            raise WorkflowError(
+                f"request {req.metadata.request_name!r}: its tasks.json or plans.json must be "
+                f"(re)built before its attempt files. Fix: run the whole request (the default "
+                f"target, or {self.run_path(req) / 'metrics.json'}) rather than single attempt files."
+            ) from None
         key = (w.ns, w.run_id, stages.file_stamp(tasks_file), stages.file_stamp(plans_file))
         table = self._param_tables.get(key)
         if table is None:
@@ -270,25 +317,33 @@ class EvaluationWorkflow:
             stages.write_tasks(self.request(w), output[0])
 
     def write_plans(self, w, input, output, log) -> None:
+        """plans.json and, from it, run_info.json: one job, so run_info.json never lags its plans."""
         with stage_log(log, "plans", w, self.request(w)):
-            stages.write_plans(self.request(w), input.tasks, output[0])
+            stages.write_plans(self.request(w), input.tasks, output.plans)
+            stages.run_info(self.request(w), output.plans, output.run_info)
 
-    def write_run_info(self, w, input, output, log) -> None:
-        with stage_log(log, "run_info", w, self.request(w)):
-            stages.run_info(self.request(w), input.plans, output[0])
+    def _stage_inputs(self, w) -> tuple[RunRequest, str, str]:
+        # A job runs after its request's tasks.json and plans.json are written (the DAG
+        # orders it so), and reads its own slice of them.
+        req = self.request(w)
+        base = self.run_path(req)
+        return req, str(base / "tasks.json"), str(base / "plans.json")
 
     def prepare(self, w, input, output, log) -> None:
-        with stage_log(log, "prepare", w, self.request(w)):
-            stages.prepare(self.request(w), input.tasks, input.plans, w.task, int(w.attempt), output[0])
+        req, tasks, plans = self._stage_inputs(w)
+        with stage_log(log, "prepare", w, req):
+            stages.prepare(req, tasks, plans, w.task, int(w.attempt), output[0])
 
     def run(self, w, input, output, log) -> None:
-        with stage_log(log, "run", w, self.request(w)):
-            stages.run(self.request(w), input.tasks, input.plans, input.prepared, w.task, int(w.attempt), output[0])
+        req, tasks, plans = self._stage_inputs(w)
+        with stage_log(log, "run", w, req):
+            stages.run(req, tasks, plans, input.prepared, w.task, int(w.attempt), output[0])
 
     def evaluate(self, w, input, output, log) -> None:
-        with stage_log(log, "evaluate", w, self.request(w)):
+        req, tasks, plans = self._stage_inputs(w)
+        with stage_log(log, "evaluate", w, req):
             stages.evaluate(
-                self.request(w), input.tasks, input.plans, input.prepared, input.output,
+                req, tasks, plans, input.prepared, input.output,
                 w.task, int(w.attempt), output.result, output.plan,
             )
 
@@ -299,16 +354,16 @@ class EvaluationWorkflow:
 
 @contextlib.contextmanager
 def stage_log(log, stage: str, w, req: RunRequest):
-    """Record a stage's start, end and any traceback in its rule's log file."""
-    path = Path(log[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
-    with path.open("w") as handle:
-        handle.write(f"{stage} {where}: started\n")
-        try:
-            yield
-        except BaseException:
-            handle.write(scrub(traceback.format_exc(), [req.model.api_key]))
-            raise
-        handle.write(f"{stage}: done in {time.monotonic() - started:.3f} s\n")
+    """Write a failing stage's traceback, scrubbed of the key, to its rule's log file.
+
+    A stage that succeeds writes no log: its timings are in the files it writes,
+    and Snakemake removes the log of an earlier failure before it reruns the job.
+    """
+    try:
+        yield
+    except BaseException:
+        path = Path(log[0])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
+        path.write_text(f"{stage} {where}: failed\n" + scrub(traceback.format_exc(), [req.model.api_key]))
+        raise

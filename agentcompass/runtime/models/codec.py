@@ -122,15 +122,18 @@ def coerce_floats(value: Any, tp: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def _field_checks(cls: type) -> tuple[tuple[str, Any, Callable[[Any], bool]], ...]:
+    return tuple((f.name, tp, _checker(tp)) for f, tp in contract_fields(cls))
+
+
 def check_fields(obj: Any) -> None:
     """Raise ``ContractError`` naming the first field whose value has the wrong type."""
     cls = type(obj)
-    for f, tp in contract_fields(cls):
-        value = getattr(obj, f.name)
-        if not _matches(value, tp):
-            raise ContractError(
-                f"{cls.__name__}.{f.name} must be {_type_name(tp)}, got {value!r}"
-            )
+    for name, tp, check in _field_checks(cls):
+        value = getattr(obj, name)
+        if not check(value):
+            raise ContractError(f"{cls.__name__}.{name} must be {_type_name(tp)}, got {value!r}")
 
 
 def to_json_value(value: Any) -> Any:
@@ -150,52 +153,94 @@ def to_json_value(value: Any) -> Any:
 
 def from_json_value(tp: Any, data: Any, where: str = "") -> Any:
     """Build a value of type ``tp`` from JSON values, or raise ``ContractError`` naming ``where``."""
-    label = where or getattr(tp, "__name__", "value")
+    return _decoder(tp)(data, where or getattr(tp, "__name__", "value"))
+
+
+def _identity(data: Any, label: str) -> Any:
+    return data
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder(tp: Any) -> Callable[[Any, str], Any]:
+    """A JSON-to-value function for the type hint ``tp``, built once per hint.
+
+    Reading plans.json decodes every attempt's plan at each parse; walking the
+    type hints afresh for every value made that the larger part of a no-op rerun.
+    """
     if tp is Any:
-        return data
+        return _identity
     if _is_union(tp):
-        args = get_args(tp)
-        if data is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return from_json_value(arg, data, where)
-            except (ContractError, TypeError) as exc:
-                errors.append(str(exc))
-        raise ContractError(f"{label}: {data!r} is not {_type_name(tp)}")
+        options = tuple(_decoder(a) for a in get_args(tp) if a is not type(None))
+        nullable = type(None) in get_args(tp)
+
+        def union(data, label):
+            if data is None and nullable:
+                return None
+            for option in options:
+                try:
+                    return option(data, label)
+                except (ContractError, TypeError):
+                    continue
+            raise ContractError(f"{label}: {data!r} is not {_type_name(tp)}")
+
+        return union
     origin = get_origin(tp)
     if origin in (list, tuple):
-        if not isinstance(data, list):
-            raise ContractError(f"{label} must be a list, got {data!r}")
         args = get_args(tp)
-        inner = args[0] if args else Any
-        return [from_json_value(inner, v, f"{label}[{i}]") for i, v in enumerate(data)]
+        inner = _decoder(args[0]) if args else _identity
+
+        def sequence(data, label):
+            if not isinstance(data, list):
+                raise ContractError(f"{label} must be a list, got {data!r}")
+            return [inner(v, f"{label}[{i}]") for i, v in enumerate(data)]
+
+        return sequence
     if origin is dict:
-        if not isinstance(data, dict):
-            raise ContractError(f"{label} must be a mapping, got {data!r}")
         args = get_args(tp)
-        val_t = args[1] if args else Any
-        return {k: from_json_value(val_t, v, f"{label}.{k}") for k, v in data.items()}
+        inner = _decoder(args[1]) if args else _identity
+
+        def mapping(data, label):
+            if not isinstance(data, dict):
+                raise ContractError(f"{label} must be a mapping, got {data!r}")
+            return {k: inner(v, f"{label}.{k}") for k, v in data.items()}
+
+        return mapping
     if origin is typing.Literal:
-        if data not in get_args(tp):
-            raise ContractError(f"{label} must be one of {list(get_args(tp))}, got {data!r}")
-        return data
+        allowed = get_args(tp)
+
+        def literal(data, label):
+            if data not in allowed:
+                raise ContractError(f"{label} must be one of {list(allowed)}, got {data!r}")
+            return data
+
+        return literal
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(data)
-        except ValueError:
-            allowed = [m.value for m in tp]
-            raise ContractError(f"{label} must be one of {allowed}, got {data!r}") from None
+
+        def member(data, label):
+            try:
+                return tp(data)
+            except ValueError:
+                allowed = [m.value for m in tp]
+                raise ContractError(f"{label} must be one of {allowed}, got {data!r}") from None
+
+        return member
     if dataclasses.is_dataclass(tp):
-        return from_dict(tp, data, label)
-    if not _matches(data, tp):
-        raise ContractError(f"{label} must be {_type_name(tp)}, got {data!r}")
-    if tp is float and isinstance(data, int):
-        return float(data)
-    return data
+        return lambda data, label: from_dict(tp, data, label)
+    check = _checker(tp)
+
+    def scalar(data, label):
+        if not check(data):
+            raise ContractError(f"{label} must be {_type_name(tp)}, got {data!r}")
+        if tp is float and isinstance(data, int):
+            return float(data)
+        return data
+
+    return scalar
+
+
+@functools.lru_cache(maxsize=None)
+def _field_decoders(cls: type) -> dict[str, Callable[[Any, str], Any]]:
+    return {f.name: _decoder(tp) for f, tp in contract_fields(cls)}
 
 
 def from_dict(
@@ -211,34 +256,35 @@ def from_dict(
         return data
     if not isinstance(data, dict):
         raise ContractError(f"{label} must be a mapping, got {data!r}")
-    fields = {f.name: tp for f, tp in contract_fields(cls)}
-    fields.update(field_types or {})
-    unknown = sorted(set(data) - set(fields))
+    decoders = _field_decoders(cls)
+    if field_types:
+        decoders = {**decoders, **{name: _decoder(tp) for name, tp in field_types.items()}}
+    unknown = [k for k in data if k not in decoders]
     if unknown:
         raise ContractError(
-            f"{label} has unknown field(s) {unknown}; known fields: {sorted(fields)}"
+            f"{label} has unknown field(s) {sorted(unknown)}; known fields: {sorted(decoders)}"
         )
-    kwargs = {
-        name: from_json_value(fields[name], value, f"{label}.{name}")
-        for name, value in data.items()
-    }
+    kwargs = {name: decoders[name](value, f"{label}.{name}") for name, value in data.items()}
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise ContractError(f"{label}: {exc}") from None
 
 
+@functools.lru_cache(maxsize=None)
+def _float_fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    return tuple((f.name, tp) for f, tp in contract_fields(cls) if _has_float(tp))
+
+
 class Contract:
     """Mixin for contract dataclasses: validation on construction and the JSON round-trip."""
 
     def __post_init__(self) -> None:
-        for f, tp in contract_fields(type(self)):
-            if not _has_float(tp):
-                continue
-            value = getattr(self, f.name)
+        for name, tp in _float_fields(type(self)):
+            value = getattr(self, name)
             coerced = coerce_floats(value, tp)
             if coerced is not value:
-                setattr(self, f.name, coerced)
+                setattr(self, name, coerced)
         check_fields(self)
 
     def to_dict(self) -> dict[str, Any]:

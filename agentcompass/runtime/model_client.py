@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import email.utils
+import hashlib
 import json
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,6 +147,19 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "latency_seconds": round(self.latency_seconds, 6),
         }
+
+
+def endpoint_resource(base_url: str) -> str:
+    """The Snakemake resource that counts the model calls in flight at one endpoint.
+
+    ``http://127.0.0.1:8000/v1`` gives ``model_endpoint_127_0_0_1_8000_v1``: the
+    base URL without its scheme, lowercased, each run of other characters an
+    underscore; a very long one is cut and suffixed with a hash of the URL.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "_", re.sub(r"^[a-z][a-z0-9+.-]*://", "", base_url.strip().lower())).strip("_")
+    if len(slug) > 60:
+        slug = f"{slug[:50]}_{hashlib.sha256(base_url.encode()).hexdigest()[:8]}"
+    return f"model_endpoint_{slug or 'none'}"
 
 
 def retry_after_seconds(value: str | None) -> float | None:

@@ -7,6 +7,7 @@ import json
 import secrets
 from pathlib import Path
 
+import pytest
 import yaml
 
 from agentcompass.runtime.model_client import endpoint_resource
@@ -186,7 +187,8 @@ def test_tool_agent_stops_at_its_step_limit_without_an_answer(workdir: Path):
     assert len(endpoint.requests) == 3
 
 
-def test_endpoint_resource_caps_model_calls_in_flight(workdir: Path, tmp_path: Path):
+@pytest.mark.parametrize("how", ["command line", "profile"])
+def test_endpoint_resource_caps_model_calls_in_flight(how: str, workdir: Path, tmp_path: Path):
     def slow(body):
         return Reply(200, completion("Paris"), delay=0.4)
 
@@ -202,7 +204,14 @@ def test_endpoint_resource_caps_model_calls_in_flight(workdir: Path, tmp_path: P
     with ScriptedEndpoint(slow) as endpoint:
         name = endpoint_resource(endpoint.base_url)
         assert name.startswith("model_endpoint_127_0_0_1_")
-        run = run_request(capped_dir, request(endpoint.base_url), "--cores", "8", "--resources", f"{name}=1")
+        if how == "profile":
+            profile = tmp_path / "profile"
+            profile.mkdir()
+            (profile / "config.yaml").write_text(yaml.safe_dump({"resources": {name: 1}}))
+            cap = ["--profile", str(profile)]
+        else:
+            cap = ["--resources", f"{name}=1"]
+        run = run_request(capped_dir, request(endpoint.base_url), "--cores", "8", *cap)
     assert len(endpoint.requests) == 5 and endpoint.max_in_flight == 1
     assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 0.2
 

@@ -282,7 +282,7 @@ class ModelClient:
             reply = await asyncio.wait_for(self._http.post(self.url, json=body), self.config.timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             raise _RetryableError(f"no reply within {self.config.timeout} s (timeout)") from None
-        except httpx.TransportError as exc:  # refused, reset, closed without a reply
+        except httpx.RequestError as exc:  # refused, reset, closed without a reply, a body that breaks off
             raise _RetryableError(f"connection failed: {type(exc).__name__}: {exc}") from None
         finally:
             self.usage.latency_seconds += time.monotonic() - started

@@ -73,6 +73,7 @@ def test_retry_after_reads_seconds_and_http_dates():
     assert retry_after_seconds("2") == 2.0
     assert retry_after_seconds("0.5") == 0.5
     assert retry_after_seconds(None) is None and retry_after_seconds("soon") is None
+    assert retry_after_seconds("nan") is None and retry_after_seconds("-3") == 0.0
     in_ten = email.utils.formatdate(time.time() + 10, usegmt=True)
     assert 8 <= retry_after_seconds(in_ten) <= 10
 

@@ -25,6 +25,7 @@ import dataclasses
 import email.utils
 import hashlib
 import json
+import math
 import random
 import re
 import time
@@ -167,7 +168,8 @@ def retry_after_seconds(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return max(float(value.strip()), 0.0)
+        seconds = float(value.strip())
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
     except ValueError:
         pass
     try:
@@ -210,15 +212,17 @@ def _tool_call(index: int, entry: Any) -> ToolCall | None:
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         return None
     raw = function.get("arguments")
-    arguments: dict | str = raw if isinstance(raw, dict) else (raw if isinstance(raw, str) else "")
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            parsed = None
-        if isinstance(parsed, dict):
-            arguments = parsed
+    arguments: dict | str = raw if isinstance(raw, dict) else _json_object(raw if isinstance(raw, str) else "")
     return ToolCall(id=str(entry.get("id") or f"call_{index}"), name=function["name"], arguments=arguments)
+
+
+def _json_object(text: str) -> dict | str:
+    """Tool-call arguments: the JSON object in ``text`` (none at all is {}), else the text itself."""
+    try:
+        parsed = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return text
+    return parsed if isinstance(parsed, dict) else text
 
 
 class ModelClient:

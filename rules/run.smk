@@ -8,5 +8,8 @@ rule run:
         f"{ATTEMPT}/run.log",
     params:
         depends=EVAL.run_param,
+    resources:
+        # model_endpoint_<slug>: one per endpoint, for a profile to cap (README, Models)
+        **EVAL.model_endpoint_resources(),
     run:
         EVAL.run(wildcards, input, output, log)

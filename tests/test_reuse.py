@@ -51,6 +51,7 @@ def write_config(workdir: Path, endpoint, *, temperature=0.0, case_sensitive=Fal
             }
         },
         "benchmarks": {"example_exact_match": {"case_sensitive": case_sensitive, "prompt_template": prompt}},
+        "harnesses": {"chat": {"max_model_retries": 1, "retry_backoff": 0}},  # a scripted 500 fails fast
     }))
     return path
 

@@ -57,6 +57,7 @@ def test_unreachable_endpoint_is_a_run_error_status_not_a_crash(workdir: Path):
     config.write_text(
         "requests:\n  down:\n    benchmark: {id: example_exact_match, params: {limit: 2}}\n    harness: chat\n"
         f"    model: {{id: m, base_url: '{base_url}'}}\n"
+        "harnesses: {chat: {max_model_retries: 1, retry_backoff: 0}}\n"
     )
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -64,3 +65,4 @@ def test_unreachable_endpoint_is_a_run_error_status_not_a_crash(workdir: Path):
     assert metrics["counts"] == {"run_error": 2}
     result = json.loads((workdir / "results/default/down/attempts/capital-france/1/result.json").read_text())
     assert result["status"] == "run_error" and "model call failed" in result["error"]
+    assert "connection failed" in result["error"] and result["usage"]["calls"] == 2  # tried, retried once, gave up

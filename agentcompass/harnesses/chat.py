@@ -1,77 +1,72 @@
-"""``chat``: one plain chat completion; the answer is the reply's text."""
+"""``chat``: plain chat completion, one or more turns; the answer is the final reply.
+
+With tools in the task input (OpenAI function-tool format), the tools are
+offered to the model and the answer is the list of calls of the final reply,
+``[{"name": ..., "arguments": {...}}, ...]`` in reply order (empty when the
+model calls none); arguments that are not a JSON object stay as their raw text.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
-from agentcompass.runtime import HARNESSES, BaseHarness, RunResult, TaskStatus
-from agentcompass.runtime.config import ComponentConfig, config_field
-from agentcompass.secrets import resolve_secret
+from agentcompass.runtime import HARNESSES, BaseHarness, RunResult
+from agentcompass.runtime.config import ConfigError, config_field
+from agentcompass.runtime.model_client import ChatReply, ModelCallConfig, ModelCallError, ModelClient
+
+from .common import Trajectory, call_model, opening_messages, run_error
 
 
 @dataclass(slots=True)
-class ChatConfig(ComponentConfig):
-    timeout: float = config_field(default=60.0, description="Seconds to wait for one model reply.")
+class ChatConfig(ModelCallConfig):
+    follow_ups: list = config_field(
+        default=[],
+        description="Further user turns, sent one at a time after each reply; the answer is the last reply's.",
+    )
+
+    def __post_init__(self) -> None:
+        ModelCallConfig.__post_init__(self)
+        if not isinstance(self.follow_ups, list) or not all(isinstance(t, str) for t in self.follow_ups):
+            raise ConfigError(f"follow_ups must be a list of strings, got {self.follow_ups!r}")
 
 
-def _post(url: str, body: dict, headers: dict, timeout: float) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
-    with urllib.request.urlopen(request, timeout=timeout) as reply:
-        return json.loads(reply.read().decode())
+def _answer(reply: ChatReply, tools: list[dict]):
+    return [call.as_answer() for call in reply.tool_calls] if tools else reply.text
+
+
+def _unanswered_tool_results(reply: ChatReply) -> list[dict]:
+    # A conversation goes on only once every tool call has a result; this harness runs none.
+    return [{"role": "tool", "tool_call_id": call.id, "content": "(not run: this harness only records tool calls)"}
+            for call in reply.tool_calls]
 
 
 @HARNESSES.register()
 class ChatHarness(BaseHarness):
-    """Sends the prompt to the Model once and answers with the reply's text."""
+    """Sends the prompt (and any follow-up turns) to the Model; answers with the final reply."""
 
     id = "chat"
+    version = "2"
     config_class = ChatConfig
 
     async def run(self, prepared, env, req, plan, context) -> RunResult:
         _ = env
-        model = req.model
-        if not model.base_url:
-            return RunResult(task_id=prepared.task_id, attempt=context.attempt, status=TaskStatus.RUN_ERROR,
-                             error="model.base_url is not set", error_stage="run")
-        messages = []
-        if prepared.input.system_prompt:
-            messages.append({"role": "system", "content": prepared.input.system_prompt})
-        messages.extend(prepared.input.messages)
-        text = prepared.input.prompt
-        if prepared.output.answer:
-            text = f"{text}\n\n{prepared.output.answer}"
-        messages.append({"role": "user", "content": text})
-        headers = {"Content-Type": "application/json"}
-        key = resolve_secret(model.api_key)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        body = {"model": model.id, "messages": messages, **model.params}
-        started = time.monotonic()
-        url = model.base_url.rstrip("/") + "/chat/completions"
+        messages = opening_messages(prepared)
+        tools = list(prepared.input.tools)
+        trajectory = Trajectory(context.trajectory_path)
+        turns = [None, *plan.params.get("follow_ups", [])]
+        client = None
         try:
-            reply = await asyncio.to_thread(_post, url, body, headers, plan.params["timeout"])
-        except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
-            return RunResult(task_id=prepared.task_id, attempt=context.attempt, status=TaskStatus.RUN_ERROR,
-                             error=f"model call failed: {type(exc).__name__}: {exc}", error_stage="run")
-        latency = time.monotonic() - started
-        with context.trajectory_path.open("a") as log:
-            log.write(json.dumps({"request": {"messages": messages}, "reply": reply}, sort_keys=True) + "\n")
-        choices = reply.get("choices") or [{}]
-        answer = ((choices[0] or {}).get("message") or {}).get("content") or ""
-        usage = reply.get("usage") or {}
-        return RunResult(
-            task_id=prepared.task_id,
-            attempt=context.attempt,
-            answer=answer,
-            usage={
-                "calls": 1,
-                "prompt_tokens": float(usage.get("prompt_tokens") or 0),
-                "completion_tokens": float(usage.get("completion_tokens") or 0),
-                "latency_seconds": round(latency, 6),
-            },
-        )
+            async with ModelClient(req.model, ModelCallConfig.from_params(plan.params)) as client:
+                for turn, follow_up in enumerate(turns, start=1):
+                    if follow_up is not None:
+                        messages.extend([*_unanswered_tool_results(reply), {"role": "user", "content": follow_up}])
+                    reply = await call_model(client, trajectory, messages, tools, turn=turn)
+                    messages.append(reply.message)
+        except ModelCallError as exc:
+            return run_error(prepared, context.attempt, str(exc), client)
+        metadata = {"malformed_reply": reply.malformed} if reply.malformed else {}
+        if tools and reply.text:
+            metadata["text"] = reply.text
+        return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=_answer(reply, tools),
+                         usage=client.usage.as_dict(), metadata=metadata)
+

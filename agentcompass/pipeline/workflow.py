@@ -8,6 +8,7 @@ again from their files so every error names the file and field it came from.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -21,6 +22,7 @@ from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 
 import agentcompass
 from agentcompass.runtime.config import ConfigError, load_run_config
+from agentcompass.runtime.model_client import endpoint_resource
 from agentcompass.runtime.models import Orchestration, RunRequest
 from agentcompass.runtime.orchestration import resolve_orchestration
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
@@ -306,6 +308,18 @@ class EvaluationWorkflow:
             **self._recompute(req),
         })
 
+    # -- resources ----------------------------------------------------------------
+
+    def model_endpoint_resources(self) -> dict[str, Any]:
+        """One Snakemake resource per model endpoint of the run; a run job takes 1 of its own
+        endpoint's and 0 of the others, so a profile's ``resources:`` caps the calls in flight."""
+        names = {endpoint_resource(r.model.base_url) for r in self.by_key.values() if _calls_model(r)}
+        return {name: functools.partial(self._endpoint_share, name) for name in sorted(names)}
+
+    def _endpoint_share(self, name: str, wildcards) -> int:
+        req = self.request(wildcards)
+        return int(_calls_model(req) and endpoint_resource(req.model.base_url) == name)
+
     # -- stage calls: each logs to its rule's log file --------------------------------
 
     def write_request(self, w, output, log) -> None:
@@ -350,6 +364,10 @@ class EvaluationWorkflow:
     def metrics(self, w, input, output, log) -> None:
         with stage_log(log, "metrics", w, self.request(w)):
             stages.metrics(self.request(w), list(input.results), output[0])
+
+
+def _calls_model(req: RunRequest) -> bool:
+    return bool(req.model.base_url) and not req.model.is_none
 
 
 @contextlib.contextmanager

@@ -1,0 +1,192 @@
+"""The Model client against a real HTTP endpoint on 127.0.0.1: retries, faults, usage, tool calls."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+
+import pytest
+
+from agentcompass.runtime.config import ConfigError
+from agentcompass.runtime.model_client import (
+    ModelCallConfig,
+    ModelCallError,
+    ModelClient,
+    retry_after_seconds,
+)
+from agentcompass.runtime.models import ModelSpec
+from agentcompass.testing.endpoint import (
+    Drop,
+    Hang,
+    Reply,
+    ScriptedEndpoint,
+    completion,
+    malformed,
+    rate_limited,
+    server_error,
+    tool_call,
+    tool_call_reply,
+    tool_calls_reply,
+)
+
+FAST = {"retry_backoff": 0.01, "retry_backoff_max": 0.05}
+
+
+def call(endpoint, *, messages=None, tools=None, model=None, **config):
+    """One ``complete`` through a fresh client; (reply or error, usage, seconds)."""
+    spec = model or ModelSpec(id="m", base_url=endpoint.base_url)
+    client = ModelClient(spec, ModelCallConfig(**{**FAST, **config}))
+
+    async def go():
+        async with client:
+            return await client.complete(messages or [{"role": "user", "content": "hi"}], tools)
+
+    started = time.monotonic()
+    try:
+        outcome = asyncio.run(go())
+    except ModelCallError as exc:
+        outcome = exc
+    return outcome, client.usage.as_dict(), time.monotonic() - started
+
+
+def test_429_twice_then_an_answer_costs_three_calls():
+    with ScriptedEndpoint(script=[rate_limited(0), rate_limited(0), completion("Paris")]) as endpoint:
+        reply, usage, _ = call(endpoint)
+    assert reply.text == "Paris" and reply.malformed is None
+    assert usage["calls"] == 3 and usage["retries"] == 2
+    assert usage["prompt_tokens"] == 10 and usage["completion_tokens"] == 2  # only the reply that arrived
+    assert len(endpoint.requests) == 3
+
+
+def test_retry_after_sets_the_wait_and_is_capped():
+    with ScriptedEndpoint(script=[rate_limited(0.5), completion("ok")]) as endpoint:
+        reply, _, seconds = call(endpoint, retry_backoff=0)
+    assert reply.text == "ok" and seconds >= 0.5
+    with ScriptedEndpoint(script=[rate_limited(3600), completion("ok")]) as endpoint:
+        reply, _, seconds = call(endpoint, retry_after_max=0.2)
+    assert reply.text == "ok" and seconds < 5
+
+
+def test_retry_after_reads_seconds_and_http_dates():
+    assert retry_after_seconds("2") == 2.0
+    assert retry_after_seconds("0.5") == 0.5
+    assert retry_after_seconds(None) is None and retry_after_seconds("soon") is None
+    assert retry_after_seconds("nan") is None and retry_after_seconds("-3") == 0.0
+    in_ten = email.utils.formatdate(time.time() + 10, usegmt=True)
+    assert 8 <= retry_after_seconds(in_ten) <= 10
+
+
+def test_a_500_is_retried():
+    with ScriptedEndpoint(script=[server_error(500), server_error(503), completion("fine")]) as endpoint:
+        reply, usage, _ = call(endpoint)
+    assert reply.text == "fine" and usage["calls"] == 3
+
+
+def test_when_retries_run_out_the_error_names_the_last_failure():
+    with ScriptedEndpoint(script=[Drop(), server_error(502)]) as endpoint:
+        error, usage, _ = call(endpoint, max_model_retries=1)
+    assert isinstance(error, ModelCallError)
+    assert "after 2 tries" in str(error) and "HTTP 502" in str(error) and "scripted server error" in str(error)
+    assert usage["calls"] == 2 and usage["retries"] == 1
+
+
+def test_a_reply_hanging_past_the_timeout_is_retried():
+    with ScriptedEndpoint(script=[Hang(30), completion("late but here")]) as endpoint:
+        reply, usage, seconds = call(endpoint, timeout=0.5)
+    assert reply.text == "late but here"
+    assert usage["calls"] == 2 and 0.5 <= seconds < 5
+    with ScriptedEndpoint(reply=lambda body: Hang(30)) as endpoint:
+        error, usage, _ = call(endpoint, timeout=0.3, max_model_retries=2)
+    assert isinstance(error, ModelCallError) and "timeout" in str(error)
+    assert usage["calls"] == 3
+
+
+def test_a_dropped_connection_is_retried():
+    with ScriptedEndpoint(script=[Drop(), completion("after the drop")]) as endpoint:
+        reply, usage, _ = call(endpoint)
+    assert reply.text == "after the drop" and usage["calls"] == 2
+    with ScriptedEndpoint(reply=lambda body: Drop()) as endpoint:
+        error, _, _ = call(endpoint, max_model_retries=1)
+    assert isinstance(error, ModelCallError) and "connection failed" in str(error)
+
+
+def test_malformed_json_is_an_empty_answer_not_an_error():
+    with ScriptedEndpoint(script=[malformed()]) as endpoint:
+        reply, usage, _ = call(endpoint)
+    assert reply.text == "" and reply.tool_calls == []
+    assert reply.malformed == "the reply is not a JSON object" and reply.raw.startswith('{"choices"')
+    assert usage["calls"] == 1 and usage["retries"] == 0  # a reply arrived: the model's answer, not a fault
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"choices": []}, "no choices"),
+    ({"id": "x"}, "no choices"),
+    ({"choices": [{"index": 0}]}, "no message"),
+    ({"choices": [{"message": {"role": "assistant", "content": None}}]}, "neither content nor tool calls"),
+    ([1, 2], "not a JSON object"),
+])
+def test_empty_replies_are_empty_answers(body, why):
+    with ScriptedEndpoint(script=[Reply(200, body)]) as endpoint:
+        reply, usage, _ = call(endpoint)
+    assert reply.text == "" and why in reply.malformed and usage["calls"] == 1
+
+
+def test_a_refused_request_is_not_retried():
+    with ScriptedEndpoint(reply=lambda body: (401, {"error": {"message": "bad key"}})) as endpoint:
+        error, usage, _ = call(endpoint)
+    assert isinstance(error, ModelCallError) and "HTTP 401" in str(error) and "bad key" in str(error)
+    assert usage["calls"] == 1
+
+
+def test_params_and_key_reach_the_endpoint(monkeypatch):
+    monkeypatch.setenv("AC_CLIENT_TEST_KEY", "sk-client-test-123")
+    model = ModelSpec(id="my-model", base_url="", api_key="${AC_CLIENT_TEST_KEY}",
+                      params={"temperature": 0.2, "max_tokens": 7, "model": "not-this", "seed": 1})
+    with ScriptedEndpoint() as endpoint:
+        model.base_url = endpoint.base_url + "/"
+        tools = [tool_call_reply("f", {})["choices"][0]["message"]["tool_calls"][0]]  # any JSON list will do
+        call(endpoint, model=model, tools=tools)
+    request = endpoint.requests[0]
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["Authorization"] == "Bearer sk-client-test-123"
+    assert request.body["model"] == "my-model"  # a param cannot replace what the call fixes
+    assert {k: request.body[k] for k in ("temperature", "max_tokens", "seed")} == {"temperature": 0.2, "max_tokens": 7, "seed": 1}
+    assert request.body["tools"] == tools and request.body["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_tool_calls_are_parsed_in_order_and_bad_arguments_kept_raw():
+    calls = [tool_call("get_weather", {"city": "Paris"}, "c1"), tool_call("lookup", "{not json", "c2")]
+    with ScriptedEndpoint(script=[tool_calls_reply(calls)]) as endpoint:
+        reply, _, _ = call(endpoint)
+    assert [c.as_answer() for c in reply.tool_calls] == [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "lookup", "arguments": "{not json"},
+    ]
+    assert reply.malformed is None and reply.text == ""
+    assert [c["id"] for c in reply.message["tool_calls"]] == ["c1", "c2"]
+
+
+def test_backoff_doubles_with_jitter_up_to_its_cap():
+    client = ModelClient(ModelSpec(id="m", base_url="http://127.0.0.1:9/v1"),
+                         ModelCallConfig(retry_backoff=1, retry_backoff_max=5), rng=random.Random(7))
+    for number, ceiling in ((1, 1), (2, 2), (3, 4), (4, 5), (9, 5)):
+        delays = [client._delay(number, None) for _ in range(50)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert len(set(delays)) > 1  # jitter: concurrent attempts do not retry in lockstep
+    assert client._delay(1, 3.0) == 3.0 and client._delay(1, 999.0) == 60.0
+
+
+def test_bad_call_settings_are_refused_with_the_name():
+    with pytest.raises(ConfigError, match="timeout"):
+        ModelCallConfig(timeout=0)
+    with pytest.raises(ConfigError, match="max_model_retries"):
+        ModelCallConfig(max_model_retries=-1)
+    with pytest.raises(ConfigError, match="retry_backoff"):
+        ModelCallConfig(retry_backoff="soon")
+
+
+def test_a_model_without_base_url_is_an_error_that_says_so():
+    with pytest.raises(ModelCallError, match="base_url"):
+        ModelClient(ModelSpec(id="m"))

@@ -2,6 +2,7 @@
 
 from .chat import ChatHarness
 from .fixed_answer import FixedAnswerHarness
+from .mini_swe_agent import MiniSweAgentHarness
 from .oracle import OracleHarness
 
-__all__ = ["ChatHarness", "FixedAnswerHarness", "OracleHarness"]
+__all__ = ["ChatHarness", "FixedAnswerHarness", "MiniSweAgentHarness", "OracleHarness"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import io
 import json
@@ -272,6 +273,7 @@ class DockerSession(EnvironmentSession):
         self._mode = "public"
         self._netns_fd: int | None = None
         self._relays: dict[int, netns.TcpRelay] = {}
+        self._socket_relays: list[netns.TcpRelay] = []
         self._closed = False
 
     @property
@@ -524,6 +526,21 @@ class DockerSession(EnvironmentSession):
             self._relays[port] = netns.TcpRelay(lambda: netns.connect_in_netns(self._netns_fd, port))
         return self._relays[port].address
 
+    async def expose_host_socket(self, socket_path: Path) -> str:
+        """A listener made from here inside the container's network namespace relays to the socket.
+
+        Nothing runs in the container for it, so any image works; it lives in the
+        container's own namespace, so it survives a network switch.
+        """
+        return await _in_thread(self._socket_relay_address, Path(socket_path))
+
+    def _socket_relay_address(self, socket_path: Path) -> str:
+        if self._netns_fd is None:
+            self._netns_fd = self._open_container_netns()
+        relay = netns.TcpRelay(functools.partial(netns.connect_unix, str(socket_path)), netns.listen_in_netns(self._netns_fd))
+        self._socket_relays.append(relay)
+        return relay.address
+
     def _open_container_netns(self) -> int:
         self.container.reload()
         pid = self.container.attrs["State"]["Pid"]
@@ -534,8 +551,9 @@ class DockerSession(EnvironmentSession):
             local = False
         if not local or os.geteuid() != 0:
             raise netns.NetworkIsolationError(
-                "docker environment: reaching a service in a container under network 'none' needs the "
-                "engine on this machine and root (the relay joins the container's network namespace)"
+                "docker environment: reaching a service in a container under network 'none', or exposing a "
+                "host socket (a model gateway) to it, needs the engine on this machine and root (the relay "
+                "joins the container's network namespace)"
             )
         return netns.open_netns(pid)
 
@@ -546,9 +564,10 @@ class DockerSession(EnvironmentSession):
         if self._closed:
             return
         self._closed = True
-        for relay in self._relays.values():
+        for relay in [*self._relays.values(), *self._socket_relays]:
             relay.close()
         self._relays.clear()
+        self._socket_relays.clear()
         if self._netns_fd is not None:
             os.close(self._netns_fd)
             self._netns_fd = None

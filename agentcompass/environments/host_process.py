@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -28,7 +29,7 @@ from agentcompass.runtime import (
     ExecResult,
     NetworkPolicy,
 )
-from agentcompass.runtime.base import keeps
+from agentcompass.runtime.base import InfrastructureError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns
@@ -54,6 +55,8 @@ class HostProcessConfig(ComponentConfig):
 
 
 _PIPE_GRACE_SECONDS = 1.0
+_RELAY_START_TIMEOUT = 10.0
+_SOCKET_RELAY = str(Path(__file__).with_name("socket_relay.py"))
 
 
 async def _drain(stream: asyncio.StreamReader, buffer: bytearray) -> None:
@@ -99,6 +102,7 @@ class HostProcessSession(EnvironmentSession):
         self._started_any = False
         self._mode = "public"
         self._isolated: netns.IsolatedNetwork | None = None
+        self._relays: list[asyncio.subprocess.Process] = []
 
     @property
     def workdir(self) -> str:
@@ -123,22 +127,14 @@ class HostProcessSession(EnvironmentSession):
         workdir = str(self._path(cwd)) if cwd else str(self.root)
         stdin = asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
         argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)
-        pass_fds: tuple[int, ...] = ()
-        if self._isolated is not None:
-            argv, pass_fds = self._isolated.wrap(argv), self._isolated.pass_fds
         if not os.path.isdir(workdir):
             raise FileNotFoundError(f"exec: working directory {workdir} does not exist")
-        self._started_any = True
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=workdir, env=full_env, stdin=stdin, pass_fds=pass_fds,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-            )
+            proc = await self._start(argv, workdir, full_env, stdin=stdin)
         except (FileNotFoundError, PermissionError) as exc:
             # as a shell reports it, and as under 'none' (where nsenter execs the program)
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             return ExecResult(returncode=code, stdout="", stderr=f"{argv[0]}: {exc.strerror}\n")
-        self._groups.add(proc.pid)
         data = input.encode() if isinstance(input, str) else input
         out, err = bytearray(), bytearray()
         readers = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
@@ -173,6 +169,44 @@ class HostProcessSession(EnvironmentSession):
             stderr=err.decode(errors="replace"),
             timed_out=timed_out,
         )
+
+    async def _start(self, argv: list[str], cwd: str, env: dict[str, str], stdin) -> asyncio.subprocess.Process:
+        """``argv`` in the session's network, in a process group of its own that close() ends."""
+        pass_fds: tuple[int, ...] = ()
+        if self._isolated is not None:
+            argv, pass_fds = self._isolated.wrap(argv), self._isolated.pass_fds
+        self._started_any = True
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=env, stdin=stdin, pass_fds=pass_fds,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )
+        self._groups.add(proc.pid)
+        return proc
+
+    async def expose_host_socket(self, socket_path: Path) -> str:
+        """A relay process in the session's network (``socket_relay``) listens on its 127.0.0.1."""
+        # the relay needs no more of the job's environment than a path and the session's markers
+        env = {"PATH": os.environ.get("PATH", os.defpath), **self._markers}
+        argv = [sys.executable, "-I", _SOCKET_RELAY, str(socket_path)]
+        relay = await self._start(argv, str(self.root), env, stdin=asyncio.subprocess.DEVNULL)
+        self._relays.append(relay)
+        try:
+            line = await asyncio.wait_for(relay.stdout.readline(), _RELAY_START_TIMEOUT)
+        except asyncio.TimeoutError:
+            line = b""
+        if not line.strip().isdigit():
+            _kill_group(relay.pid)
+            err = (await relay.stderr.read()).decode(errors="replace").strip()
+            raise InfrastructureError(f"host_process: the relay to {socket_path} did not start: {err or 'no output'}")
+        return f"127.0.0.1:{int(line)}"
+
+    async def _reap_relays(self) -> None:
+        # ended with their process groups; waited for so that no transport outlives the session
+        relays, self._relays = self._relays, []
+        for relay in relays:
+            if relay.returncode is None:
+                _kill_group(relay.pid)
+            await relay.wait()
 
     @staticmethod
     async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
@@ -232,11 +266,13 @@ class HostProcessSession(EnvironmentSession):
         if policy.mode == "none":
             netns.require_isolation("host_process")
             self._end_processes()
+            await self._reap_relays()
             self._isolated = await netns.IsolatedNetwork.create(
                 {**os.environ, **self._markers}, "host_process"
             )
         else:
             await self._release_network()
+            await self._reap_relays()  # they listened in the namespace that is gone
         self._mode = policy.mode
 
     def _end_processes(self) -> None:
@@ -258,6 +294,7 @@ class HostProcessSession(EnvironmentSession):
         fate depends on ``keep_workspace`` alone.
         """
         self._end_processes()
+        await self._reap_relays()
         await self._release_network()
         if not keeps(retain, "always" if self.keep else "never", failed):
             shutil.rmtree(self.root, ignore_errors=True)

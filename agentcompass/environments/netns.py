@@ -10,7 +10,9 @@ and whose PID was reused can never send a command into another network.
 The agentcompass process reaches a service inside such a namespace (or inside
 a disconnected container) through ``TcpRelay``: a listener on the host's
 127.0.0.1 whose connections are opened from a thread that joined the
-namespace with ``setns``.
+namespace with ``setns``. The other way round, a listener made inside a
+container's namespace (``listen_in_netns``) relays to a Unix socket on this
+machine: the one hole a model gateway needs.
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ def open_netns(pid: int) -> int:
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def connect_in_netns(ns_fd: int, port: int, timeout: float = 10.0) -> socket.socket:
-    """A TCP connection to 127.0.0.1:``port`` inside the namespace ``ns_fd`` (needs root).
+def _made_in_netns(ns_fd: int, make: Callable[[], socket.socket]) -> socket.socket:
+    """The socket ``make()`` opens inside the namespace ``ns_fd`` (needs root).
 
     A socket belongs to the namespace it was created in, and ``setns`` moves only
     the calling thread: so a short-lived thread joins the namespace and opens it.
@@ -108,26 +110,47 @@ def connect_in_netns(ns_fd: int, port: int, timeout: float = 10.0) -> socket.soc
             outcome["error"] = OSError(errno, f"setns into the namespace failed: {os.strerror(errno)}")
             return
         try:
-            outcome["socket"] = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+            outcome["socket"] = make()
         except OSError as exc:
             outcome["error"] = exc
 
-    thread = threading.Thread(target=inside, name="agentcompass-netns-connect", daemon=True)
+    thread = threading.Thread(target=inside, name="agentcompass-netns-socket", daemon=True)
     thread.start()
     thread.join()
     if "error" in outcome:
         raise outcome["error"]
-    sock = outcome["socket"]
+    return outcome["socket"]
+
+
+def connect_in_netns(ns_fd: int, port: int, timeout: float = 10.0) -> socket.socket:
+    """A TCP connection to 127.0.0.1:``port`` inside the namespace ``ns_fd`` (needs root)."""
+    sock = _made_in_netns(ns_fd, lambda: socket.create_connection(("127.0.0.1", port), timeout=timeout))
     sock.settimeout(None)
     return sock
 
 
-class TcpRelay:
-    """A listener on the host's 127.0.0.1; each connection is joined to one ``connect()`` opens."""
+def listen_in_netns(ns_fd: int) -> socket.socket:
+    """A listener on 127.0.0.1 (a free port) inside the namespace ``ns_fd`` (needs root)."""
+    return _made_in_netns(ns_fd, lambda: socket.create_server(("127.0.0.1", 0)))
 
-    def __init__(self, connect: Callable[[], socket.socket]) -> None:
+
+def connect_unix(path: str) -> socket.socket:
+    """A connection to the Unix socket at ``path`` (a file: it is the same in every network)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class TcpRelay:
+    """A listener (by default on the host's 127.0.0.1); each connection is joined to one ``connect()`` opens."""
+
+    def __init__(self, connect: Callable[[], socket.socket], listener: socket.socket | None = None) -> None:
         self._connect = connect
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = listener if listener is not None else socket.create_server(("127.0.0.1", 0))
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, name="agentcompass-relay", daemon=True).start()

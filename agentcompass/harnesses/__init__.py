@@ -2,7 +2,8 @@
 
 from .chat import ChatHarness
 from .fixed_answer import FixedAnswerHarness
+from .mini_swe_agent import MiniSweAgentHarness
 from .oracle import OracleHarness
 from .tool_agent import ToolAgentHarness
 
-__all__ = ["ChatHarness", "FixedAnswerHarness", "OracleHarness", "ToolAgentHarness"]
+__all__ = ["ChatHarness", "FixedAnswerHarness", "MiniSweAgentHarness", "OracleHarness", "ToolAgentHarness"]

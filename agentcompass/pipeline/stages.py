@@ -211,6 +211,9 @@ class LazySession(EnvironmentSession):
     async def endpoint(self, port):
         return await (await self._real()).endpoint(port)
 
+    async def expose_host_socket(self, socket_path):
+        return await (await self._real()).expose_host_socket(socket_path)
+
     async def set_network(self, policy):
         return await (await self._real()).set_network(policy)
 

@@ -243,6 +243,16 @@ class EnvironmentSession(abc.ABC):
         """The address at which a service listening on ``port`` inside is reached."""
         raise NotImplementedError(f"{type(self).__name__} does not expose endpoints")
 
+    async def expose_host_socket(self, socket_path: Path) -> str:
+        """Make a Unix socket of this machine reachable from commands in the session.
+
+        Returns the ``127.0.0.1:PORT`` at which commands inside reach it, whatever
+        the session's network policy: under ``none`` this is the one hole, and
+        it leads only to that socket (a per-attempt model gateway). It lasts
+        until the session closes or switches its network.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot expose a host socket")
+
     async def set_network(self, policy: NetworkPolicy) -> None:
         """Switch the session's network to ``policy`` (between phases)."""
         raise NotImplementedError(f"{type(self).__name__} cannot switch networks")

@@ -1,0 +1,218 @@
+"""Key wrapping: a per-attempt model gateway between an agent program and the Model.
+
+The real API key stays in the agentcompass job. An agent that runs in the
+Environment as a program of its own gets a stand-in for the Model's base URL
+(the gateway, reached through ``EnvironmentSession.expose_host_socket``) and
+a random per-attempt token that lives only in memory. The gateway refuses a
+request without that token (401, nothing forwarded), forwards the others to
+the Model's ``base_url`` with the real key in their place, and records every
+request and reply into the attempt's trajectory and usage.
+
+The gateway listens on a Unix socket: a file, so it can be reached from a
+sandbox whose network holds nothing else.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.client
+import json
+import secrets
+import shutil
+import socketserver
+import tempfile
+import threading
+import time
+from email.message import Message
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+# Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
+_NOT_FORWARDED = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length", "authorization", "api-key", "accept-encoding",
+}
+_NOT_RETURNED = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "content-length",
+}
+
+
+def _error_body(message: str, code: str) -> bytes:
+    """An error in the shape OpenAI clients read."""
+    return json.dumps({"error": {"message": message, "type": "agentcompass_gateway", "code": code}}).encode()
+
+
+def _decoded(data: bytes, content_type: str = "") -> Any:
+    """A body as the trajectory keeps it: JSON, the events of a stream, or text."""
+    text = data.decode(errors="replace")
+    if "text/event-stream" in content_type:
+        events = []
+        for line in text.splitlines():
+            if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
+                try:
+                    events.append(json.loads(line[5:]))
+                except json.JSONDecodeError:
+                    events.append(line[5:].strip())
+        return events
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return text
+
+
+def _tokens(reply: Any) -> tuple[float, float]:
+    """Prompt and completion tokens a reply reports (the last usage of a stream)."""
+    usages = [e.get("usage") for e in reply if isinstance(e, dict)] if isinstance(reply, list) else [
+        reply.get("usage") if isinstance(reply, dict) else None
+    ]
+    usage = next((u for u in reversed(usages) if isinstance(u, dict)), {})
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens")) or 0
+    completion = usage.get("completion_tokens", usage.get("output_tokens")) or 0
+    try:
+        return float(prompt), float(completion)
+    except (TypeError, ValueError):
+        return 0.0, 0.0
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False  # closing never waits for a call the Model is still answering
+    gateway: "ModelGateway"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def _handle(self) -> None:
+        gateway = self.server.gateway
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self._reply(411, [("Content-Type", "application/json")],
+                        _error_body("send the body with a Content-Length", "length_required"))
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not gateway.authorized(self.headers.get("Authorization")):
+            gateway.refused(self.command, self.path)
+            self._reply(401, [("Content-Type", "application/json")],
+                        _error_body("missing or wrong gateway token", "invalid_api_key"))
+            return
+        status, headers, data = gateway.forward(self.command, self.path, self.headers, body)
+        self._reply(status, headers, data)
+
+    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815 (http.server naming)
+
+    def log_message(self, *args) -> None:
+        pass  # the trajectory is the log
+
+
+class ModelGateway:
+    """One attempt's gateway to the Model at ``base_url``: use it as a context manager.
+
+    ``token`` is what the agent sends as its API key; ``socket_path`` is where
+    the gateway listens; ``usage()`` sums the forwarded calls.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, trajectory_path: Path, *, timeout: float = 600.0) -> None:
+        upstream = urlsplit(base_url)
+        if upstream.scheme not in ("http", "https") or not upstream.hostname:
+            raise ValueError(f"model base_url must be an http(s) URL, got {base_url!r}")
+        self._upstream = upstream
+        self._api_key = api_key
+        self._trajectory_path = Path(trajectory_path)
+        self._timeout = timeout
+        self.token = secrets.token_urlsafe(32)
+        self._lock = threading.Lock()
+        self._usage = {"calls": 0, "prompt_tokens": 0.0, "completion_tokens": 0.0, "latency_seconds": 0.0}
+        # short: a Unix socket path has a limit of about 100 bytes
+        self._dir = Path(tempfile.mkdtemp(prefix="acgw-"))
+        self.socket_path = self._dir / "gateway.sock"
+        self._server: _Server | None = None
+
+    def __enter__(self) -> "ModelGateway":
+        self._server = _Server(str(self.socket_path), _Handler)
+        self._server.gateway = self
+        threading.Thread(target=self._server.serve_forever, name="agentcompass-gateway", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def usage(self) -> dict[str, float]:
+        """Calls (forwarded POSTs), their prompt and completion tokens, and their summed latency."""
+        with self._lock:
+            return {**self._usage, "latency_seconds": round(self._usage["latency_seconds"], 6)}
+
+    def authorized(self, header: str | None) -> bool:
+        scheme, _, given = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    def refused(self, method: str, path: str) -> None:
+        self._record({"source": "gateway", "method": method, "path": path, "status": 401,
+                      "error": "refused: missing or wrong gateway token"})
+
+    def forward(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, list, bytes]:
+        """Send the request on to the Model with the real key; its status, headers and body."""
+        if not path.startswith("/"):
+            return 400, [("Content-Type", "application/json")], _error_body(f"not a path: {path!r}", "bad_request")
+        outgoing = {k: v for k, v in headers.items() if k.lower() not in _NOT_FORWARDED}
+        outgoing["Accept-Encoding"] = "identity"  # the trajectory records what it can read
+        if self._api_key:
+            outgoing["Authorization"] = f"Bearer {self._api_key}"
+        connection_class = http.client.HTTPSConnection if self._upstream.scheme == "https" else http.client.HTTPConnection
+        connection = connection_class(self._upstream.hostname, self._upstream.port, timeout=self._timeout)
+        started = time.monotonic()
+        error = None
+        try:
+            connection.request(method, self._upstream.path.rstrip("/") + path,
+                               body=body if body or method in ("POST", "PUT", "PATCH") else None, headers=outgoing)
+            reply = connection.getresponse()
+            status, data = reply.status, reply.read()
+            returned = [(k, v) for k, v in reply.getheaders() if k.lower() not in _NOT_RETURNED]
+        except TimeoutError:
+            error = f"the model did not answer within {self._timeout} s"
+            status, data, returned = 504, _error_body(error, "upstream_timeout"), [("Content-Type", "application/json")]
+        except (OSError, http.client.HTTPException) as exc:
+            error = f"the model could not be reached: {type(exc).__name__}: {exc}"
+            status, data, returned = 502, _error_body(error, "upstream_unreachable"), [("Content-Type", "application/json")]
+        finally:
+            connection.close()
+        latency = time.monotonic() - started
+        content_type = next((v for k, v in returned if k.lower() == "content-type"), "")
+        record = {
+            "source": "gateway", "method": method, "path": path, "status": status,
+            "latency_seconds": round(latency, 6),
+            "request": _decoded(body, headers.get("Content-Type") or ""),
+            "reply": _decoded(data, content_type) if error is None else None,
+        }
+        if error is not None:
+            record["error"] = error
+        self._record(record, latency if method == "POST" else None)
+        return status, returned, data
+
+    def _record(self, record: dict, call_latency: float | None = None) -> None:
+        with self._lock:
+            if call_latency is not None:  # a POST is a model call, answered or not
+                prompt, completion = _tokens(record.get("reply"))
+                self._usage["calls"] += 1
+                self._usage["prompt_tokens"] += prompt
+                self._usage["completion_tokens"] += completion
+                self._usage["latency_seconds"] += call_latency
+            with self._trajectory_path.open("a", encoding="utf-8") as log:
+                log.write(json.dumps(record, sort_keys=True) + "\n")

@@ -1,0 +1,154 @@
+"""The model gateway over real HTTP: the token check, the key swap, the record of every call.
+
+A host_process session exposes the gateway's Unix socket through its relay,
+and the test speaks HTTP to the relay's loopback address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from agentcompass.environments import HostProcessEnvironment
+from agentcompass.gateway import ModelGateway
+from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
+from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+
+REAL_KEY = "sk-real-key-of-the-test"
+CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def through_relay(gateway: ModelGateway, calls) -> list[tuple[int, dict | None]]:
+    """Expose ``gateway`` from a public host_process session; send each (method, path, headers, body)."""
+
+    async def main():
+        session = await HostProcessEnvironment().open(EnvironmentSpec(id="host_process"), NetworkPolicy(), "gwtest")
+        try:
+            host, port = (await session.expose_host_socket(gateway.socket_path)).split(":")
+            return [await asyncio.to_thread(send, host, int(port), *call) for call in calls]
+        finally:
+            await session.close()
+
+    return asyncio.run(main())
+
+
+def send(host: str, port: int, method: str, path: str, headers: dict, body: str | None):
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers={"Content-Type": "application/json", **headers})
+        reply = connection.getresponse()
+        data = reply.read()
+        return reply.status, json.loads(data) if data else None
+    finally:
+        connection.close()
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_missing_or_wrong_token_is_refused_and_nothing_is_forwarded(tmp_path: Path):
+    trajectory = tmp_path / "trajectory.jsonl"
+    with ScriptedEndpoint() as endpoint, ModelGateway(endpoint.base_url, REAL_KEY, trajectory) as gateway:
+        replies = through_relay(gateway, [
+            ("POST", "/chat/completions", {}, CHAT),
+            ("POST", "/chat/completions", {"Authorization": "Bearer not-the-token"}, CHAT),
+            ("POST", "/chat/completions", {"Authorization": f"Basic {gateway.token}"}, CHAT),
+            ("POST", "/chat/completions", {"Authorization": f"Bearer {REAL_KEY}"}, CHAT),
+            ("GET", "/models", {}, None),
+        ])
+        usage = gateway.usage()
+    assert [status for status, _ in replies] == [401] * 5
+    assert all(body["error"]["code"] == "invalid_api_key" for _, body in replies)
+    assert endpoint.requests == []
+    assert usage["calls"] == 0
+    assert [r["status"] for r in records(trajectory)] == [401] * 5
+    assert all("request" not in r for r in records(trajectory)), "a refused request's body is not recorded"
+
+
+def test_the_token_is_swapped_for_the_real_key_and_every_call_is_recorded(tmp_path: Path):
+    trajectory = tmp_path / "trajectory.jsonl"
+    answers = iter([(200, completion("first")), (429, {"error": {"message": "slow down"}}), (200, completion("third"))])
+    with ScriptedEndpoint(lambda body: next(answers)) as endpoint, \
+            ModelGateway(endpoint.base_url, REAL_KEY, trajectory) as gateway:
+        token = {"Authorization": f"Bearer {gateway.token}"}
+        replies = through_relay(gateway, [("POST", "/chat/completions", token, CHAT)] * 3)
+        usage = gateway.usage()
+    assert [status for status, _ in replies] == [200, 429, 200]
+    assert replies[1][1] == {"error": {"message": "slow down"}}, "the Model's error reaches the agent as it was"
+    assert [r.path for r in endpoint.requests] == ["/v1/chat/completions"] * 3
+    assert {r.headers["Authorization"] for r in endpoint.requests} == {f"Bearer {REAL_KEY}"}
+    assert endpoint.requests[0].body == json.loads(CHAT)
+    assert usage["calls"] == 3 and usage["prompt_tokens"] == 20 and usage["completion_tokens"] == 4
+    assert usage["latency_seconds"] > 0
+    lines = records(trajectory)
+    assert [(r["path"], r["status"]) for r in lines] == [("/chat/completions", s) for s in (200, 429, 200)]
+    assert lines[0]["request"] == json.loads(CHAT)
+    assert lines[2]["reply"]["choices"][0]["message"]["content"] == "third"
+    text = trajectory.read_text()
+    assert gateway.token not in text and REAL_KEY not in text
+
+
+class ModelsServer:
+    """An endpoint that lists its models on GET /v1/models, as OpenAI clients ask."""
+
+    def __enter__(self):
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                seen.append((self.path, self.headers.get("Authorization")))
+                data = json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_other_openai_paths_are_forwarded_but_are_not_model_calls(tmp_path: Path):
+    trajectory = tmp_path / "trajectory.jsonl"
+    with ModelsServer() as server, ModelGateway(server.base_url, REAL_KEY, trajectory) as gateway:
+        [(status, body)] = through_relay(gateway, [("GET", "/models", {"Authorization": f"Bearer {gateway.token}"}, None)])
+        usage = gateway.usage()
+    assert status == 200 and body["data"][0]["id"] == "scripted"
+    assert server.seen == [("/v1/models", f"Bearer {REAL_KEY}")]
+    assert usage["calls"] == 0
+    assert records(trajectory)[0]["reply"]["data"][0]["id"] == "scripted"
+
+
+def test_an_unreachable_model_is_a_502_the_agent_can_read(tmp_path: Path):
+    with ScriptedEndpoint() as endpoint:
+        base_url = endpoint.base_url  # closed again: nothing listens there
+    trajectory = tmp_path / "trajectory.jsonl"
+    with ModelGateway(base_url, None, trajectory) as gateway:
+        [(status, body)] = through_relay(gateway, [("POST", "/chat/completions", {"Authorization": f"Bearer {gateway.token}"}, CHAT)])
+        usage = gateway.usage()
+    assert status == 502 and "could not be reached" in body["error"]["message"]
+    assert usage["calls"] == 1
+    [line] = records(trajectory)
+    assert line["status"] == 502 and "could not be reached" in line["error"]
+
+
+def test_the_gateway_leaves_nothing_behind(tmp_path: Path):
+    with ScriptedEndpoint() as endpoint:
+        gateway = ModelGateway(endpoint.base_url, REAL_KEY, tmp_path / "trajectory.jsonl")
+        with gateway:
+            assert gateway.socket_path.exists()
+    assert not gateway.socket_path.parent.exists()

@@ -4,7 +4,8 @@ A task may carry its sandbox as a Dockerfile, as a Harbor task folder does
 (``environment/Dockerfile``). It says so in ``TaskSpec.metadata["environment"]
 ["docker"]``: ``dockerfile`` and ``context`` (paths), ``image`` (the tag to
 build, named after a digest of the context so each version of the environment
-is its own image), and optionally ``memory`` and ``cpus``. On the ``docker``
+is its own image; alone, an image already on the engine), and optionally
+``memory`` and ``cpus``. On the ``docker``
 provider this Recipe puts them into the plan's environment params. The user's
 explicit choices win: a request that names an ``image`` or a ``dockerfile``
 runs that and this Recipe does not apply; ``memory``/``cpus`` the request
@@ -33,7 +34,8 @@ class TaskDockerfile(BaseRecipe):
 
     def matches(self, req: RunRequest, task: TaskSpec, plan: ExecutionPlan) -> bool:
         user_image = any(req.environment.params.get(key) for key in ("image", "dockerfile"))
-        return plan.task_environment.id == "docker" and bool(docker_hints(task).get("dockerfile")) and not user_image
+        hints = docker_hints(task)
+        return plan.task_environment.id == "docker" and bool(hints.get("dockerfile") or hints.get("image")) and not user_image
 
     def apply(self, plan: ExecutionPlan, req: RunRequest, task: TaskSpec) -> ExecutionPlan:
         hints = docker_hints(task)

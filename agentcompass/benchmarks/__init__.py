@@ -2,5 +2,6 @@
 
 from .example_exact_match import ExampleExactMatchBenchmark
 from .synthetic import SyntheticBenchmark
+from .task_dir import TaskDirBenchmark
 
-__all__ = ["ExampleExactMatchBenchmark", "SyntheticBenchmark"]
+__all__ = ["ExampleExactMatchBenchmark", "SyntheticBenchmark", "TaskDirBenchmark"]

@@ -114,8 +114,7 @@ class DockerConfig(ComponentConfig):
     )
 
     def __post_init__(self) -> None:
-        if not self.image and not self.dockerfile:
-            raise ConfigError("set `image` (an image on the engine) or `dockerfile` (to build one)")
+        # `image` or `dockerfile` may come from a Recipe (a task's own Dockerfile): checked per plan
         if self.memory is not None:
             if isinstance(self.memory, bool) or not _MEMORY.match(str(self.memory)):
                 raise ConfigError(f"memory must be a size such as '512m' or '2g', got {self.memory!r}")
@@ -185,9 +184,17 @@ _built: dict[tuple, str] = {}
 _build_lock = threading.Lock()
 
 
+_NO_IMAGE = (
+    "set `image` (an image on the engine) or `dockerfile` (to build one); a task that carries its own "
+    "Dockerfile (a task_dir task folder) sets them itself"
+)
+
+
 def _image(client, config: DockerConfig) -> str:
     import docker
 
+    if not config.image and not config.dockerfile:
+        raise RuntimeError(f"docker environment: no image to run: {_NO_IMAGE}")
     if config.dockerfile:
         return _build(client, config)
     try:
@@ -599,6 +606,11 @@ class DockerEnvironment(BaseEnvironment):
 
     id = "docker"
     config_class = DockerConfig
+
+    def validate_spec(self, spec: EnvironmentSpec) -> None:
+        config = self.build_config(spec)
+        if not config.image and not config.dockerfile:
+            raise ConfigError(f"environment 'docker' params: {_NO_IMAGE}")
 
     async def open(self, spec: EnvironmentSpec, network: NetworkPolicy, label: str) -> DockerSession:
         config = self.build_config(spec)

@@ -264,8 +264,19 @@ class EvaluationWorkflow:
             "benchmark": req.benchmark.id,
             "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("tasks",)),
             "version": benchmark.version,
+            **self._source(req),
             **self._recompute(req),
         })
+
+    def _source(self, req: RunRequest) -> dict[str, str]:
+        """The Benchmark's task files on disk, if it reads any: an edit loads and plans the tasks again.
+
+        Both stages need it: an edit that leaves tasks.json as it was (a test
+        script's) changes only the plans, and Snakemake skips a job whose input
+        was rewritten with the same content.
+        """
+        source = stages.benchmark_for(req).source_fingerprint(req)
+        return {} if source is None else {"source": source}
 
     def plans_param(self, w) -> str:
         req = self.request(w)
@@ -281,6 +292,7 @@ class EvaluationWorkflow:
             "recipes": {rid: cls.version for rid, cls in RECIPES.items()},
             "recipe_dirs": req.metadata.recipe_dirs,
             "versions": self._components(req),
+            **self._source(req),
             **self._recompute(req),
         })
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -111,8 +112,20 @@ class BaseBenchmark(_Component, abc.ABC):
         """Score ``result`` (the harness output) and return the evaluated copy."""
 
     def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> Any:
-        """The reference answer, handed only to a harness that declares itself an oracle."""
+        """The reference, handed only to a harness that declares itself an oracle.
+
+        Either a value the oracle submits as its answer, or a ``ScriptReference``:
+        a program the oracle runs in its run-phase session (Harbor's ``solve.sh``).
+        """
         raise NotImplementedError(f"benchmark {self.id!r} has no reference solution for the oracle")
+
+    def source_fingerprint(self, req: RunRequest) -> str | None:
+        """A digest of the files ``load_tasks`` reads from the user's disk (a task folder).
+
+        When it changes, the task list is loaded again and every stage whose
+        inputs changed reruns. None (the default) for data that ships with code.
+        """
+        return None
 
     def aggregate_metrics(self, results: list[RunResult], req: RunRequest) -> MetricResult:
         """Accuracy over attempts (errors count as incorrect) and counts by status."""
@@ -144,6 +157,42 @@ class HarnessFreeBenchmark(BaseBenchmark):
 
 
 # --- Harnesses ---------------------------------------------------------------
+
+
+@dataclass
+class ScriptReference:
+    """A reference solution that is a program, not a value: the oracle runs it in its session.
+
+    ``source`` (a local directory) is copied to ``target`` in the run-phase
+    session, ``script`` (a path inside it) runs from the session's working
+    directory under ``env`` and ``timeout``, and the copy is removed again, so
+    the reference never stays in the workspace that is evaluated. Its fields
+    are what the oracle's run depends on (``fingerprint``: a digest of
+    ``source``), so a changed script reruns the oracle.
+    """
+
+    source: str
+    script: str
+    target: str = "/solution"
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    fingerprint: str = ""
+
+    async def place(self, session: "EnvironmentSession") -> str:
+        """Copy the reference into ``session``; return where its directory is there."""
+        await session.upload(Path(self.source), self.target)
+        return self.target
+
+    async def run(self, session: "EnvironmentSession") -> "ExecResult":
+        target = await self.place(session)
+        script = posixpath.join(target, self.script)
+        try:
+            # through the script's own #! line, as Harbor runs solve.sh
+            return await session.exec(
+                ["sh", "-c", 'chmod +x "$1" && exec "$1"', "sh", script], env=dict(self.env), timeout=self.timeout
+            )
+        finally:
+            await session.exec(["rm", "-rf", target])
 
 
 @dataclass
@@ -290,6 +339,10 @@ class BaseEnvironment(_Component, abc.ABC):
 
     def build_config(self, spec: EnvironmentSpec):
         return build_component_config(self.config_class, spec.params, f"environment {self.id!r} params")
+
+    def validate_spec(self, spec: EnvironmentSpec) -> None:
+        """Raise ``ConfigError`` if a planned spec (after Recipes) could never open."""
+        self.build_config(spec)
 
     def resolve_network_policy(self, policy: NetworkPolicy, phase: str) -> NetworkPolicy:
         """Validate a phase policy this provider must enforce; raise if it cannot."""

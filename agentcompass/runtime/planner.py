@@ -94,6 +94,10 @@ class Planner:
         else:
             plan.evaluation_environment = None
         if self.environment is not None:
+            # the provider checks the params Recipes left, so a bad one fails before any attempt
+            for spec in (plan.task_environment, plan.evaluation_environment):
+                if spec is not None:
+                    self.environment.validate_spec(spec)
             for phase in PHASES:
                 policy = getattr(plan, f"{phase}_network")
                 setattr(plan, f"{phase}_network", self.environment.resolve_network_policy(policy, phase))

@@ -121,7 +121,6 @@ def test_missing_image_is_a_clear_error_and_leaves_no_container(engine):
 @pytest.mark.parametrize(
     ("params", "fragment"),
     [
-        ({}, "set `image`"),
         ({"image": "x", "memory": "lots"}, "memory"),
         ({"image": "x", "cpus": 0}, "cpus"),
         ({"image": "x", "pids_limit": 0}, "pids_limit"),
@@ -133,6 +132,14 @@ def test_missing_image_is_a_clear_error_and_leaves_no_container(engine):
 def test_bad_params_are_rejected_with_the_field_named(params, fragment):
     with pytest.raises(ConfigError, match=fragment):
         build_component_config(DockerConfig, params, "environment 'docker' params")
+
+
+def test_a_plan_with_neither_image_nor_dockerfile_is_rejected_when_planned():
+    # a Recipe may supply them (a task's own Dockerfile), so the provider checks each planned spec
+    build_component_config(DockerConfig, {}, "environment 'docker' params")
+    with pytest.raises(ConfigError, match="set `image`"):
+        DockerEnvironment().validate_spec(EnvironmentSpec(id="docker"))
+    DockerEnvironment().validate_spec(EnvironmentSpec(id="docker", params={"dockerfile": "Dockerfile"}))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,550 @@
+"""``task_dir``: a folder of Harbor-format task folders.
+
+Each task folder holds ``task.toml`` (metadata, timeouts, network), the prompt
+``instruction.md``, its sandbox ``environment/Dockerfile`` (plus the files the
+Dockerfile copies), the verifier ``tests/test.sh`` and the reference
+``solution/solve.sh``. The verifier writes its reward to
+``/logs/verifier/reward.txt`` (a number) or ``/logs/verifier/reward.json``
+(``{"reward": number, ...}``); the reward is the score.
+
+What each stage sees:
+
+- prepare: on ``docker`` the session runs the image built from the task's
+  Dockerfile (Recipe ``task_dockerfile``; base images must be on the engine),
+  and the workspace is its WORKDIR. On other providers the files of
+  ``environment/`` other than the Dockerfile are copied into the workspace.
+- run: the harness gets the instruction and the workspace, never ``tests/``
+  nor ``solution/``. Only the trusted ``oracle`` gets ``solution/`` (as a
+  ``ScriptReference``) and runs ``solve.sh`` in its session.
+- evaluate: ``tests/`` is copied to ``/tests`` of the evaluation session,
+  ``test.sh`` runs from the workspace, and the reward file decides the score.
+
+Harbor's fixed paths (``/tests``, ``/solution``, ``/logs``) exist in a
+container. A ``host_process`` session has no filesystem of its own, so there
+they live in the workspace under ``.harbor/``, the Dockerfile's WORKDIR is the
+workspace, and those absolute paths are rewritten in the copies of
+``tests/`` and ``solution/`` that go into the session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentcompass import PROJECT_ROOT
+from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
+from agentcompass.runtime import (
+    BENCHMARKS,
+    BaseBenchmark,
+    BenchmarkPlan,
+    EnvironmentSpec,
+    PreparedTask,
+    RunRequest,
+    RunResult,
+    TaskInput,
+    TaskOutput,
+    TaskSpec,
+    TaskStatus,
+)
+from agentcompass.runtime.base import ScriptReference
+from agentcompass.runtime.config import ConfigError, config_field, env_ref, plan_field
+from agentcompass.secrets import resolve_secret, scrub
+
+SHIPPED_TASKS = PROJECT_ROOT / "examples" / "task_dir"
+TASK_TOML = "task.toml"
+INSTRUCTION = "instruction.md"
+ENVIRONMENT = "environment"
+DOCKERFILE = "Dockerfile"
+TESTS = "tests"
+TEST_SCRIPT = "test.sh"
+SOLUTION = "solution"
+SOLVE_SCRIPT = "solve.sh"
+# Harbor's defaults, where task.toml says nothing
+VERIFIER_TIMEOUT = 600.0
+# the folder that stands in for Harbor's fixed paths in a host_process workspace
+HOST_HARBOR_DIR = ".harbor"
+WORKSPACE = "."
+_TAIL = 2000
+_NETWORK_MODES = {"public": "public", "no-network": "none", "allowlist": "none"}
+# an absolute path that starts with one of the mapped roots (not a part of a longer path or name)
+_BEFORE = r"(?<![\w./~$}-])"
+_AFTER = r"(?![\w.-])"
+
+
+def _number(value: Any, name: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+@dataclass(slots=True)
+class TaskDirConfig(RuntimeBenchmarkConfig):
+    path: str | None = config_field(
+        default=None,
+        description="Folder of Harbor task folders (each with task.toml, instruction.md and tests/test.sh; "
+        "environment/Dockerfile for docker, solution/solve.sh for the oracle), or one task folder. Task ids "
+        "are the folder names, categories task.toml's [metadata] category. A relative path resolves against the working directory; null: the example "
+        "tasks shipped in examples/task_dir.",
+        stage="tasks",
+    )
+    verifier_timeout: float | None = config_field(
+        default=None,
+        description="Seconds tests/test.sh may run before it is stopped (no reward then: an eval_error); "
+        "null: the task's [verifier] timeout_sec, else Harbor's 600.",
+        stage="evaluate",
+    )
+    pass_threshold: float = config_field(
+        default=1.0,
+        description="A reward at or above this counts as correct; the reward itself is the score.",
+        stage="evaluate",
+    )
+
+    def __post_init__(self) -> None:
+        RuntimeBenchmarkConfig.__post_init__(self)
+        if self.verifier_timeout is not None:
+            self.verifier_timeout = _number(self.verifier_timeout, "verifier_timeout")
+            if self.verifier_timeout <= 0:
+                raise ConfigError(f"verifier_timeout must be positive, got {self.verifier_timeout}")
+        self.pass_threshold = _number(self.pass_threshold, "pass_threshold")
+        root = tasks_root(self.path)
+        if not root.is_dir():
+            raise ConfigError(f"path {str(root)!r} is not a folder of Harbor tasks (it does not exist)")
+
+
+@dataclass(slots=True)
+class TaskDirPlan(BenchmarkPlan):
+    task_dir: str = plan_field("")
+    # 'native': Harbor's fixed paths exist (a container); 'mapped': they live in the workspace
+    layout: str = plan_field("native")
+    # the Dockerfile's WORKDIR: where the task's scripts expect the workspace
+    workdir: str | None = plan_field(None)
+    copy_environment: bool = plan_field(False, stage="prepare")
+    tests_digest: str = plan_field("", stage="evaluate")
+    verifier_timeout: float = plan_field(VERIFIER_TIMEOUT, stage="evaluate")
+    verifier_env: dict[str, str] = plan_field({}, stage="evaluate")
+    pass_threshold: float = plan_field(1.0, stage="evaluate")
+    # read by the oracle's run only
+    solution_digest: str | None = plan_field(None, stage="run")
+    solution_env: dict[str, str] = plan_field({}, stage="run")
+    agent_timeout: float | None = plan_field(None, stage="run")
+
+
+# --- the task folder ----------------------------------------------------------------------
+
+
+def tasks_root(path: str | None) -> Path:
+    return SHIPPED_TASKS if path is None else Path(path).expanduser().resolve()
+
+
+def task_folders(root: Path) -> list[Path]:
+    """The task folders under ``root`` (or ``root`` itself when it is one), by name."""
+    if (root / TASK_TOML).is_file():
+        return [root]
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and (p / TASK_TOML).is_file())
+    if not folders:
+        raise ValueError(
+            f"task_dir: {root} holds no task folder (a folder with {TASK_TOML}); point `path` at a folder of "
+            "Harbor tasks or at one task"
+        )
+    return folders
+
+
+def read_task_toml(folder: Path) -> dict[str, Any]:
+    path = folder / TASK_TOML
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"task_dir: {path} is not valid TOML ({exc}); fix the file") from None
+
+
+def tree_digest(path: Path) -> str | None:
+    """A digest of every file name, mode and content under ``path`` (None if it does not exist)."""
+    if not path.exists():
+        return None
+    sha = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink())
+    for file in files:
+        sha.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
+        if file.is_symlink():
+            sha.update(b"link\0" + os.readlink(file).encode())
+        else:
+            sha.update(oct(file.stat().st_mode & 0o777).encode() + b"\0" + file.read_bytes())
+        sha.update(b"\0")
+    return sha.hexdigest()
+
+
+def dockerfile_workdir(dockerfile: Path) -> str | None:
+    """The last WORKDIR of the Dockerfile's final stage (None: the base image's)."""
+    workdir = None
+    for line in dockerfile.read_text(encoding="utf-8").splitlines():
+        words = line.strip().split(None, 1)
+        if not words:
+            continue
+        if words[0].upper() == "FROM":
+            workdir = None
+        elif words[0].upper() == "WORKDIR" and len(words) == 2:
+            workdir = posixpath.normpath(posixpath.join(workdir or "/", words[1].strip().strip("\"'")))
+    return workdir
+
+
+def _seconds(section: dict, where: str) -> float | None:
+    value = section.get("timeout_sec")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"task_dir: {where}.timeout_sec must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _network(section: dict, environment_section: bool = False) -> str | None:
+    """The phase policy a task.toml section asks for, if it asks (allowlists become 'none')."""
+    mode = section.get("network_mode")
+    if mode is None and section.get("allowed_hosts"):
+        mode = "allowlist"
+    if mode is not None:
+        if mode not in _NETWORK_MODES:
+            raise ValueError(f"task_dir: network_mode must be one of {sorted(_NETWORK_MODES)}, got {mode!r}")
+        return _NETWORK_MODES[mode]
+    if environment_section and "allow_internet" in section:
+        return "public" if section["allow_internet"] else "none"
+    return None
+
+
+def network_hints(config: dict) -> dict[str, str]:
+    """Phase policies from task.toml: [agent] and [verifier] over [environment]; the verifier defaults to none."""
+    base = _network(config.get("environment") or {}, environment_section=True)
+    hints = {"evaluation_network": _network(config.get("verifier") or {}) or base or "none"}
+    run = _network(config.get("agent") or {}) or base
+    if run:
+        hints["run_network"] = run
+    if base:
+        hints["baseline_network"] = base
+    return hints
+
+
+def docker_hints(folder: Path, config: dict) -> dict[str, Any]:
+    """The task's image for the docker provider: [environment] docker_image, else built from the Dockerfile."""
+    environment = folder / ENVIRONMENT
+    section = config.get("environment") or {}
+    if section.get("docker_image"):
+        hints: dict[str, Any] = {"image": str(section["docker_image"])}
+    elif (environment / DOCKERFILE).is_file():
+        hints = {
+            "dockerfile": str(environment / DOCKERFILE),
+            "context": str(environment),
+            "image": f"agentcompass-task:{tree_digest(environment)[:20]}",
+        }
+    else:
+        return {}
+    if section.get("memory_mb") is not None:
+        hints["memory"] = f"{int(section['memory_mb'])}m"
+    elif section.get("memory") is not None:
+        hints["memory"] = str(section["memory"]).lower()
+    if section.get("cpus") is not None:
+        hints["cpus"] = float(section["cpus"])
+    return hints
+
+
+def _json_safe(value: Any) -> Any:
+    """TOML values as JSON (dates become strings)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+
+
+def load_task(folder: Path) -> TaskSpec:
+    config = read_task_toml(folder)
+    instruction = folder / INSTRUCTION
+    if not instruction.is_file():
+        raise ValueError(f"task_dir: {folder} has no {INSTRUCTION} (the prompt); add it")
+    if not (folder / TESTS / TEST_SCRIPT).is_file():
+        raise ValueError(f"task_dir: {folder} has no {TESTS}/{TEST_SCRIPT} (the verifier); add it")
+    metadata = config.get("metadata") or {}
+    dockerfile = folder / ENVIRONMENT / DOCKERFILE
+    category = metadata.get("category")
+    return TaskSpec(
+        task_id=folder.name,
+        question=instruction.read_text(encoding="utf-8"),
+        category=str(category) if category is not None else None,
+        metadata={
+            "task_dir": str(folder),
+            "harbor": {
+                "name": (config.get("task") or {}).get("name"),
+                "schema_version": str(config.get("schema_version", config.get("version", ""))),
+                "metadata": _json_safe(metadata),
+            },
+            "environment_digest": tree_digest(folder / ENVIRONMENT),
+            "workdir": dockerfile_workdir(dockerfile) if dockerfile.is_file() else None,
+            # read by the Recipes task_environment_hints (networks) and task_dockerfile (the image)
+            "environment": {**network_hints(config), "docker": docker_hints(folder, config)},
+        },
+    )
+
+
+# --- Harbor's fixed paths in a session ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HarborPaths:
+    """Where Harbor's directories are in one session, and how task scripts must be rewritten for it."""
+
+    tests: str
+    solution: str
+    logs: str
+    rewrite: dict[str, str]
+
+    @property
+    def verifier(self) -> str:
+        return posixpath.join(self.logs, "verifier")
+
+    @classmethod
+    def native(cls) -> "HarborPaths":
+        return cls("/tests", "/solution", "/logs", {})
+
+    @classmethod
+    def mapped(cls, root: str, workdir: str | None) -> "HarborPaths":
+        base = posixpath.join(root, HOST_HARBOR_DIR)
+        rewrite = {f"/{name}": posixpath.join(base, name) for name in ("tests", "solution", "logs")}
+        if workdir and workdir != "/" and workdir not in rewrite:
+            rewrite[workdir] = root
+        return cls(rewrite["/tests"], rewrite["/solution"], rewrite["/logs"], rewrite)
+
+    @classmethod
+    def for_plan(cls, plan: TaskDirPlan, root: str) -> "HarborPaths":
+        return cls.mapped(root, plan.workdir) if plan.layout == "mapped" else cls.native()
+
+
+def rewrite_paths(text: str, rewrite: dict[str, str]) -> str:
+    """``text`` with every absolute path under a key of ``rewrite`` moved to its value."""
+    if not rewrite:
+        return text
+    roots = "|".join(re.escape(k) for k in sorted(rewrite, key=len, reverse=True))
+    return re.sub(f"{_BEFORE}({roots}){_AFTER}", lambda m: rewrite[m.group(1)], text)
+
+
+def copy_rewritten(source: Path, target: Path, rewrite: dict[str, str]) -> None:
+    """Copy ``source`` to ``target``, rewriting the paths in every text file (modes kept)."""
+    shutil.copytree(source, target, symlinks=True)
+    for file in sorted(p for p in target.rglob("*") if p.is_file() and not p.is_symlink()):
+        data = file.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # not text: copied as it is
+        if "\0" not in text:
+            file.write_text(rewrite_paths(text, rewrite), encoding="utf-8")
+
+
+async def upload_folder(session, source: Path, target: str, rewrite: dict[str, str]) -> None:
+    if not rewrite:
+        await session.upload(source, target)
+        return
+    with tempfile.TemporaryDirectory(prefix="agentcompass-harbor-") as staging:
+        staged = Path(staging) / source.name
+        copy_rewritten(source, staged, rewrite)
+        await session.upload(staged, target)
+
+
+@dataclass
+class HarborSolution(ScriptReference):
+    """``solution/`` of a task folder: copied to /solution (or its stand-in) and ``solve.sh`` run."""
+
+    layout: str = "native"
+    workdir: str | None = None
+
+    async def place(self, session) -> str:
+        if self.layout != "mapped":
+            return await super().place(session)
+        await session.exec(["true"])  # opens the session: its root is known from here on
+        paths = HarborPaths.mapped(session.workdir, self.workdir)
+        await upload_folder(session, Path(self.source), paths.solution, paths.rewrite)
+        return paths.solution
+
+    async def run(self, session):
+        try:
+            return await super().run(session)
+        finally:
+            if self.layout == "mapped":  # the stand-in folder goes too: the workspace is the agent's again
+                await session.exec(["rm", "-rf", HOST_HARBOR_DIR])
+
+
+def _env_table(env: dict[str, Any], where: str) -> dict[str, str]:
+    values = {}
+    for key, value in env.items():
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ValueError(f"task_dir: {where}.env.{key} must be a string, got {value!r}")
+        values[str(key)] = str(value)
+    return values
+
+
+def read_rewards(verifier_files: dict[str, str | None]) -> dict[str, float]:
+    """Harbor's reward files: reward.json (an object of numbers) wins over reward.txt (one number)."""
+    text, data = verifier_files.get("reward.txt"), verifier_files.get("reward.json")
+    if data is not None:
+        try:
+            parsed = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"reward.json is not JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("reward.json must be an object such as {\"reward\": 1.0}")
+        rewards = {
+            k: float(v) for k, v in parsed.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        if "reward" not in rewards and text is not None:
+            rewards["reward"] = _reward_number(text)
+        if "reward" not in rewards and len(rewards) != 1:
+            raise ValueError(f"reward.json has no 'reward' key and {len(rewards)} numbers {sorted(rewards)}")
+        return rewards
+    if text is None:
+        raise ValueError("the verifier wrote neither /logs/verifier/reward.txt nor reward.json")
+    return {"reward": _reward_number(text)}
+
+
+def _reward_number(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"reward.txt must hold one number, got {text.strip()[:80]!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"reward.txt must hold a finite number, got {text.strip()!r}")
+    return value
+
+
+# --- the Benchmark ------------------------------------------------------------------------------
+
+
+@BENCHMARKS.register()
+class TaskDirBenchmark(BaseBenchmark):
+    """Harbor-format task folders: instruction, Dockerfile environment, test.sh reward, solve.sh reference."""
+
+    id = "task_dir"
+    config_class = TaskDirConfig
+    plan_class = TaskDirPlan
+
+    def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
+        config = self.build_config(req)
+        return [load_task(folder) for folder in task_folders(tasks_root(config.path))]
+
+    def source_fingerprint(self, req: RunRequest) -> str | None:
+        return tree_digest(tasks_root(self.build_config(req).path))
+
+    def build_plan(self, task: TaskSpec, req: RunRequest, environment: EnvironmentSpec) -> TaskDirPlan:
+        config = self.build_config(req)
+        folder = Path(task.metadata["task_dir"])
+        toml = read_task_toml(folder)
+        verifier, agent, solution = (toml.get(s) or {} for s in ("verifier", "agent", "solution"))
+        has_solution = (folder / SOLUTION / SOLVE_SCRIPT).is_file()
+        native = environment.id == "docker"
+        return TaskDirPlan(
+            task_dir=str(folder),
+            layout="native" if native else "mapped",
+            workdir=task.metadata.get("workdir"),
+            copy_environment=not native,
+            tests_digest=tree_digest(folder / TESTS),
+            verifier_timeout=config.verifier_timeout or _seconds(verifier, "[verifier]") or VERIFIER_TIMEOUT,
+            verifier_env=_env_table(verifier.get("env") or {}, "[verifier]"),
+            pass_threshold=config.pass_threshold,
+            solution_digest=tree_digest(folder / SOLUTION) if has_solution else None,
+            solution_env=_env_table(solution.get("env") or {}, "[solution]"),
+            agent_timeout=_seconds(agent, "[agent]"),
+        )
+
+    async def prepare_task(self, task, env, req, plan) -> PreparedTask:
+        _ = req
+        plan = self._require_plan(plan)
+        environment = Path(plan.task_dir) / ENVIRONMENT
+        if plan.copy_environment and environment.is_dir():
+            for entry in sorted(environment.iterdir()):
+                if entry.name != DOCKERFILE:
+                    await env.upload(entry, entry.name)
+        return PreparedTask(
+            task_id=task.task_id,
+            category=task.category,
+            input=TaskInput(prompt=task.question, workspace=WORKSPACE),
+            output=TaskOutput(
+                answer="Nothing to return: do the task in the workspace (your working directory); "
+                "its final state is checked."
+            ),
+            metadata={"harbor_task": task.metadata["harbor"]["name"] or task.task_id},
+        )
+
+    def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> HarborSolution:
+        plan = self._require_plan(plan)
+        if plan.solution_digest is None:
+            raise ValueError(
+                f"task_dir: task {task.task_id!r} has no {SOLUTION}/{SOLVE_SCRIPT}, so the oracle cannot run it; "
+                "add one or leave the task out (benchmark param task_ids)"
+            )
+        return HarborSolution(
+            source=str(Path(plan.task_dir) / SOLUTION),
+            script=SOLVE_SCRIPT,
+            target=HarborPaths.native().solution,
+            env=dict(plan.solution_env),
+            timeout=plan.agent_timeout,
+            fingerprint=plan.solution_digest,
+            layout=plan.layout,
+            workdir=plan.workdir,
+        )
+
+    async def evaluate(self, task, prepared, result, env, req, plan) -> RunResult:
+        _ = prepared, req
+        plan = self._require_plan(plan)
+        secrets = [v for v in plan.verifier_env.values() if env_ref(v)]
+        # ${VAR} values are resolved only here, in the job that runs the verifier
+        env_values = {k: (resolve_secret(v) if env_ref(v) else v) for k, v in plan.verifier_env.items()}
+        await env.exec(["true"])  # opens the session: its root is known from here on
+        paths = HarborPaths.for_plan(plan, env.workdir)
+        # a fresh verifier: nothing the agent left at these paths counts
+        cleared = await env.exec(["sh", "-c", 'rm -rf "$1" "$2" && mkdir -p "$2"', "sh", paths.tests, paths.verifier])
+        if not cleared.ok:
+            raise RuntimeError(f"task_dir: could not prepare {paths.verifier} for the verifier: {cleared.stderr.strip()}")
+        await upload_folder(env, Path(plan.task_dir) / TESTS, paths.tests, paths.rewrite)
+        test = posixpath.join(paths.tests, TEST_SCRIPT)
+        ran = await env.exec(
+            ["sh", "-c", 'chmod +x "$1" && exec "$1"', "sh", test], env=env_values, timeout=plan.verifier_timeout
+        )
+        files = {}
+        for name in ("reward.txt", "reward.json"):
+            path = posixpath.join(paths.verifier, name)
+            files[name] = await env.read_text(path) if await env.exists(path) else None
+        verifier = {
+            "exit_status": ran.returncode,
+            "timed_out": ran.timed_out,
+            "stdout": scrub(ran.stdout[-_TAIL:], secrets),
+            "stderr": scrub(ran.stderr[-_TAIL:], secrets),
+        }
+        try:
+            rewards = read_rewards(files)
+        except ValueError as exc:
+            why = f"timed out after {plan.verifier_timeout} s" if ran.timed_out else f"exited with status {ran.returncode}"
+            return dataclasses.replace(
+                result, status=TaskStatus.EVAL_ERROR, error_stage="evaluate", correct=None, score=None,
+                error=f"task_dir verifier ({TESTS}/{TEST_SCRIPT} {why}): {exc}; its stderr ends: "
+                f"{verifier['stderr'][-500:].strip()}",
+                metadata={**result.metadata, "verifier": verifier},
+            )
+        reward = rewards.get("reward", next(iter(rewards.values())))
+        return dataclasses.replace(
+            result,
+            status=TaskStatus.COMPLETED,
+            score=reward,
+            correct=reward >= plan.pass_threshold,
+            metadata={**result.metadata, "verifier": {**verifier, "rewards": rewards}},
+        )

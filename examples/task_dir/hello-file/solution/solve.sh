@@ -1,0 +1,2 @@
+#!/bin/sh
+printf 'Hello, agentcompass!\n' > /app/hello.txt

@@ -1,0 +1,2 @@
+#!/bin/sh
+wc -w < input.txt | tr -d ' ' > count.txt

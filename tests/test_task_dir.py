@@ -1,0 +1,175 @@
+"""``task_dir`` through the real workflow: Harbor task folders on host_process and docker.
+
+The shipped examples (examples/task_dir) must pass with the oracle on both
+providers, and a harness that is not the oracle must never see ``tests/`` or
+``solution/``: neither in prepared.json, nor in the saved workspace, nor in
+its run-phase session.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
+from agentcompass.environments.netns import network_isolation
+from conftest import agentcompass, clean_env, jobs_run, snakemake
+from environments.envkit import require_docker
+
+PROBE_DRIVER = Path(__file__).parent / "drivers" / "workspace_probe_workflow.py"
+SHIPPED = sorted(p.name for p in SHIPPED_TASKS.iterdir() if (p / "task.toml").is_file())
+
+
+def environment_of(provider: str) -> dict:
+    if provider == "docker":
+        require_docker()  # skips, saying why, when no engine answers
+        return {"id": "docker"}
+    # every task's verifier runs under network 'none'
+    available, reason = network_isolation()
+    if not available:
+        pytest.skip(f"host_process cannot isolate the verifier's 'none' phase here: {reason}")
+    return {"id": "host_process"}
+
+
+def write_config(workdir: Path, harness: str, environment: dict, params: dict | None = None, name: str = "tasks") -> Path:
+    config = {"requests": {name: {
+        "benchmark": {"id": "task_dir", "params": params or {}},
+        "harness": harness,
+        "model": {"id": "none"},
+        "environment": environment,
+    }}}
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def results_of(workdir: Path, name: str = "tasks") -> dict[str, dict]:
+    base = workdir / "results" / "default" / name / "attempts"
+    return {p.parent.parent.name: json.loads(p.read_text()) for p in base.glob("*/1/result.json")}
+
+
+def copy_tasks(tmp_path: Path) -> Path:
+    target = tmp_path / "tasks"
+    shutil.copytree(SHIPPED_TASKS, target)
+    return target
+
+
+@pytest.mark.parametrize("provider", ["host_process", "docker"])
+def test_oracle_passes_every_shipped_task(provider, workdir: Path):
+    config = write_config(workdir, "oracle", environment_of(provider))
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = results_of(workdir)
+    assert sorted(results) == SHIPPED and len(SHIPPED) >= 3
+    for task_id, result in results.items():
+        assert result["status"] == "completed", (task_id, result["error"])
+        assert result["score"] == 1.0 and result["correct"] is True, (task_id, result["metadata"])
+    metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
+    assert metrics["metrics"]["accuracy"] == 1.0 and metrics["counts"] == {"completed": len(SHIPPED)}
+    # the verifier's reward file decided: word-count writes reward.json with a second number
+    assert results["word-count"]["metadata"]["verifier"]["rewards"] == {"reward": 1.0, "count_file_present": 1.0}
+
+
+@pytest.mark.parametrize("provider", ["host_process", "docker"])
+def test_other_harnesses_never_see_tests_or_solution_and_score_0(provider, workdir: Path):
+    config = write_config(workdir, "test_workspace_probe", environment_of(provider))
+    done = subprocess.run([sys.executable, str(PROBE_DRIVER), str(workdir), str(config)], cwd=workdir,
+                          env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = results_of(workdir)
+    assert sorted(results) == SHIPPED
+    secrets = hidden_material()
+    for task_id, result in results.items():
+        attempt = workdir / "results/default/tasks/attempts" / task_id / "1"
+        # the run phase: its own listing of the workspace, and Harbor's folders absent
+        listing = result["answer"]
+        assert result["metadata"]["listing_ok"] and result["metadata"]["present"] == [], (task_id, result["metadata"])
+        assert not any(name in listing for name in ("test.sh", "solve.sh", ".harbor")), listing
+        # prepared.json and the saved workspace snapshot hold none of the tests' or the solution's text
+        prepared = (attempt / "prepared.json").read_text()
+        snapshot = "".join(p.read_text(errors="replace") for p in (attempt / "workspace").rglob("*") if p.is_file())
+        for text in secrets[task_id]:
+            assert text not in prepared and text not in snapshot, (task_id, text)
+        assert json.loads(prepared)["input"]["prompt"] == (SHIPPED_TASKS / task_id / "instruction.md").read_text()
+        # changing nothing solves nothing
+        assert result["status"] == "completed" and result["score"] == 0.0 and result["correct"] is False
+    # the environment's own files did reach the workspace
+    assert "sum.sh" in results["fix-sum-script"]["answer"] and "input.txt" in results["word-count"]["answer"]
+
+
+def hidden_material() -> dict[str, list[str]]:
+    """Per task, the non-trivial lines of its tests/ and solution/ files."""
+    hidden = {}
+    for task_id in SHIPPED:
+        lines = []
+        for folder in ("tests", "solution"):
+            for file in (SHIPPED_TASKS / task_id / folder).rglob("*"):
+                lines += [line.strip() for line in file.read_text().splitlines() if len(line.strip()) > 12]
+        hidden[task_id] = lines
+    return hidden
+
+
+def test_an_edited_verifier_reruns_only_evaluation(tmp_path: Path, workdir: Path):
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks)})
+    first = snakemake(workdir, "--configfile", str(config))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert all(r["correct"] for r in results_of(workdir).values())
+    # a verifier that now wants another greeting: the oracle's file no longer passes
+    test = tasks / "hello-file" / "tests" / "test.sh"
+    test.write_text(test.read_text().replace("Hello, agentcompass!", "Hello, somebody else!"))
+    second = snakemake(workdir, "--configfile", str(config))
+    assert second.returncode == 0, second.stderr[-3000:]
+    ran = jobs_run(second.stdout + second.stderr)
+    assert ran.get("evaluate") == 1 and "prepare" not in ran and "run" not in ran, ran
+    results = results_of(workdir)
+    assert results["hello-file"]["score"] == 0.0 and results["fix-sum-script"]["score"] == 1.0
+
+
+def test_a_failing_solution_is_a_run_error_and_a_missing_reward_an_eval_error(tmp_path: Path, workdir: Path):
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    (tasks / "hello-file" / "solution" / "solve.sh").write_text("#!/bin/sh\necho 'no luck' >&2\nexit 3\n")
+    (tasks / "word-count" / "tests" / "test.sh").write_text("#!/bin/sh\necho 'forgot the reward'\n")
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks)})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = results_of(workdir)
+    hello, words = results["hello-file"], results["word-count"]
+    assert hello["status"] == "run_error" and "solve.sh exited with status 3: no luck" in hello["error"]
+    assert words["status"] == "eval_error" and "neither /logs/verifier/reward.txt nor reward.json" in words["error"]
+    assert words["metadata"]["verifier"]["stdout"] == "forgot the reward\n"
+    assert results["fix-sum-script"]["correct"] is True
+    log = workdir / "results/default/tasks/attempts/hello-file/1/oracle.txt"
+    assert "exit status 3" in log.read_text()
+
+
+def test_config_docs_document_every_parameter(workdir: Path):
+    done = agentcompass(workdir, "config", "docs", "benchmark", "task_dir")
+    assert done.returncode == 0, done.stderr
+    for name in ("path", "verifier_timeout", "pass_threshold", "task_ids", "categories", "limit"):
+        assert name in done.stdout, name
+    assert "examples/task_dir" in done.stdout and "timeout_sec" in done.stdout
+
+
+def test_a_missing_tasks_folder_is_a_clear_error_before_any_job(tmp_path: Path, workdir: Path):
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tmp_path / "nowhere")})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode != 0
+    assert "nowhere" in done.stderr and "is not a folder of Harbor tasks" in done.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_task_selection_and_categories_use_the_standard_params(workdir: Path):
+    environment_of("host_process")
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"categories": ["files", "text"], "limit": 1})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert list(results_of(workdir)) == ["hello-file"]

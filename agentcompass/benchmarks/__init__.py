@@ -1,7 +1,8 @@
 """Built-in Benchmarks. Adding one: a module here plus one import line."""
 
+from .bfcl import BfclBenchmark
 from .example_exact_match import ExampleExactMatchBenchmark
 from .humaneval import HumanEvalBenchmark
 from .synthetic import SyntheticBenchmark
 
-__all__ = ["ExampleExactMatchBenchmark", "HumanEvalBenchmark", "SyntheticBenchmark"]
+__all__ = ["BfclBenchmark", "ExampleExactMatchBenchmark", "HumanEvalBenchmark", "SyntheticBenchmark"]

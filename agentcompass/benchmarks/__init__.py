@@ -3,6 +3,7 @@
 from .bfcl import BfclBenchmark
 from .example_exact_match import ExampleExactMatchBenchmark
 from .humaneval import HumanEvalBenchmark
+from .majority_vote import MajorityVoteBenchmark
 from .synthetic import SyntheticBenchmark
 
-__all__ = ["BfclBenchmark", "ExampleExactMatchBenchmark", "HumanEvalBenchmark", "SyntheticBenchmark"]
+__all__ = ["BfclBenchmark", "ExampleExactMatchBenchmark", "HumanEvalBenchmark", "MajorityVoteBenchmark", "SyntheticBenchmark"]

@@ -1,7 +1,13 @@
 """Built-in Benchmarks. Adding one: a module here plus one import line."""
 
+from .bfcl import BfclBenchmark
 from .example_exact_match import ExampleExactMatchBenchmark
+from .humaneval import HumanEvalBenchmark
+from .majority_vote import MajorityVoteBenchmark
 from .synthetic import SyntheticBenchmark
 from .task_dir import TaskDirBenchmark
 
-__all__ = ["ExampleExactMatchBenchmark", "SyntheticBenchmark", "TaskDirBenchmark"]
+__all__ = [
+    "BfclBenchmark", "ExampleExactMatchBenchmark", "HumanEvalBenchmark", "MajorityVoteBenchmark",
+    "SyntheticBenchmark", "TaskDirBenchmark",
+]

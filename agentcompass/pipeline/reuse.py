@@ -17,8 +17,8 @@ from typing import Any
 from agentcompass.runtime.base import BaseBenchmark
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 
-# A BenchmarkPlan field without a stage is read by both prepare and evaluate.
-_PLAN_STAGES = {"prepare": ("prepare", None), "evaluate": ("evaluate", None)}
+# A BenchmarkPlan field without a stage is read by prepare, evaluate and (harness-free) run.
+_PLAN_STAGES = {"prepare": ("prepare", None), "run": ("run", None), "evaluate": ("evaluate", None)}
 
 
 def digest(value: Any) -> str:
@@ -66,6 +66,8 @@ def plan_view(plan: ExecutionPlan, stage: str) -> dict[str, Any]:
         view["evaluation_environment_mode"] = plan.evaluation_environment_mode
         view["harness_plan"] = plan.harness_plan.to_dict()
         view["execution"] = {"max_retries": plan.execution.max_retries, "task_timeout": plan.execution.task_timeout}
+        if plan.harness_plan.harness_id == "none":  # a harness-free Benchmark's run_task reads its own plan
+            view["benchmark_plan"] = _benchmark_plan_view(plan, "run")
     elif stage == "evaluate":
         view["evaluation_network"] = _policy(plan.evaluation_network)
         view["evaluation_environment_mode"] = plan.evaluation_environment_mode

@@ -51,11 +51,12 @@ def config_field(
 
 
 def plan_field(default: Any = _MISSING, *, stage: str | None = None, description: str = ""):
-    """A field of a BenchmarkPlan; ``stage`` ('prepare' or 'evaluate') says which stage reads it.
+    """A field of a BenchmarkPlan; ``stage`` ('prepare', 'evaluate', or 'run' for a
+    harness-free Benchmark's ``run_task``) says which stage reads it.
 
     A field read only by ``evaluate`` can change without rerunning preparation
     or the harness: that is what makes regrading exact. Unmarked fields count
-    for both stages.
+    for every stage that reads the plan.
     """
     return config_field(default, description=description, stage=stage)
 

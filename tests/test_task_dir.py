@@ -173,3 +173,34 @@ def test_task_selection_and_categories_use_the_standard_params(workdir: Path):
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
     assert list(results_of(workdir)) == ["hello-file"]
+
+
+@pytest.mark.parametrize("provider", ["host_process", "docker"])
+def test_a_scripted_tool_agent_solves_a_shipped_task(provider, workdir: Path):
+    """The model (scripted, on 127.0.0.1) reads the instruction, writes the file through bash, submits."""
+    from agentcompass.testing.endpoint import ScriptedEndpoint, tool_call_reply
+
+    def model(body):
+        step = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if step == 0:
+            assert "hello.txt" in body["messages"][-1]["content"]  # the instruction is the prompt
+            return tool_call_reply("bash", {"command": "printf 'Hello, agentcompass!\\n' > hello.txt && ls"}, call_id="c1")
+        return tool_call_reply("submit", {"answer": "done"}, call_id="c2")
+
+    with ScriptedEndpoint(model) as endpoint:
+        config = {"requests": {"agent": {
+            "benchmark": {"id": "task_dir", "params": {"task_ids": ["hello-file"]}},
+            "harness": "tool_agent",
+            "model": {"id": "scripted", "base_url": endpoint.base_url},
+            "environment": environment_of(provider),
+        }}}
+        path = workdir / "agent.yaml"
+        path.write_text(yaml.safe_dump(config))
+        done = snakemake(workdir, "--configfile", str(path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = results_of(workdir, "agent")["hello-file"]
+    assert result["status"] == "completed", result["error"]
+    assert result["score"] == 1.0 and result["correct"] is True, result["metadata"]
+    assert len(endpoint.requests) == 2
+    tool_output = endpoint.requests[1].body["messages"][-1]["content"]
+    assert "hello.txt" in tool_output and "solve.sh" not in tool_output and "test.sh" not in tool_output

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import random
 import re
-import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 
@@ -24,7 +20,6 @@ from agentcompass.runtime import (
     BenchmarkPlan,
     HarnessFreeBenchmark,
     MetricResult,
-    ModelSpec,
     PreparedTask,
     RunRequest,
     RunResult,
@@ -34,7 +29,7 @@ from agentcompass.runtime import (
     TaskStatus,
 )
 from agentcompass.runtime.config import ConfigError, RuntimeBenchmarkConfig, config_field, parse_int, plan_field
-from agentcompass.secrets import resolve_secret
+from agentcompass.runtime.model_client import ModelCallConfig, ModelCallError, ModelClient
 
 ANSWER_FORM = "Work it out step by step, then give the final answer as an integer on the last line."
 _INTEGER = re.compile(r"-?\d[\d,]*")
@@ -67,33 +62,6 @@ class MajorityVoteConfig(RuntimeBenchmarkConfig):
 class MajorityVotePlan(BenchmarkPlan):
     samples: int = plan_field(5, stage="run")
     timeout: float = plan_field(60.0, stage="run")
-
-
-class ModelCallError(RuntimeError):
-    """The endpoint did not give a usable reply."""
-
-
-def chat_completion(model: ModelSpec, messages: list[dict], timeout: float) -> dict:
-    """One OpenAI-compatible chat completion, over the standard library."""
-    if not model.base_url:
-        raise ModelCallError("model.base_url is not set")
-    headers = {"Content-Type": "application/json"}
-    key = resolve_secret(model.api_key)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    body = {"model": model.id, "messages": messages, **model.params}
-    url = model.base_url.rstrip("/") + "/chat/completions"
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            return json.loads(reply.read().decode())
-    except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
-        raise ModelCallError(f"model call failed: {type(exc).__name__}: {exc}") from None
-
-
-def reply_text(reply: dict) -> str:
-    choices = reply.get("choices") or [{}]
-    return ((choices[0] or {}).get("message") or {}).get("content") or ""
 
 
 def final_integer(text: str) -> int | None:
@@ -149,27 +117,22 @@ class MajorityVoteBenchmark(HarnessFreeBenchmark):
         _ = env
         settings = self._require_plan(plan.benchmark_plan)
         messages = [{"role": "user", "content": f"{prepared.input.prompt}\n\n{prepared.output.answer}"}]
-        started = time.monotonic()
         try:
-            replies = await asyncio.gather(*(
-                asyncio.to_thread(chat_completion, req.model, messages, settings.timeout)
-                for _ in range(settings.samples)
-            ))
-        except ModelCallError as exc:
+            async with ModelClient(req.model, ModelCallConfig(timeout=settings.timeout)) as client:
+                try:
+                    replies = await asyncio.gather(*(client.complete(messages) for _ in range(settings.samples)))
+                except ModelCallError as exc:
+                    return RunResult(task_id=prepared.task_id, attempt=plan.attempt, status=TaskStatus.RUN_ERROR,
+                                     error=str(exc), error_stage="run", usage=client.usage.as_dict())
+        except ModelCallError as exc:  # no endpoint configured
             return RunResult(task_id=prepared.task_id, attempt=plan.attempt, status=TaskStatus.RUN_ERROR,
                              error=str(exc), error_stage="run")
-        answers = [final_integer(reply_text(reply)) for reply in replies]
-        usage = [reply.get("usage") or {} for reply in replies]
+        answers = [final_integer(reply.text) for reply in replies]
         return RunResult(
             task_id=prepared.task_id,
             attempt=plan.attempt,
             answer=majority(answers),
-            usage={
-                "calls": float(len(replies)),
-                "prompt_tokens": float(sum(u.get("prompt_tokens") or 0 for u in usage)),
-                "completion_tokens": float(sum(u.get("completion_tokens") or 0 for u in usage)),
-                "latency_seconds": round(time.monotonic() - started, 6),
-            },
+            usage=client.usage.as_dict(),
             metadata={"samples": answers},
         )
 

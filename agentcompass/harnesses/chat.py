@@ -53,13 +53,13 @@ class ChatHarness(BaseHarness):
         messages = opening_messages(prepared)
         tools = list(prepared.input.tools)
         trajectory = Trajectory(context.trajectory_path)
-        turns = [None, *plan.params.get("follow_ups", [])]
         client = None
         try:
             async with ModelClient(req.model, ModelCallConfig.from_params(plan.params)) as client:
-                for turn, follow_up in enumerate(turns, start=1):
-                    if follow_up is not None:
-                        messages.extend([*_unanswered_tool_results(reply), {"role": "user", "content": follow_up}])
+                reply = await call_model(client, trajectory, messages, tools, turn=1)
+                messages.append(reply.message)
+                for turn, follow_up in enumerate(plan.params.get("follow_ups", []), start=2):
+                    messages.extend([*_unanswered_tool_results(reply), {"role": "user", "content": follow_up}])
                     reply = await call_model(client, trajectory, messages, tools, turn=turn)
                     messages.append(reply.message)
         except ModelCallError as exc:

@@ -45,6 +45,20 @@ from .leftovers import (
 )
 
 
+# What a sandboxed command inherits from the job: enough to find programs and
+# behave like a login shell. Not the rest: the job's environment holds the API
+# keys ${VAR} references resolve to, and an agent's bash must not read them.
+INHERITED_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
+
+
+def sandbox_environment() -> dict[str, str]:
+    """The job's variables a host_process command sees (before the caller's own ``env``)."""
+    return {
+        k: v for k, v in os.environ.items()
+        if k in INHERITED_VARIABLES or k.startswith("LC_")
+    }
+
+
 @dataclass(slots=True)
 class HostProcessConfig(ComponentConfig):
     workspace_root: str | None = config_field(
@@ -123,7 +137,7 @@ class HostProcessSession(EnvironmentSession):
             raise TypeError("exec(shell=False) takes an argv list of strings")
         started = time.monotonic()
         exec_id = uuid.uuid4().hex
-        full_env = {**os.environ, **(env or {}), **self._markers, EXEC_VAR: exec_id}
+        full_env = {**sandbox_environment(), **(env or {}), **self._markers, EXEC_VAR: exec_id}
         workdir = str(self._path(cwd)) if cwd else str(self.root)
         stdin = asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
         argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)
@@ -268,7 +282,7 @@ class HostProcessSession(EnvironmentSession):
             self._end_processes()
             await self._reap_relays()
             self._isolated = await netns.IsolatedNetwork.create(
-                {**os.environ, **self._markers}, "host_process"
+                {**sandbox_environment(), **self._markers}, "host_process"
             )
         else:
             await self._release_network()

@@ -92,13 +92,19 @@ def test_exec_rejects_wrong_command_shapes():
     assert run(body)
 
 
-def test_exec_env_vars_are_added_to_the_environment(monkeypatch):
-    monkeypatch.setenv("AC_UNIT_INHERITED", "inherited")
+def test_exec_env_vars_are_added_to_an_environment_that_keeps_the_jobs_keys_out(monkeypatch):
+    """A sandboxed command sees PATH, HOME, locale..., and what the caller gives; not the job's API keys."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-job-secret")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
 
     async def body(s):
-        return await s.exec(["sh", "-c", 'echo "$AC_UNIT_VAR $AC_UNIT_INHERITED"'], env={"AC_UNIT_VAR": "value"})
+        shown = await s.exec(["sh", "-c", 'echo "$AC_UNIT_VAR|$LC_ALL|$OPENAI_API_KEY"'], env={"AC_UNIT_VAR": "value"})
+        listing = await s.exec(["env"])
+        return shown, listing
 
-    assert run(body).stdout == "value inherited\n"
+    shown, listing = run(body)
+    assert shown.stdout == "value|C.UTF-8|\n"
+    assert "sk-job-secret" not in listing.stdout and "PATH=" in listing.stdout
 
 
 def test_exec_runs_in_workdir_by_default_and_in_cwd_when_given():

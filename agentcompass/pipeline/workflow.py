@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import sys
 import time
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import yaml
+from snakemake.common import overwrite_function_params
 from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 
 import agentcompass
@@ -34,6 +36,17 @@ from .bulk import BulkOutput, settled
 
 # Bump a stage's version when its behaviour changes: Snakemake then reruns it.
 STAGE_VERSIONS = {"tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "1"}
+
+
+def _signature_once(fn):
+    """Tell Snakemake the parameters of a callable it calls for every job.
+
+    Snakemake reads the signature of each input, params and resources function
+    on every call (``inspect.signature``: 3% of a run's time at a thousand
+    attempts) unless the function carries it already.
+    """
+    overwrite_function_params(fn, inspect.signature(fn).parameters)
+    return fn
 
 
 def _param(value: Any) -> str:
@@ -169,9 +182,11 @@ class EvaluationWorkflow:
             targets.extend(str(a / name) for name in ("plan.json", "prepared.json", "output.json", "result.json"))
         return targets
 
+    @_signature_once
     def all_targets(self, wildcards=None) -> list[str]:
         return [t for run in self.orchestration.runs for t in self.request_targets(run.request)]
 
+    @_signature_once
     def result_files(self, w) -> list[str]:
         req = self.request(w)
         base = self.run_path(req)
@@ -253,9 +268,11 @@ class EvaluationWorkflow:
             }
         return table
 
+    @_signature_once
     def request_param(self, w) -> str:
         return _param(reuse.request_record(self.request(w)))
 
+    @_signature_once
     def tasks_param(self, w) -> str:
         req = self.request(w)
         benchmark = stages.benchmark_for(req)
@@ -278,6 +295,7 @@ class EvaluationWorkflow:
         source = stages.benchmark_for(req).source_fingerprint(req)
         return {} if source is None else {"source": source}
 
+    @_signature_once
     def plans_param(self, w) -> str:
         req = self.request(w)
         execution = req.execution.to_dict()
@@ -296,20 +314,25 @@ class EvaluationWorkflow:
             **self._recompute(req),
         })
 
+    @_signature_once
     def run_info_param(self, w) -> str:
         req = self.request(w)
         return _param({"model": req.model.id, "versions": self._components(req)})
 
+    @_signature_once
     def prepare_param(self, w) -> str:
         return self._attempt_params(w)["prepare"]
 
+    @_signature_once
     def run_param(self, w) -> str:
         # The Model as configured: api_key is its ${VAR} reference, never the key.
         return self._attempt_params(w)["run"]
 
+    @_signature_once
     def evaluate_param(self, w) -> str:
         return self._attempt_params(w)["evaluate"]
 
+    @_signature_once
     def metrics_param(self, w) -> str:
         req = self.request(w)
         benchmark = stages.benchmark_for(req)
@@ -326,7 +349,7 @@ class EvaluationWorkflow:
         """One Snakemake resource per model endpoint of the run; a run job takes 1 of its own
         endpoint's and 0 of the others, so a profile's ``resources:`` caps the calls in flight."""
         names = {endpoint_resource(r.model.base_url) for r in self.by_key.values() if _calls_model(r)}
-        return {name: functools.partial(self._endpoint_share, name) for name in sorted(names)}
+        return {name: _signature_once(functools.partial(self._endpoint_share, name)) for name in sorted(names)}
 
     def _endpoint_share(self, name: str, wildcards) -> int:
         req = self.request(wildcards)

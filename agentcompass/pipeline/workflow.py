@@ -83,8 +83,10 @@ class EvaluationWorkflow:
             (run.request.namespace, run.request.run_id): run.request for run in orchestration.runs
         }
         self._nonce = f"{time.time_ns()}"
-        self._param_tables: dict[tuple, dict] = {}
+        self._param_tables: dict[tuple[str, str], dict] = {}
         self._settled: dict[tuple[str, str], bool] = {}
+        self._bulk_files: dict[tuple[str, str], tuple[str, str]] = {}
+        self._sources: dict[tuple[str, str], str | None] = {}
         self.checkpoints = None
         self.snakemake = None
 
@@ -153,14 +155,23 @@ class EvaluationWorkflow:
         """Paths of tasks.json and plans.json once they are current.
 
         Until then they come from the checkpoints, which raise (and so make
-        Snakemake wait for them) while they still have to be written.
+        Snakemake wait for them) while they still have to be written. Once
+        known, they stay so for the invocation: a checkpoint that completed
+        does not run again in it. Every attempt job asks, so this is on the hot path.
         """
-        if self.is_settled(req):
-            base = self.run_path(req)
-            return str(base / "tasks.json"), str(base / "plans.json")
-        tasks_file = self.checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0]
-        plans_file = self.checkpoints.plans.get(ns=req.namespace, run_id=req.run_id).output[0]
-        return tasks_file, plans_file
+        key = (req.namespace, req.run_id)
+        files = self._bulk_files.get(key)
+        if files is None:
+            if self.is_settled(req):
+                base = self.run_path(req)
+                files = str(base / "tasks.json"), str(base / "plans.json")
+            else:
+                files = (
+                    self.checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0],
+                    self.checkpoints.plans.get(ns=req.namespace, run_id=req.run_id).output[0],
+                )
+            self._bulk_files[key] = files
+        return files
 
     def attempt_paths(self, req: RunRequest) -> list[tuple[str, int]]:
         """(task segment, attempt) of every attempt, once tasks.json and plans.json are settled."""
@@ -210,9 +221,9 @@ class EvaluationWorkflow:
     def _attempt_params(self, w) -> dict[str, str]:
         """The prepare, run and evaluate params of one attempt.
 
-        They are computed for every attempt of the request at once, per version of
-        its (checkpointed) tasks.json and plans.json: Snakemake asks for them once
-        per job, and at 10,000 attempts one pass is much cheaper than 30,000.
+        They are computed for every attempt of the request at once, when its
+        tasks.json and plans.json are settled: Snakemake asks for them once per
+        job, and at 10,000 attempts one pass is much cheaper than 30,000.
         """
         req = self.request(w)
         try:
@@ -223,12 +234,9 @@ class EvaluationWorkflow:
                 f"(re)built before its attempt files. Fix: run the whole request (the default "
                 f"target, or {self.run_path(req) / 'metrics.json'}) rather than single attempt files."
             ) from None
-        key = (w.ns, w.run_id, stages.file_stamp(tasks_file), stages.file_stamp(plans_file))
-        table = self._param_tables.get(key)
+        table = self._param_tables.get((w.ns, w.run_id))
         if table is None:
-            table = self._param_table(req, tasks_file, plans_file)
-            self._param_tables = {k: v for k, v in self._param_tables.items() if k[:2] != key[:2]}
-            self._param_tables[key] = table
+            table = self._param_tables[(w.ns, w.run_id)] = self._param_table(req, tasks_file, plans_file)
         return table[(w.task, int(w.attempt))]
 
     def _param_table(self, req: RunRequest, tasks_file: str, plans_file: str) -> dict:
@@ -292,7 +300,10 @@ class EvaluationWorkflow:
         script's) changes only the plans, and Snakemake skips a job whose input
         was rewritten with the same content.
         """
-        source = stages.benchmark_for(req).source_fingerprint(req)
+        key = (req.namespace, req.run_id)
+        if key not in self._sources:  # digesting a folder of task files: once per parse, not per param
+            self._sources[key] = stages.benchmark_for(req).source_fingerprint(req)
+        source = self._sources[key]
         return {} if source is None else {"source": source}
 
     @_signature_once

@@ -40,10 +40,6 @@ def _has_float(tp: Any) -> bool:
     return any(_has_float(a) for a in get_args(tp))
 
 
-def _is_optional(tp: Any) -> bool:
-    return _is_union(tp) and type(None) in get_args(tp)
-
-
 def _is_union(tp: Any) -> bool:
     return get_origin(tp) in (Union, types.UnionType)
 
@@ -59,11 +55,6 @@ def _type_name(tp: Any) -> str:
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    """Whether ``value`` is an instance of the (simple) type hint ``tp``."""
-    return _checker(tp)(value)
 
 
 def _always(value: Any) -> bool:

@@ -41,6 +41,12 @@ def jobs_run(output: str) -> dict[str, int]:
     return counts
 
 
+def files_holding(secret: str, *roots: Path) -> tuple[list[Path], int]:
+    """The files under ``roots`` whose bytes contain ``secret``, and how many files were read."""
+    files = [p for root in roots for p in root.rglob("*") if p.is_file()]
+    return [p for p in files if secret.encode() in p.read_bytes()], len(files)
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     path = tmp_path / "work"

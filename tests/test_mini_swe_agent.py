@@ -14,7 +14,7 @@ import pytest
 
 from agentcompass.environments.netns import network_isolation
 from agentcompass.testing.endpoint import ScriptedEndpoint
-from conftest import clean_env, snakemake
+from conftest import clean_env, files_holding, snakemake
 
 pytestmark = pytest.mark.skipif(
     not network_isolation()[0], reason=f"host_process cannot isolate a 'none' phase here: {network_isolation()[1]}"
@@ -69,10 +69,6 @@ def request(name: str, model_id: str, base_url: str, sessions: Path) -> str:
     )
 
 
-def files_under(*roots: Path) -> list[Path]:
-    return [p for root in roots for p in root.rglob("*") if p.is_file()]
-
-
 def test_mini_swe_agent_solves_a_task_through_the_gateway_and_the_key_stays_outside(workdir: Path, tmp_path: Path):
     key = "sk-test-" + secrets.token_hex(16)
     sessions = tmp_path / "sessions"
@@ -123,9 +119,9 @@ def test_mini_swe_agent_solves_a_task_through_the_gateway_and_the_key_stays_outs
     assert not (workspace / ".mini-swe-agent").exists(), "the agent's state is removed after the run"
 
     # the key is in no file the agent could read, nor under results/ or .snakemake/
-    scanned = files_under(sessions, workdir / "results", workdir / ".snakemake")
-    assert len(scanned) > 30
-    assert [p for p in scanned if key.encode() in p.read_bytes()] == []
+    holding, scanned = files_holding(key, sessions, workdir / "results", workdir / ".snakemake")
+    assert scanned > 30
+    assert holding == []
     assert key not in done.stdout + done.stderr
 
     # an agent that never submits is a run_error with mini-swe-agent's reason

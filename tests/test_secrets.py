@@ -7,7 +7,7 @@ import secrets
 from pathlib import Path
 
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
-from conftest import clean_env, snakemake
+from conftest import clean_env, files_holding, snakemake
 
 
 def answers(body) -> tuple[int, dict]:
@@ -39,13 +39,8 @@ def test_api_key_is_sent_to_the_endpoint_and_written_nowhere(workdir: Path):
     metrics = json.loads((workdir / "results/default/chat-run/metrics.json").read_text())
     assert metrics["metrics"]["accuracy"] == 0.8  # four of five answered right
     # ... and it is in no file the run left behind, Snakemake's metadata included
-    scanned = 0
-    for root in (workdir / "results", workdir / ".snakemake"):
-        for path in root.rglob("*"):
-            if path.is_file():
-                scanned += 1
-                assert key.encode() not in path.read_bytes(), path
-    assert scanned > 30
+    holding, scanned = files_holding(key, workdir / "results", workdir / ".snakemake")
+    assert holding == [] and scanned > 30
     request = json.loads((workdir / "results/default/chat-run/request.json").read_text())
     assert request["model"]["api_key"] == "${AGENTCOMPASS_TEST_KEY}"
 

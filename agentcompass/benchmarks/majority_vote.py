@@ -117,16 +117,13 @@ class MajorityVoteBenchmark(HarnessFreeBenchmark):
         _ = env
         settings = self._require_plan(plan.benchmark_plan)
         messages = [{"role": "user", "content": f"{prepared.input.prompt}\n\n{prepared.output.answer}"}]
+        client = None
         try:
             async with ModelClient(req.model, ModelCallConfig(timeout=settings.timeout)) as client:
-                try:
-                    replies = await asyncio.gather(*(client.complete(messages) for _ in range(settings.samples)))
-                except ModelCallError as exc:
-                    return RunResult(task_id=prepared.task_id, attempt=plan.attempt, status=TaskStatus.RUN_ERROR,
-                                     error=str(exc), error_stage="run", usage=client.usage.as_dict())
-        except ModelCallError as exc:  # no endpoint configured
+                replies = await asyncio.gather(*(client.complete(messages) for _ in range(settings.samples)))
+        except ModelCallError as exc:  # no endpoint configured, or a call failed for good
             return RunResult(task_id=prepared.task_id, attempt=plan.attempt, status=TaskStatus.RUN_ERROR,
-                             error=str(exc), error_stage="run")
+                             error=str(exc), error_stage="run", usage=client.usage.as_dict() if client else {})
         answers = [final_integer(reply.text) for reply in replies]
         return RunResult(
             task_id=prepared.task_id,

@@ -167,7 +167,7 @@ class MiniSweAgentHarness(BaseHarness):
         # last, so no setting can point the agent elsewhere
         argv += _setting("model.model_kwargs.api_base", api_base) + _setting("model.model_kwargs.api_key", token)
         secret_variable = env_ref(model.api_key) if model.api_key else None
-        # a host_process command inherits the job's environment: the real key's variable is taken out
+        # host_process already keeps the job's variables out; this holds for any provider that would not
         return ["env", "-u", secret_variable, *argv] if secret_variable else argv
 
     @staticmethod

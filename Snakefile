@@ -28,6 +28,7 @@ include: "rules/plans.smk"
 include: "rules/prepare.smk"
 include: "rules/run.smk"
 include: "rules/evaluate.smk"
+include: "rules/shard.smk"
 include: "rules/metrics.smk"
 
 

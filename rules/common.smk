@@ -7,6 +7,7 @@ wildcard_constraints:
     run_id=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     task=r"[^/]+",
     attempt=r"[0-9]+",
+    shard=r"[0-9]+",
 
 
 RUN = f"{RESULTS}/{{ns}}/{{run_id}}"

@@ -1,7 +1,8 @@
 rule metrics:
     """metrics.json: the request's MetricResult and counts by status."""
     input:
-        results=EVAL.result_files,
+        # every result.json, or the shard records of a sharded request
+        results=EVAL.metrics_inputs,
     output:
         f"{RUN}/metrics.json",
     log:

@@ -18,6 +18,7 @@ created on first use). This script is not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -76,30 +78,66 @@ def synthetic(n: int = 100):
 '''
 
 
-GNU_TIME = Path("/usr/bin/time")
+class TreeMemory:
+    """Peak of the summed RSS of a process and all its descendants, sampled every 0.2 s.
+
+    A sharded run is several Snakemake processes at once; getrusage and GNU
+    time only know the largest single process.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._stop.wait(0.2):
+            total = 0
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for proc in procs:
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    total += proc.memory_info().rss
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
 
 
 def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
-    """Wall and CPU seconds (of the command and its children) and its own peak RSS."""
-    peak_file = Path(tempfile.mkstemp(prefix="bench-peak-")[1])
-    if GNU_TIME.exists():  # the command's own peak; getrusage only knows the max over all children
-        cmd = [str(GNU_TIME), "-q", "-f", "%M", "-o", str(peak_file), *cmd]
+    """Wall and CPU seconds (of the command and its children) and the peak RSS of its process tree."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err)
+        memory = TreeMemory(proc.pid)
+        returncode = proc.wait()
+        wall = time.perf_counter() - start
+        peak = memory.stop()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak_text = peak_file.read_text().strip().splitlines()
-    peak_file.unlink(missing_ok=True)
-    peak_kb = int(peak_text[-1]) if peak_text and peak_text[-1].isdigit() else after.ru_maxrss
-    if done.returncode != 0:
-        sys.exit(f"command failed ({done.returncode}): {' '.join(cmd)}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    if returncode != 0:
+        sys.exit(f"command failed ({returncode}): {' '.join(cmd)}\n{stdout[-2000:]}\n{stderr[-4000:]}")
     return {
         "wall": wall,
         "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-        "peak_rss_mb": peak_kb / 1024,
-        "stdout": done.stdout,
-        "stderr": done.stderr,
+        "peak_rss_mb": max(peak, 1) / 2**20,
+        "stdout": stdout,
+        "stderr": stderr,
     }
 
 
@@ -134,29 +172,32 @@ def agentcompass_env() -> dict:
     return env
 
 
-def snakemake_cmd(n: int, cores: int, *extra: str) -> list[str]:
+def snakemake_cmd(n: int, cores: int, shard_size: int | None, *extra: str) -> list[str]:
     request = {"bench": {"benchmark": {"id": "synthetic", "params": {"num_tasks": n}}, "harness": "oracle", "model": {"id": "none"}}}
+    config = [f"requests={json.dumps(request)}"]
+    if shard_size is not None:
+        config.append(f"runtime={json.dumps({'shard_size': shard_size})}")
     # targets and flags first: --quiet and --config take every value after them
     return [sys.executable, "-m", "snakemake", *extra, "--snakefile", str(ROOT / "Snakefile"), "--cores", str(cores),
-            "--quiet", "--config", f"requests={json.dumps(request)}"]
+            "--quiet", "--config", *config]
 
 
-def bench_agentcompass(n: int, cores: int, work: Path) -> dict:
+def bench_agentcompass(n: int, cores: int, shard_size: int | None, work: Path) -> dict:
     work.mkdir(parents=True)
     env = agentcompass_env()
-    full = timed(snakemake_cmd(n, cores), work, env)
+    full = timed(snakemake_cmd(n, cores, shard_size), work, env)
     metrics = json.loads((work / "results/default/bench/metrics.json").read_text())
     assert metrics["num_attempts"] == n and metrics["metrics"]["accuracy"] == 1.0, metrics
-    noop = timed(snakemake_cmd(n, cores), work, env)
+    noop = timed(snakemake_cmd(n, cores, shard_size), work, env)
     return {"full": full, "noop": noop}
 
 
-def bench_dry_run(n: int, cores: int, work: Path) -> dict:
+def bench_dry_run(n: int, cores: int, shard_size: int | None, work: Path) -> dict:
     """A dry run over n attempts whose task list and plans exist (so the whole DAG is built)."""
     work.mkdir(parents=True)
     env = agentcompass_env()
-    timed(snakemake_cmd(n, cores, "results/default/bench/plans.json"), work, env)
-    return timed(snakemake_cmd(n, cores, "--dry-run"), work, env)
+    timed(snakemake_cmd(n, cores, shard_size, "results/default/bench/plans.json"), work, env)
+    return timed(snakemake_cmd(n, cores, shard_size, "--dry-run"), work, env)
 
 
 def bench_inspect(n: int, inspect: Path, work: Path, connections: int) -> dict:
@@ -175,6 +216,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000, help="attempts (= Inspect samples)")
     parser.add_argument("--cores", type=int, default=64, help="Snakemake --cores (attempts wait on I/O)")
     parser.add_argument("--connections", type=int, default=64, help="Inspect --max-connections")
+    parser.add_argument("--shard-size", type=int, default=None,
+                        help="runtime.shard_size for agentcompass (default: the config's; 0 never shards)")
     parser.add_argument("--dry-run-n", type=int, default=0, help="also time a dry run over this many attempts")
     parser.add_argument("--inspect-venv", type=Path, default=ROOT / ".bench" / "inspect-venv")
     parser.add_argument("--skip-inspect", action="store_true")
@@ -185,12 +228,13 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="agentcompass-bench-"))
     try:
         if args.dry_run_only:
-            dry = bench_dry_run(args.dry_run_n, args.cores, scratch / "dry-run")
+            dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run")
             print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")
             return
         inspect = None if args.skip_inspect else ensure_inspect(args.inspect_venv)
-        print(f"n={args.n}  snakemake --cores {args.cores}  inspect --max-connections {args.connections}")
-        ours = bench_agentcompass(args.n, args.cores, scratch / "agentcompass")
+        shard = "config default" if args.shard_size is None else args.shard_size
+        print(f"n={args.n}  snakemake --cores {args.cores} (shard_size {shard})  inspect --max-connections {args.connections}")
+        ours = bench_agentcompass(args.n, args.cores, args.shard_size, scratch / "agentcompass")
         rows = [("agentcompass", ours)]
         if inspect:
             rows.append(("inspect-ai", bench_inspect(args.n, inspect, scratch / "inspect", args.connections)))
@@ -204,7 +248,7 @@ def main() -> None:
             print(f"ratio agentcompass / inspect-ai: wall {a['wall'] / b['wall']:.2f}, cpu {a['cpu'] / b['cpu']:.2f}, "
                   f"no-op rerun {ours['noop']['wall'] / rows[1][1]['noop']['wall']:.2f}")
         if args.dry_run_n:
-            dry = bench_dry_run(args.dry_run_n, args.cores, scratch / "dry-run")
+            dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run")
             print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")
     finally:
         if args.keep:

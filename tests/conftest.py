@@ -41,6 +41,21 @@ def jobs_run(output: str) -> dict[str, int]:
     return counts
 
 
+def shard_logs(workdir: Path) -> dict[Path, int]:
+    """Each shard's log (its inner Snakemake's output) and when it was written."""
+    return {p: p.stat().st_mtime_ns for p in workdir.glob("results/*/*/shards/*/shard.log")}
+
+
+def jobs_run_with_shards(workdir: Path, output: str, logs_before: dict[Path, int]) -> dict[str, int]:
+    """``jobs_run`` of a run, plus the jobs of the shards it ran (their logs written since ``logs_before``)."""
+    counts = jobs_run(output)
+    for path, stamp in shard_logs(workdir).items():
+        if logs_before.get(path) != stamp:
+            for rule, n in jobs_run(path.read_text()).items():
+                counts[rule] = counts.get(rule, 0) + n
+    return counts
+
+
 def files_holding(secret: str, *roots: Path) -> tuple[list[Path], int]:
     """The files under ``roots`` whose bytes contain ``secret``, and how many files were read."""
     files = [p for root in roots for p in root.rglob("*") if p.is_file()]

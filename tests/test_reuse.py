@@ -1,4 +1,10 @@
-"""Reuse you can predict: each change reruns exactly the files that depend on it."""
+"""Reuse you can predict: each change reruns exactly the files that depend on it.
+
+Each reuse test runs twice: with a job per attempt file, and with the request
+built as shards of two attempts (runtime.shard_size), where the outer run
+reruns the shards holding a change and each shard's inner Snakemake reruns
+exactly the files that depend on it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
-from conftest import agentcompass, jobs_run, snakemake
+from conftest import agentcompass, jobs_run, jobs_run_with_shards, shard_logs, snakemake
 
 ANSWERS = {"France": "Paris", "Japan": "Tokyo", "planet": "Jupiter", "water": "H2O", "Hamlet": "Marlowe"}
 N = 5
@@ -30,6 +36,19 @@ class Model:
         return 200, completion("?")
 
 
+@pytest.fixture(params=[0, 2], ids=["attempt-jobs", "shards-of-2"])
+def shard_size(request) -> int:
+    return request.param
+
+
+def with_shards(counts: dict[str, int], shard_size: int, attempts: list[int]) -> dict[str, int]:
+    """The jobs expected of a run: ``counts``, plus one shard job per shard holding one of ``attempts``
+    (positions in the request's attempt order) when the request is sharded."""
+    if not shard_size:
+        return counts
+    return {**counts, "shard": len({position // shard_size for position in attempts})}
+
+
 @pytest.fixture
 def model():
     script = Model()
@@ -38,9 +57,11 @@ def model():
         yield endpoint
 
 
-def write_config(workdir: Path, endpoint, *, temperature=0.0, case_sensitive=False, prompt="{question}", attempts=1, reuse=True) -> Path:
+def write_config(workdir: Path, endpoint, *, temperature=0.0, case_sensitive=False, prompt="{question}", attempts=1,
+                 reuse=True, shard_size=0) -> Path:
     path = workdir / "eval.yaml"
     path.write_text(json.dumps({
+        "runtime": {"shard_size": shard_size},
         "requests": {
             "chat-run": {
                 "benchmark": "example_exact_match",
@@ -57,9 +78,13 @@ def write_config(workdir: Path, endpoint, *, temperature=0.0, case_sensitive=Fal
 
 
 def run(workdir: Path, config: Path) -> dict[str, int]:
+    logs = shard_logs(workdir)
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
-    return jobs_run(done.stderr)
+    return jobs_run_with_shards(workdir, done.stderr, logs)
+
+
+ALL = list(range(N))
 
 
 def results(workdir: Path) -> dict[str, dict]:
@@ -67,39 +92,39 @@ def results(workdir: Path) -> dict[str, dict]:
     return {p.parent.parent.name: json.loads(p.read_text()) for p in base.glob("*/1/result.json")}
 
 
-def test_changing_nothing_reruns_nothing(workdir: Path, model):
-    config = write_config(workdir, model)
+def test_changing_nothing_reruns_nothing(workdir: Path, model, shard_size):
+    config = write_config(workdir, model, shard_size=shard_size)
     assert run(workdir, config)["run"] == N
     calls = len(model.requests)
     assert run(workdir, config) == {}
     assert len(model.requests) == calls
 
 
-def test_temperature_reruns_the_harness_and_scoring_but_not_preparation(workdir: Path, model):
-    run(workdir, write_config(workdir, model, temperature=0.0))
+def test_temperature_reruns_the_harness_and_scoring_but_not_preparation(workdir: Path, model, shard_size):
+    run(workdir, write_config(workdir, model, temperature=0.0, shard_size=shard_size))
     prepared_before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("prepared.json")}
     model.requests.clear()
-    ran = run(workdir, write_config(workdir, model, temperature=0.7))
+    ran = run(workdir, write_config(workdir, model, temperature=0.7, shard_size=shard_size))
     # per attempt: exactly output.json and result.json; per request: metrics.json and the request record
-    assert ran == {"run": N, "evaluate": N, "metrics": 1, "request": 1}
+    assert ran == with_shards({"run": N, "evaluate": N, "metrics": 1, "request": 1}, shard_size, ALL)
     assert len(model.requests) == N and {r.body["temperature"] for r in model.requests} == {0.7}
     assert {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("prepared.json")} == prepared_before
 
 
-def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, model):
-    run(workdir, write_config(workdir, model, case_sensitive=False))
+def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, model, shard_size):
+    run(workdir, write_config(workdir, model, case_sensitive=False, shard_size=shard_size))
     model.requests.clear()
-    ran = run(workdir, write_config(workdir, model, case_sensitive=True))
+    ran = run(workdir, write_config(workdir, model, case_sensitive=True, shard_size=shard_size))
     # the plan holds the scoring setting, so the bulk plans (and run_info.json with them) are rewritten too
-    assert ran == {"evaluate": N, "metrics": 1, "plans": 1, "request": 1}
+    assert ran == with_shards({"evaluate": N, "metrics": 1, "plans": 1, "request": 1}, shard_size, ALL)
     assert model.requests == []
     plan = json.loads((workdir / "results/default/chat-run/attempts/capital-france/1/plan.json").read_text())
     assert plan["benchmark_plan"]["case_sensitive"] is True
 
 
-def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(workdir: Path, model):
-    run(workdir, write_config(workdir, model))
-    config = write_config(workdir, model, prompt="Answer in lower case. {question}")
+def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(workdir: Path, model, shard_size):
+    run(workdir, write_config(workdir, model, shard_size=shard_size))
+    config = write_config(workdir, model, prompt="Answer in lower case. {question}", shard_size=shard_size)
     status = agentcompass(workdir, "status", "--config", str(config))
     assert status.returncode == 0, status.stderr
     assert f"prepared.json x{N}: params changed: plan" in status.stdout
@@ -107,44 +132,47 @@ def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(wor
     assert "tasks.json" not in status.stdout
     model.requests.clear()
     ran = run(workdir, config)
-    assert ran == {"prepare": N, "run": N, "evaluate": N, "metrics": 1, "plans": 1, "request": 1}
+    assert ran == with_shards({"prepare": N, "run": N, "evaluate": N, "metrics": 1, "plans": 1, "request": 1}, shard_size, ALL)
     assert len(model.requests) == N
     assert all(r.body["messages"][-1]["content"].startswith("Answer in lower case.") for r in model.requests)
     after = agentcompass(workdir, "status", "--config", str(config))
     assert "up to date: nothing would rerun" in after.stdout
 
 
-def test_more_attempts_and_tasks_run_only_the_new_ones(workdir: Path, model):
-    run(workdir, write_config(workdir, model, attempts=1))
+def test_more_attempts_and_tasks_run_only_the_new_ones(workdir: Path, model, shard_size):
+    run(workdir, write_config(workdir, model, attempts=1, shard_size=shard_size))
     model.requests.clear()
-    ran = run(workdir, write_config(workdir, model, attempts=3))
+    ran = run(workdir, write_config(workdir, model, attempts=3, shard_size=shard_size))
     assert ran["run"] == 2 * N and ran["prepare"] == 2 * N and ran["evaluate"] == 2 * N
     assert len(model.requests) == 2 * N
     metrics = json.loads((workdir / "results/default/chat-run/metrics.json").read_text())
     assert metrics["num_attempts"] == 3 * N
 
 
-def test_reuse_off_recomputes_the_request(workdir: Path, model):
-    run(workdir, write_config(workdir, model, reuse=False))
+def test_reuse_off_recomputes_the_request(workdir: Path, model, shard_size):
+    run(workdir, write_config(workdir, model, reuse=False, shard_size=shard_size))
     model.requests.clear()
-    ran = run(workdir, write_config(workdir, model, reuse=False))
+    ran = run(workdir, write_config(workdir, model, reuse=False, shard_size=shard_size))
     assert ran["tasks"] == 1 and ran["prepare"] == N and ran["run"] == N and ran["evaluate"] == N
     assert len(model.requests) == N
 
 
-def test_retry_reruns_exactly_the_failed_attempts(workdir: Path, model):
+def test_retry_reruns_exactly_the_failed_attempts(workdir: Path, model, shard_size):
     model.script.fail_on = {"France", "water"}
-    config = write_config(workdir, model)
+    config = write_config(workdir, model, shard_size=shard_size)
     run(workdir, config)
     first = results(workdir)
     assert {t for t, r in first.items() if r["status"] == "run_error"} == {"capital-france", "water-formula"}
     assert first["author-hamlet"]["status"] == "completed" and first["author-hamlet"]["score"] == 0.0
     model.script.fail_on = set()
     model.requests.clear()
+    logs = shard_logs(workdir)
     done = agentcompass(workdir, "retry", "--config", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "retrying 2 failed attempt(s)" in done.stdout
-    assert jobs_run(done.stderr) == {"run": 2, "evaluate": 2, "metrics": 1}
+    order = [t["task_id"] for t in json.loads((workdir / "results/default/chat-run/tasks.json").read_text())["tasks"]]
+    failed = [order.index("capital-france"), order.index("water-formula")]
+    assert jobs_run_with_shards(workdir, done.stderr, logs) == with_shards({"run": 2, "evaluate": 2, "metrics": 1}, shard_size, failed)
     asked = sorted(r.body["messages"][-1]["content"].split("?")[0] for r in model.requests)
     assert len(asked) == 2 and any("France" in q for q in asked) and any("water" in q for q in asked)
     second = results(workdir)

@@ -72,6 +72,20 @@ class RunInfo(Contract):
     resolved_execution_plans: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+@dataclass
+class ShardRecord(Contract):
+    """shards/<k>/shard.json: one slice of a large request, built by an inner Snakemake."""
+
+    request_name: str
+    shard: int
+    attempts: int
+    first: str  # <task segment>/<attempt> of the slice's first attempt
+    last: str
+    counts: dict[str, int]  # result statuses of the slice
+    host: str
+    seconds: float
+
+
 # kind -> contract type; a file <kind>.json validates against schemas/<kind>.schema.json
 FILE_KINDS: dict[str, type] = {
     "request": RunRequest,
@@ -83,6 +97,7 @@ FILE_KINDS: dict[str, type] = {
     "result": RunResult,
     "metrics": MetricResult,
     "run_info": RunInfo,
+    "shard": ShardRecord,
 }
 
 _OPEN = frozenset({BenchmarkPlan, HarnessPlan})

@@ -15,6 +15,7 @@ import platform
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import agentcompass
 from agentcompass.aio import run_coroutine
@@ -78,37 +79,66 @@ def file_stamp(path: str | Path) -> tuple[str, int, int]:
 
 
 @functools.lru_cache(maxsize=64)
-def _tasks_cached(stamp: tuple) -> tuple[list[TaskSpec], dict[str, TaskSpec]]:
-    data = read_json(stamp[0])
-    tasks = [from_dict(TaskSpec, t, "tasks.json task") for t in data["tasks"]]
-    return tasks, {task_segment(t.task_id): t for t in tasks}
-
-
-def read_tasks(path: str | Path) -> list[TaskSpec]:
-    return _tasks_cached(file_stamp(path))[0]
-
-
-def task_by_segment(path: str | Path, segment: str) -> TaskSpec:
-    try:
-        return _tasks_cached(file_stamp(path))[1][segment]
-    except KeyError:
-        raise KeyError(f"no task with path segment {segment!r} in {path}") from None
+def _raw_tasks(stamp: tuple) -> dict[str, dict]:
+    """tasks.json's task objects by path segment, in order, not yet decoded."""
+    return {task_segment(t["task_id"]): t for t in read_json(stamp[0])["tasks"]}
 
 
 @functools.lru_cache(maxsize=64)
-def _plans_cached(stamp: tuple, bcls: type, hcls: type) -> dict[tuple[str, int], ExecutionPlan]:
-    data = read_json(stamp[0])
-    plans = [ExecutionPlan.from_dict(p, bcls, hcls) for p in data["plans"]]
-    return {(task_segment(p.task_id), p.attempt): p for p in plans}
+def _tasks_cached(stamp: tuple) -> list[TaskSpec]:
+    return [from_dict(TaskSpec, t, "tasks.json task") for t in _raw_tasks(stamp).values()]
 
 
-def plans_by_attempt(req: RunRequest, plans_path: str | Path) -> dict[tuple[str, int], ExecutionPlan]:
-    bcls, hcls = _plan_classes(req)
-    return _plans_cached(file_stamp(plans_path), bcls, hcls)
+def read_tasks(path: str | Path) -> list[TaskSpec]:
+    return _tasks_cached(file_stamp(path))
+
+
+def task_segments(path: str | Path) -> list[str]:
+    """The path segment of every task, in order, without decoding the tasks."""
+    return list(_raw_tasks(file_stamp(path)))
+
+
+# Decoding is the expensive part of reading a large file: a job (or the slice of
+# a shard) decodes the objects it uses, once each.
+_decoded: dict[tuple, Any] = {}
+
+
+def _decode_once(key: tuple, decode):
+    value = _decoded.get(key)
+    if value is None:
+        if len(_decoded) > 200_000:
+            _decoded.clear()
+        value = _decoded[key] = decode()
+    return value
+
+
+def task_by_segment(path: str | Path, segment: str) -> TaskSpec:
+    stamp = file_stamp(path)
+    raw = _raw_tasks(stamp).get(segment)
+    if raw is None:
+        raise KeyError(f"no task with path segment {segment!r} in {path}")
+    return _decode_once(("task", stamp, segment), lambda: from_dict(TaskSpec, raw, "tasks.json task"))
+
+
+@functools.lru_cache(maxsize=64)
+def _raw_plans(stamp: tuple) -> dict[tuple[str, int], dict]:
+    """plans.json's plan objects by (task segment, attempt), not yet decoded."""
+    return {(task_segment(p["task_id"]), p["attempt"]): p for p in read_json(stamp[0])["plans"]}
+
+
+def raw_tasks(path: str | Path) -> dict[str, dict]:
+    return _raw_tasks(file_stamp(path))
+
+
+def raw_plans(plans_path: str | Path) -> dict[tuple[str, int], dict]:
+    return _raw_plans(file_stamp(plans_path))
 
 
 def plan_for(req: RunRequest, plans_path: str | Path, segment: str, attempt: int) -> ExecutionPlan:
-    return plans_by_attempt(req, plans_path)[(segment, attempt)]
+    stamp = file_stamp(plans_path)
+    raw = _raw_plans(stamp)[(segment, attempt)]
+    bcls, hcls = _plan_classes(req)
+    return _decode_once(("plan", stamp, bcls, hcls, segment, attempt), lambda: ExecutionPlan.from_dict(raw, bcls, hcls))
 
 
 def _plan_classes(req: RunRequest) -> tuple[type, type]:

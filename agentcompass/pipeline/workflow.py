@@ -11,6 +11,8 @@ import contextlib
 import functools
 import inspect
 import json
+import os
+import socket
 import sys
 import time
 import traceback
@@ -28,14 +30,19 @@ from agentcompass.runtime.model_client import endpoint_resource
 from agentcompass.runtime.models import Orchestration, RunRequest
 from agentcompass.runtime.orchestration import resolve_orchestration
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
+from agentcompass.jsonio import read_json
 from agentcompass.paths import run_dir, task_segment
 from agentcompass.secrets import scrub
 
-from . import reuse, stages
+from . import reuse, shards, stages
 from .bulk import BulkOutput, settled
+from .files import ShardRecord, write_file
 
 # Bump a stage's version when its behaviour changes: Snakemake then reruns it.
-STAGE_VERSIONS = {"tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "1"}
+STAGE_VERSIONS = {
+    "tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "1", "shard": "1",
+}
+ATTEMPT_FILES = ("plan.json", "prepared.json", "output.json", "result.json")
 
 
 def _signature_once(fn):
@@ -82,11 +89,15 @@ class EvaluationWorkflow:
         self.by_key: dict[tuple[str, str], RunRequest] = {
             (run.request.namespace, run.request.run_id): run.request for run in orchestration.runs
         }
-        self._nonce = f"{time.time_ns()}"
+        self._nonce = shards.invocation(f"{time.time_ns()}")
         self._param_tables: dict[tuple[str, str], dict] = {}
         self._settled: dict[tuple[str, str], bool] = {}
         self._bulk_files: dict[tuple[str, str], tuple[str, str]] = {}
         self._sources: dict[tuple[str, str], str | None] = {}
+        self._attempts: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        self._roots: dict[tuple[str, str], str] = {}
+        # set when this Snakemake is a shard's inner run: it builds that slice only
+        self.inner = shards.inner_shard()
         self.checkpoints = None
         self.snakemake = None
 
@@ -175,33 +186,168 @@ class EvaluationWorkflow:
 
     def attempt_paths(self, req: RunRequest) -> list[tuple[str, int]]:
         """(task segment, attempt) of every attempt, once tasks.json and plans.json are settled."""
-        tasks_file, _ = self.bulk_files(req)
-        return [
-            (task_segment(t.task_id), attempt)
-            for t in stages.read_tasks(tasks_file)
-            for attempt in range(1, req.execution.attempts + 1)
-        ]
+        key = (req.namespace, req.run_id)
+        paths = self._attempts.get(key)
+        if paths is None:
+            tasks_file, _ = self.bulk_files(req)  # raises until the checkpoints are done
+            paths = self._attempts[key] = [
+                (segment, attempt)
+                for segment in stages.task_segments(tasks_file)
+                for attempt in range(1, req.execution.attempts + 1)
+            ]
+        return paths
+
+    def attempt_dir(self, req: RunRequest, segment: str, attempt: int) -> str:
+        # plain strings: tens of thousands of paths per parse, and pathlib costs 10x more
+        return f"{self._attempts_root(req)}/{segment}/{attempt}"
+
+    def _attempts_root(self, req: RunRequest) -> str:
+        key = (req.namespace, req.run_id)
+        root = self._roots.get(key)
+        if root is None:
+            root = self._roots[key] = str(self.run_path(req) / "attempts")
+        return root
+
+    def _attempt_targets(self, req: RunRequest, attempts) -> list[str]:
+        return [f"{self.attempt_dir(req, s, a)}/{name}" for s, a in attempts for name in ATTEMPT_FILES]
 
     def request_targets(self, req: RunRequest) -> list[str]:
+        if self.inner is not None:  # a shard's inner run: its slice's attempt files, nothing else
+            ns, run_id, index = self.inner
+            if (req.namespace, req.run_id) != (ns, run_id):
+                return []
+            if not self.is_settled(req):
+                raise WorkflowError(
+                    f"shard {index} of request {req.metadata.request_name!r} started while its tasks.json "
+                    f"or plans.json still had to be rebuilt. Fix: run the whole request, not the shard alone."
+                )
+            return self._attempt_targets(req, self.shard_slice(req, index))
         base = self.run_path(req)
         # Settled bulk files are left out: naming a checkpoint's output would make
         # Snakemake re-evaluate everything depending on it, for files it will not rebuild.
         bulk = () if self.is_settled(req) else ("tasks.json", "plans.json", "run_info.json")
         targets = [str(base / name) for name in ("request.json", *bulk, "metrics.json")]
-        for segment, attempt in self.attempt_paths(req):
-            a = base / "attempts" / segment / str(attempt)
-            targets.extend(str(a / name) for name in ("plan.json", "prepared.json", "output.json", "result.json"))
-        return targets
+        count = self.shard_count(req)
+        if count:
+            return targets + [str(self.shard_file(req, k)) for k in range(count)]
+        return targets + self._attempt_targets(req, self.attempt_paths(req))
 
     @_signature_once
     def all_targets(self, wildcards=None) -> list[str]:
         return [t for run in self.orchestration.runs for t in self.request_targets(run.request)]
 
+    def results_of(self, req: RunRequest) -> list[str]:
+        return [f"{self.attempt_dir(req, s, a)}/result.json" for s, a in self.attempt_paths(req)]
+
     @_signature_once
-    def result_files(self, w) -> list[str]:
+    def metrics_inputs(self, w) -> list[str]:
+        """Every result.json of the request, or, for a sharded one, the shard records standing for them."""
         req = self.request(w)
-        base = self.run_path(req)
-        return [str(base / "attempts" / s / str(a) / "result.json") for s, a in self.attempt_paths(req)]
+        count = self.shard_count(req)
+        if count:
+            return [str(self.shard_file(req, k)) for k in range(count)]
+        return self.results_of(req)
+
+    # -- shards: large requests built in slices (agentcompass.pipeline.shards) ----------
+
+    def shard_count(self, req: RunRequest) -> int:
+        """How many shard jobs build this request: 0 when it is built attempt by attempt."""
+        size = self.orchestration.runtime.shard_size
+        if self.inner is not None or not size:
+            return 0
+        total = len(self.attempt_paths(req))
+        return 0 if total <= size else -(-total // size)
+
+    def shard_slice(self, req: RunRequest, index: int) -> list[tuple[str, int]]:
+        size = self.orchestration.runtime.shard_size
+        return self.attempt_paths(req)[index * size:(index + 1) * size]
+
+    def shard_file(self, req: RunRequest, index: int) -> Path:
+        return self.run_path(req) / "shards" / str(index) / "shard.json"
+
+    @_signature_once
+    def shard_inputs(self, w) -> list[str]:
+        """The slice's attempt folders that exist (the plans job makes them): a file
+        deleted or replaced in one makes it newer than the shard's record. And the
+        slice's files named by --forcerun, which the outer run builds first."""
+        req = self.request(w)
+        attempts = self.shard_slice(req, int(w.shard))
+        dirs = [d for d in (self.attempt_dir(req, s, a) for s, a in attempts) if os.path.isdir(d)]
+        return dirs + shards.forced_files(self.snakemake, lambda: self._attempt_targets(req, attempts))
+
+    @_signature_once
+    def shard_param(self, w) -> str:
+        """Everything the slice's per-attempt params are computed from, digested as it is on disk.
+
+        It changes whenever one of those params does (and, rarely, when a plan
+        field no stage reads does: the inner run then finds nothing to do). Not
+        decoding 10,000 plans to compute it is most of a no-op rerun's saving.
+        """
+        req = self.request(w)
+        index = int(w.shard)
+        tasks_file, plans_file = self.bulk_files(req)
+        tasks, plans = stages.raw_tasks(tasks_file), stages.raw_plans(plans_file)
+        attempts = self.shard_slice(req, index)
+        harness = stages.harness_for(req)
+        forced = {"forced": self._nonce} if shards.forced_rules(self.snakemake) else {}
+        return _param({
+            "stage": STAGE_VERSIONS["shard"], "stages": STAGE_VERSIONS, "versions": self._components(req),
+            "model": req.model.to_dict(), "oracle": bool(harness and harness.is_oracle),
+            "attempts": reuse.digest([[tasks[s], plans[(s, a)]] for s, a in attempts]),
+            **self._recompute(req), **forced,
+        })
+
+    def shard_threads(self) -> int:
+        """Threads of one shard job: as many shards run at once as there are CPUs,
+        and their inner runs share this run's --cores between them."""
+        cores = self.snakemake.global_resources["_cores"].value if self.snakemake else None
+        if not cores:
+            return 1
+        return max(1, int(cores) // max(1, os.cpu_count() or 1))
+
+    def shard_endpoint_resources(self) -> dict[str, Any]:
+        """A shard claims of its own endpoint's resource what its inner run may use at once:
+        its threads, or the whole cap when that is smaller."""
+        names = {endpoint_resource(r.model.base_url) for r in self.by_key.values() if _calls_model(r)}
+        return {name: _signature_once(functools.partial(self._shard_share, name)) for name in sorted(names)}
+
+    def _shard_share(self, name: str, wildcards) -> int:
+        if not self._endpoint_share(name, wildcards):
+            return 0
+        threads = self.shard_threads()
+        cap = self.snakemake.global_resources.get(name) if self.snakemake else None
+        cap = getattr(cap, "value", cap)
+        return min(threads, int(cap)) if cap else threads
+
+    def run_shard(self, w, threads: int, resources, output, log) -> None:
+        """Build one slice with an inner Snakemake; record what it left in shard.json."""
+        req = self.request(w)
+        index = int(w.shard)
+        started = time.monotonic()
+        capped = {
+            name: int(getattr(resources, name))
+            for name in self.shard_endpoint_resources()
+            if self.snakemake.global_resources.get(name) is not None
+        }
+        argv = shards.inner_argv(self.snakemake, threads, capped, shards.forced_rules(self.snakemake))
+        code = shards.run_inner(argv, shards.inner_env(req.namespace, req.run_id, index, self._nonce), Path(log[0]))
+        if code != 0:
+            raise WorkflowError(
+                f"shard {index} of request {req.metadata.request_name!r}: its inner Snakemake exited with "
+                f"{code}; the jobs that failed are named in {log[0]}. Finished attempts are kept: "
+                f"run again to retry the rest."
+            )
+        attempts = self.shard_slice(req, index)
+        counts: dict[str, int] = {}
+        for segment, attempt in attempts:
+            result = read_json(f"{self.attempt_dir(req, segment, attempt)}/result.json")
+            counts[result["status"]] = counts.get(result["status"], 0) + 1
+        first, last = attempts[0], attempts[-1]
+        write_file("shard", output[0], ShardRecord(
+            request_name=req.metadata.request_name, shard=index, attempts=len(attempts),
+            first=f"{first[0]}/{first[1]}", last=f"{last[0]}/{last[1]}", counts=counts,
+            host=socket.gethostname(), seconds=round(time.monotonic() - started, 3),
+        ))
 
     # -- params: exactly what each stage depends on ------------------------------
 
@@ -225,31 +371,38 @@ class EvaluationWorkflow:
         tasks.json and plans.json are settled: Snakemake asks for them once per
         job, and at 10,000 attempts one pass is much cheaper than 30,000.
         """
-        req = self.request(w)
-        try:
-            tasks_file, plans_file = self.bulk_files(req)
-        except IncompleteCheckpointException:
-            raise WorkflowError(
-                f"request {req.metadata.request_name!r}: its tasks.json or plans.json must be "
-                f"(re)built before its attempt files. Fix: run the whole request (the default "
-                f"target, or {self.run_path(req) / 'metrics.json'}) rather than single attempt files."
-            ) from None
-        table = self._param_tables.get((w.ns, w.run_id))
-        if table is None:
-            table = self._param_tables[(w.ns, w.run_id)] = self._param_table(req, tasks_file, plans_file)
-        return table[(w.task, int(w.attempt))]
+        return self._table(self.request(w))[(w.task, int(w.attempt))]
 
-    def _param_table(self, req: RunRequest, tasks_file: str, plans_file: str) -> dict:
+    def _table(self, req: RunRequest) -> dict:
+        table = self._param_tables.get((req.namespace, req.run_id))
+        if table is None:
+            try:
+                tasks_file, plans_file = self.bulk_files(req)
+            except IncompleteCheckpointException:
+                raise WorkflowError(
+                    f"request {req.metadata.request_name!r}: its tasks.json or plans.json must be "
+                    f"(re)built before its attempt files. Fix: run the whole request (the default "
+                    f"target, or {self.run_path(req) / 'metrics.json'}) rather than single attempt files."
+                ) from None
+            # a shard's inner run needs its slice only: the rest is never decoded
+            attempts = None if self.inner is None else self.shard_slice(req, self.inner[2])
+            table = self._param_tables[(req.namespace, req.run_id)] = self._param_table(
+                req, tasks_file, plans_file, attempts)
+        return table
+
+    def _param_table(self, req: RunRequest, tasks_file: str, plans_file: str, attempts=None) -> dict:
         c = self._components(req)
         recompute = self._recompute(req)
         benchmark = stages.benchmark_for(req)
         harness = stages.harness_for(req)
         model = req.model.to_dict()
-        tasks = {task_segment(t.task_id): t for t in stages.read_tasks(tasks_file)}
-        fingerprints = {segment: reuse.task_fingerprint(t) for segment, t in tasks.items()}
+        fingerprints: dict[str, str] = {}
         table = {}
-        for (segment, attempt), plan in stages.plans_by_attempt(req, plans_file).items():
-            task = tasks[segment]
+        for segment, attempt in stages.raw_plans(plans_file) if attempts is None else attempts:
+            plan = stages.plan_for(req, plans_file, segment, attempt)
+            task = stages.task_by_segment(tasks_file, segment)
+            if segment not in fingerprints:
+                fingerprints[segment] = reuse.task_fingerprint(task)
             run = {
                 "stage": STAGE_VERSIONS["run"], "model": model,
                 "harness": c["harness"], "environment": c["environment"],
@@ -379,8 +532,13 @@ class EvaluationWorkflow:
     def write_plans(self, w, input, output, log) -> None:
         """plans.json and, from it, run_info.json: one job, so run_info.json never lags its plans."""
         with stage_log(log, "plans", w, self.request(w)):
-            stages.write_plans(self.request(w), input.tasks, output.plans)
-            stages.run_info(self.request(w), output.plans, output.run_info)
+            req = self.request(w)
+            stages.write_plans(req, input.tasks, output.plans)
+            stages.run_info(req, output.plans, output.run_info)
+            # every attempt's folder: a shard of a large request takes its slice's folders as input
+            for task in stages.read_tasks(input.tasks):
+                for attempt in range(1, req.execution.attempts + 1):
+                    os.makedirs(self.attempt_dir(req, task_segment(task.task_id), attempt), exist_ok=True)
 
     def _stage_inputs(self, w) -> tuple[RunRequest, str, str]:
         # A job runs after its request's tasks.json and plans.json are written (the DAG
@@ -408,8 +566,9 @@ class EvaluationWorkflow:
             )
 
     def metrics(self, w, input, output, log) -> None:
-        with stage_log(log, "metrics", w, self.request(w)):
-            stages.metrics(self.request(w), list(input.results), output[0])
+        req = self.request(w)
+        with stage_log(log, "metrics", w, req):
+            stages.metrics(req, self.results_of(req), output[0])
 
 
 def _calls_model(req: RunRequest) -> bool:

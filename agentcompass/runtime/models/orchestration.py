@@ -20,11 +20,16 @@ class ResolvedRuntimeOptions(Contract):
     environment_open_rate: float | None = None
     progress: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # A request of more attempts than this runs as shards of this many attempts,
+    # each one job that builds its slice with an inner Snakemake (0: never).
+    shard_size: int = 500
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.results_dir:
             raise ContractError("runtime.results_dir must not be empty")
+        if self.shard_size < 0:
+            raise ContractError("runtime.shard_size must be 0 (never shard) or more")
 
 
 @dataclass

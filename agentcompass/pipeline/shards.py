@@ -1,0 +1,132 @@
+"""Shards: a large request's attempts built in slices, each by an inner Snakemake.
+
+Snakemake's time per job grows with the size of its DAG (at 10,000 attempts a
+job costs twice what it costs at 1,000), and one Snakemake process schedules on
+one core. A request of more than ``runtime.shard_size`` attempts is therefore
+built as shard jobs: each runs ``snakemake`` again, in the same folder, on its
+slice of attempts only. The inner run keeps every per-file record (params,
+code, incomplete markers) exactly as an unsharded run would, so what reruns
+inside a shard is Snakemake's decision, file by file.
+
+The outer run decides per shard, from its own records:
+
+- params: a digest of every prepare, run and evaluate param of the slice, so
+  any change that reruns one of its files reruns the shard;
+- input: the slice's attempt folders, so a file of the slice deleted or
+  replaced (every file here is written by rename) makes its folder newer than
+  the shard's record;
+- a ``--forcerun``/``--forceall`` of the per-attempt rules, forwarded to the
+  inner run; a ``--forcerun`` of files of the slice (``agentcompass retry``)
+  makes them targets of the outer run (Snakemake's rule), which builds them,
+  and the shard takes them as input, so its inner run follows what changed.
+
+A shard is also the unit a cluster job runs: ``threads`` and the model
+endpoint resources it claims are what its inner run may use.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SHARD_ENV = "AGENTCOMPASS_SHARD"
+# The outer run's invocation id: with reuse off, params change once per invocation,
+# and an inner run belongs to its outer run's invocation.
+INVOCATION_ENV = "AGENTCOMPASS_INVOCATION"
+
+# Per-attempt rules: what an inner run builds, and what a --forcerun may name.
+ATTEMPT_RULES = ("prepare", "run", "evaluate")
+
+
+def inner_shard() -> tuple[str, str, int] | None:
+    """(namespace, run_id, index) when this Snakemake is a shard's inner run."""
+    value = os.environ.get(SHARD_ENV)
+    if not value:
+        return None
+    ns, run_id, index = value.rsplit("/", 2)
+    return ns, run_id, int(index)
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(os.path.relpath(path) if os.path.isabs(path) else path)
+
+
+def forced_rules(workflow) -> list[str]:
+    """The per-attempt rules this invocation forces (``--forcerun RULE``, ``--forceall``)."""
+    if workflow is None:
+        return []
+    dag = workflow.dag_settings
+    if dag.forceall:
+        return list(ATTEMPT_RULES)
+    requested = {_norm(entry) for entry in dag.forcerun}
+    return [rule for rule in ATTEMPT_RULES if rule in requested]
+
+
+def forced_files(workflow, slice_files) -> list[str]:
+    """The files of a slice that this invocation's ``--forcerun`` names.
+
+    ``slice_files`` lists the slice's files; it is called only when some
+    entry of ``--forcerun`` is not a rule name.
+    """
+    if workflow is None:
+        return []
+    requested = {_norm(entry) for entry in workflow.dag_settings.forcerun} - set(ATTEMPT_RULES)
+    if not requested:
+        return []
+    return [f for f in slice_files() if _norm(f) in requested]
+
+
+def inner_argv(workflow, threads: int, resources: dict[str, int], force: list[str]) -> list[str]:
+    """The inner Snakemake's command line: this run's Snakefile, folder and config layers, local execution."""
+    settings = workflow.config_settings
+    argv = [
+        sys.executable, "-m", "snakemake",
+        "--snakefile", str(workflow.main_snakefile),
+        "--directory", os.getcwd(),
+        "--cores", str(threads),
+        # The outer run holds the folder's lock; the inner one builds files no other job does.
+        "--nolock",
+    ]
+    for path in settings.configfiles:
+        argv += ["--configfile", str(Path(path).absolute())]
+    if resources:
+        argv += ["--resources", *[f"{name}={value}" for name, value in sorted(resources.items())]]
+    if force:
+        argv += ["--forcerun", *force]
+    config_args = settings.config_args
+    if config_args:
+        # last: --config takes every argument after it
+        argv += ["--config", *([config_args] if isinstance(config_args, str) else config_args)]
+    return argv
+
+
+def invocation(fresh: str) -> str:
+    """This invocation's id: the outer run's for an inner run, else ``fresh``."""
+    return os.environ.get(INVOCATION_ENV, fresh) if inner_shard() else fresh
+
+
+def inner_env(ns: str, run_id: str, index: int, invocation_id: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env[SHARD_ENV] = f"{ns}/{run_id}/{index}"
+    env[INVOCATION_ENV] = invocation_id
+    # The inner run is local to wherever the shard runs, never the outer run's executor.
+    env.pop("SNAKEMAKE_PROFILE", None)
+    return env
+
+
+def run_inner(argv: list[str], env: dict[str, str], log: Path) -> int:
+    """Run the inner Snakemake with its output in the shard's log; stop it if this job is stopped."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        try:
+            return proc.wait()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise

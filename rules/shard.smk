@@ -1,0 +1,18 @@
+rule shard:
+    """shards/<k>/shard.json: one slice of a request of more than runtime.shard_size
+    attempts, built by an inner Snakemake in this folder (agentcompass.pipeline.shards)."""
+    input:
+        # the slice's attempt folders: a file deleted or replaced in one reruns the shard
+        EVAL.shard_inputs,
+    output:
+        f"{RUN}/shards/{{shard}}/shard.json",
+    log:
+        # the inner Snakemake's own output: which jobs ran, and why any failed
+        f"{RUN}/shards/{{shard}}/shard.log",
+    params:
+        depends=EVAL.shard_param,
+    threads: EVAL.shard_threads()
+    resources:
+        **EVAL.shard_endpoint_resources(),
+    run:
+        EVAL.run_shard(wildcards, threads, resources, output, log)

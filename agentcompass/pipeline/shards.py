@@ -78,11 +78,24 @@ def forced_files(workflow, slice_files) -> list[str]:
     return [f for f in slice_files() if _norm(f) in requested]
 
 
-def inner_argv(workflow, threads: int, resources: dict[str, int], force: list[str]) -> list[str]:
-    """The inner Snakemake's command line: this run's Snakefile, folder and config layers, local execution."""
+# Target files on the command line, up to this many bytes (Linux allows 2 MiB for
+# arguments and environment together); a larger slice names its targets through
+# the Snakefile's default rule instead.
+MAX_TARGET_BYTES = 1 << 20
+
+
+def inner_argv(workflow, threads: int, resources: dict[str, int], force: list[str], targets: list[str]) -> list[str]:
+    """The inner Snakemake's command line: this run's Snakefile, folder and config layers, local execution.
+
+    The slice's files are named as targets: the default rule would collect them
+    as the inputs of one job, and Snakemake's check of such a job's inputs
+    against its dependencies costs inputs x dependencies (seconds at 500 attempts).
+    """
     settings = workflow.config_settings
+    if sum(len(t) + 1 for t in targets) > MAX_TARGET_BYTES:
+        targets = []
     argv = [
-        sys.executable, "-m", "snakemake",
+        sys.executable, "-m", "snakemake", *targets,
         "--snakefile", str(workflow.main_snakefile),
         "--directory", os.getcwd(),
         "--cores", str(threads),

@@ -329,7 +329,8 @@ class EvaluationWorkflow:
             for name in self.shard_endpoint_resources()
             if self.snakemake.global_resources.get(name) is not None
         }
-        argv = shards.inner_argv(self.snakemake, threads, capped, shards.forced_rules(self.snakemake))
+        argv = shards.inner_argv(self.snakemake, threads, capped, shards.forced_rules(self.snakemake),
+                                 self._attempt_targets(req, self.shard_slice(req, index)))
         code = shards.run_inner(argv, shards.inner_env(req.namespace, req.run_id, index, self._nonce), Path(log[0]))
         if code != 0:
             raise WorkflowError(

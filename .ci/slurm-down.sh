@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop the cluster .ci/slurm-up.sh STATE_DIR started: cancel its jobs (the tests
 # should have left none: any found is reported), stop slurmd, slurmctld and
-# munged, put back the slurm.conf it replaced, and remove STATE_DIR.
+# the munged it started, put back the slurm.conf it replaced, and remove STATE_DIR.
 set -uo pipefail
 
 state=${1:?usage: slurm-down.sh STATE_DIR}
@@ -28,7 +28,7 @@ stop() {  # stop the process in pid file $1, at most 10 s, then kill it
 }
 stop "$state/run/slurmd.pid" slurmd
 stop "$state/run/slurmctld.pid" slurmctld
-stop /run/munge/munged.pid munged
+[ "$(cat "$state/munged-ours" 2>/dev/null)" = yes ] && stop /run/munge/munged.pid munged
 
 if [ -e "$state/slurm.conf.before" ]; then
     cp -p "$state/slurm.conf.before" /etc/slurm/slurm.conf

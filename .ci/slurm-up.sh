@@ -86,7 +86,13 @@ NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=$partition Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
 
-runuser -u munge -- /usr/sbin/munged
+# a munged already running (the machine's own) serves this cluster too, and is left running
+if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    echo no >"$state/munged-ours"
+else
+    runuser -u munge -- /usr/sbin/munged
+    echo yes >"$state/munged-ours"
+fi
 /usr/sbin/slurmctld
 /usr/sbin/slurmd
 for _ in $(seq 120); do

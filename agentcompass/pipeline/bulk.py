@@ -38,7 +38,10 @@ def _norm(path: str | Path) -> str:
 
 def _forced(workflow, outputs: list[BulkOutput]) -> bool:
     dag = workflow.dag_settings
-    if dag.forceall or dag.forcetargets:
+    # A job Snakemake spawns (a cluster job runs one) gets --force for its own target job
+    # only, never a bulk rule's: those are localrules, built by the main process.
+    spawned = not getattr(workflow, "is_main_process", True)
+    if dag.forceall or (dag.forcetargets and not spawned):
         return True
     forced = {_norm(entry) for entry in dag.forcerun}
     return any(o.rule in forced or _norm(o.path) in forced for o in outputs)

@@ -84,6 +84,7 @@ class ShardRecord(Contract):
     counts: dict[str, int]  # result statuses of the slice
     host: str
     seconds: float
+    slurm_job_id: str | None = None  # the SLURM job that built the slice; None when run locally
 
 
 # kind -> contract type; a file <kind>.json validates against schemas/<kind>.schema.json

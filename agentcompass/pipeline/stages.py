@@ -45,6 +45,7 @@ from agentcompass.runtime.recipes import build_run_recipe_registry
 from agentcompass.runtime.registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES
 from agentcompass.secrets import scrub
 
+from . import provenance
 from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, write_file
 
 WORKSPACE_DIR = "workspace"
@@ -370,6 +371,7 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         attempt=plan.attempt,
         retries_used=retries,
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
+        provenance=provenance.here(),
     )
     write_file("output", out, result, secrets=[req.model.api_key])
     if trajectory.exists():
@@ -419,7 +421,8 @@ def evaluate(
             correct=None, score=None,
         )
     result = dataclasses.replace(
-        result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)}
+        result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
+        provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
     write_file("result", out, result, secrets=[req.model.api_key])
 

@@ -12,7 +12,6 @@ import functools
 import inspect
 import json
 import os
-import socket
 import sys
 import time
 import traceback
@@ -34,7 +33,7 @@ from agentcompass.jsonio import read_json
 from agentcompass.paths import run_dir, task_segment
 from agentcompass.secrets import scrub
 
-from . import reuse, shards, stages
+from . import provenance, reuse, shards, stages
 from .bulk import BulkOutput, settled
 from .files import ShardRecord, write_file
 
@@ -251,12 +250,24 @@ class EvaluationWorkflow:
     # -- shards: large requests built in slices (agentcompass.pipeline.shards) ----------
 
     def shard_count(self, req: RunRequest) -> int:
-        """How many shard jobs build this request: 0 when it is built attempt by attempt."""
+        """How many shard jobs build this request: 0 when it is built attempt by attempt.
+
+        Locally a request of at most ``shard_size`` attempts is built attempt by
+        attempt. On a cluster (an executor that submits jobs) a job costs seconds
+        to start, so every request is built in shards: one cluster job per
+        ``shard_size`` attempts, or fewer.
+        """
         size = self.orchestration.runtime.shard_size
         if self.inner is not None or not size:
             return 0
         total = len(self.attempt_paths(req))
-        return 0 if total <= size else -(-total // size)
+        if total <= size and not self.on_cluster():
+            return 0
+        return -(-total // size)
+
+    def on_cluster(self) -> bool:
+        """Whether this Snakemake submits its jobs to a cluster (``--executor slurm``, say)."""
+        return bool(self.snakemake is not None and self.snakemake.non_local_exec)
 
     def shard_slice(self, req: RunRequest, index: int) -> list[tuple[str, int]]:
         size = self.orchestration.runtime.shard_size
@@ -307,14 +318,14 @@ class EvaluationWorkflow:
 
     def shard_endpoint_resources(self) -> dict[str, Any]:
         """A shard claims of its own endpoint's resource what its inner run may use at once:
-        its threads, or the whole cap when that is smaller."""
+        its threads, or the whole cap when that is smaller. The threads are the job's own,
+        after a profile's ``set-threads`` (a cluster profile's usual way to size a shard)."""
         names = {endpoint_resource(r.model.base_url) for r in self.by_key.values() if _calls_model(r)}
         return {name: _signature_once(functools.partial(self._shard_share, name)) for name in sorted(names)}
 
-    def _shard_share(self, name: str, wildcards) -> int:
+    def _shard_share(self, name: str, wildcards, threads) -> int:
         if not self._endpoint_share(name, wildcards):
             return 0
-        threads = self.shard_threads()
         cap = self.snakemake.global_resources.get(name) if self.snakemake else None
         cap = getattr(cap, "value", cap)
         return min(threads, int(cap)) if cap else threads
@@ -331,7 +342,12 @@ class EvaluationWorkflow:
         }
         argv = shards.inner_argv(self.snakemake, threads, capped, shards.forced_rules(self.snakemake),
                                  self._attempt_targets(req, self.shard_slice(req, index)))
-        code = shards.run_inner(argv, shards.inner_env(req.namespace, req.run_id, index, self._nonce), Path(log[0]))
+        # on a cluster this job is one SLURM job: its inner run records that job in every output.json
+        where = provenance.here()
+        env = shards.inner_env(req.namespace, req.run_id, index, self._nonce)
+        if where["slurm_job_id"]:
+            env[provenance.JOB_ID_ENV] = where["slurm_job_id"]
+        code = shards.run_inner(argv, env, Path(log[0]))
         if code != 0:
             raise WorkflowError(
                 f"shard {index} of request {req.metadata.request_name!r}: its inner Snakemake exited with "
@@ -347,7 +363,7 @@ class EvaluationWorkflow:
         write_file("shard", output[0], ShardRecord(
             request_name=req.metadata.request_name, shard=index, attempts=len(attempts),
             first=f"{first[0]}/{first[1]}", last=f"{last[0]}/{last[1]}", counts=counts,
-            host=socket.gethostname(), seconds=round(time.monotonic() - started, 3),
+            host=where["host"], seconds=round(time.monotonic() - started, 3), slurm_job_id=where["slurm_job_id"],
         ))
 
     # -- params: exactly what each stage depends on ------------------------------

@@ -42,6 +42,8 @@ class RunResult(Contract):
     timings: dict[str, float] = field(default_factory=dict)
     retries_used: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    # where the run stage ran: {"host": ..., "slurm_job_id": ... or None} (agentcompass.pipeline.provenance)
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.status, str) and not isinstance(self.status, TaskStatus):

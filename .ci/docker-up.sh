@@ -24,16 +24,7 @@ command -v dockerd >/dev/null || need+=(docker.io)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null && command -v unshare >/dev/null && command -v setpriv >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        say "installing ${need[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q >"$state/apt.log" 2>&1
-        apt-get install -y -q --no-install-recommends "${need[@]}" >>"$state/apt.log" 2>&1 \
-            || { say "apt-get install failed:"; tail -20 "$state/apt.log" >&2; exit 1; }
-    else
-        say "missing ${need[*]} and cannot install them (needs root and apt-get)"
-        exit 1
-    fi
+    "$(dirname "$0")/apt-install.sh" "$state/apt.log" "${need[@]}"
 fi
 if [ "$(id -u)" != 0 ]; then
     say "dockerd needs root here"

@@ -30,16 +30,7 @@ command -v slurmd >/dev/null || need+=(slurmd)
 command -v sbatch >/dev/null && command -v squeue >/dev/null || need+=(slurm-client)
 command -v munged >/dev/null || [ -x /usr/sbin/munged ] || need+=(munge)
 if [ ${#need[@]} -gt 0 ]; then
-    if command -v apt-get >/dev/null; then
-        say "installing ${need[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q >"$state/apt.log" 2>&1
-        apt-get install -y -q --no-install-recommends "${need[@]}" >>"$state/apt.log" 2>&1 \
-            || { say "apt-get install failed:"; tail -20 "$state/apt.log" >&2; exit 1; }
-    else
-        say "missing ${need[*]} and cannot install them (needs apt-get)"
-        exit 1
-    fi
+    "$(dirname "$0")/apt-install.sh" "$state/apt.log" "${need[@]}"
 fi
 
 started=$(date +%s%N)

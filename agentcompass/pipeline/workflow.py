@@ -320,8 +320,7 @@ class EvaluationWorkflow:
         """A shard claims of its own endpoint's resource what its inner run may use at once:
         its threads, or the whole cap when that is smaller. The threads are the job's own,
         after a profile's ``set-threads`` (a cluster profile's usual way to size a shard)."""
-        names = {endpoint_resource(r.model.base_url) for r in self.by_key.values() if _calls_model(r)}
-        return {name: _signature_once(functools.partial(self._shard_share, name)) for name in sorted(names)}
+        return {name: _signature_once(functools.partial(self._shard_share, name)) for name in self._endpoint_names()}
 
     def _shard_share(self, name: str, wildcards, threads) -> int:
         if not self._endpoint_share(name, wildcards):
@@ -337,7 +336,7 @@ class EvaluationWorkflow:
         started = time.monotonic()
         capped = {
             name: int(getattr(resources, name))
-            for name in self.shard_endpoint_resources()
+            for name in self._endpoint_names()
             if self.snakemake.global_resources.get(name) is not None
         }
         argv = shards.inner_argv(self.snakemake, threads, capped, shards.forced_rules(self.snakemake),
@@ -529,8 +528,11 @@ class EvaluationWorkflow:
     def model_endpoint_resources(self) -> dict[str, Any]:
         """One Snakemake resource per model endpoint of the run; a run job takes 1 of its own
         endpoint's and 0 of the others, so a profile's ``resources:`` caps the calls in flight."""
-        names = {endpoint_resource(r.model.base_url) for r in self.by_key.values() if _calls_model(r)}
-        return {name: _signature_once(functools.partial(self._endpoint_share, name)) for name in sorted(names)}
+        return {name: _signature_once(functools.partial(self._endpoint_share, name)) for name in self._endpoint_names()}
+
+    def _endpoint_names(self) -> list[str]:
+        """The resource name of every model endpoint the run's requests call."""
+        return sorted({endpoint_resource(r.model.base_url) for r in self.by_key.values() if _calls_model(r)})
 
     def _endpoint_share(self, name: str, wildcards) -> int:
         req = self.request(wildcards)

@@ -2,7 +2,7 @@ rule shard:
     """shards/<k>/shard.json: one slice of a request of more than runtime.shard_size
     attempts, built by an inner Snakemake in this folder (agentcompass.pipeline.shards)."""
     input:
-        # the slice's attempt folders: a file deleted or replaced in one reruns the shard
+        # only the slice's files a --forcerun names (built by this run first)
         EVAL.shard_inputs,
     output:
         f"{RUN}/shards/{{shard}}/shard.json",
@@ -11,8 +11,10 @@ rule shard:
         f"{RUN}/shards/{{shard}}/shard.log",
     params:
         depends=EVAL.shard_param,
+        # bumped when a file of the slice was deleted or replaced since shard.json
+        generation=EVAL.shard_generation,
     threads: EVAL.shard_threads()
     resources:
         **EVAL.shard_endpoint_resources(),
     run:
-        EVAL.run_shard(wildcards, threads, resources, output, log)
+        EVAL.run_shard(wildcards, threads, resources, params, output, log)

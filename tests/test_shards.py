@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -78,6 +80,15 @@ def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing
     rewritten = [p for p, stamp in shard_logs(sharded).items() if before[p] != stamp]
     assert [p.parent.name for p in rewritten] == ["2"]
     assert victim.exists() and scored(sharded) == scored(whole)
+    assert [(p.parent / "generation").read_text() for p in paths] == ["1\n", "1\n", "2\n", "1\n"]
+    # the repaired slice is current again: no second rerun
+    assert jobs_run(snakemake(sharded, "--configfile", str(config)).stderr) == {}
+
+    # a whole attempt folder removed: its shard rebuilds it, once
+    shutil.rmtree(victim.parent.parent)
+    assert build(sharded, config) == {"shard": 1, "prepare": 3, "run": 3, "evaluate": 3, "metrics": 1}
+    assert scored(sharded) == scored(whole)
+    assert jobs_run(snakemake(sharded, "--configfile", str(config)).stderr) == {}
 
     # forcing a per-attempt rule reaches every shard's inner run
     assert build(sharded, config, "--forcerun", "evaluate") == {"shard": 4, "evaluate": 15, "metrics": 1}
@@ -91,6 +102,33 @@ def test_a_dry_run_shows_the_shard_jobs_without_running_them(tmp_path: Path):
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert dry.stdout.count("rule shard:") + dry.stderr.count("rule shard:") == 4
     assert not list(tmp_path.glob("results/default/big/attempts/*/*/result.json"))
+
+
+def test_a_shards_generation_moves_when_a_folder_of_its_slice_changes(tmp_path: Path):
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for folder in folders:
+        folder.mkdir()
+    record, held = tmp_path / "shard.json", tmp_path / "generation"
+    names = [str(f) for f in folders]
+
+    def generation() -> int:
+        return shards.generation(str(record), str(held), names)
+
+    assert generation() == 1  # never built
+    shards.hold(str(held), 1)
+    record.write_text("{}")
+    assert generation() == 1  # built after both folders: current
+    future = time.time() + 5
+    os.utime(folders[1], (future, future))  # a file replaced in b after the record
+    assert generation() == 2
+    os.utime(folders[1], (future - 3600, future - 3600))
+    assert generation() == 1
+    folders[0].rmdir()
+    assert generation() == 2
+    folders[0].mkdir()
+    os.utime(folders[0], (future - 3600, future - 3600))
+    record.unlink()  # Snakemake removes it before the job runs: the job computes what its scheduler did
+    assert generation() == 2
 
 
 def _workflow(forceall=False, forcerun=()):

@@ -12,9 +12,12 @@ The outer run decides per shard, from its own records:
 
 - params: a digest of every prepare, run and evaluate param of the slice, so
   any change that reruns one of its files reruns the shard;
-- input: the slice's attempt folders, so a file of the slice deleted or
-  replaced (every file here is written by rename) makes its folder newer than
-  the shard's record;
+- a generation: ``shards/<k>/generation`` holds the one it was last built
+  for, and the param is one more when a file of the slice was deleted or replaced since (every
+  file here is written by rename, so its attempt folder is then newer than
+  shard.json). The folders are not the shard's inputs: Snakemake measures
+  every input of every waiting job on each scheduling pass, which at 10,000
+  attempts cost the outer run more CPU than all its shards' scheduling;
 - a ``--forcerun``/``--forceall`` of the per-attempt rules, forwarded to the
   inner run; a ``--forcerun`` of files of the slice (``agentcompass retry``)
   makes them targets of the outer run (Snakemake's rule), which builds them,
@@ -38,6 +41,41 @@ INVOCATION_ENV = "AGENTCOMPASS_INVOCATION"
 
 # Per-attempt rules: what an inner run builds, and what a --forcerun may name.
 ATTEMPT_RULES = ("prepare", "run", "evaluate")
+
+
+def generation(record: str, held: str, folders) -> int:
+    """The generation a shard is built for now: the one its last build held (in the
+    file ``held``), plus one if its ``record`` (shard.json) is missing or any of
+    ``folders`` is missing or newer than it.
+
+    ``held`` is not an output of the shard job: Snakemake removes shard.json before
+    it reruns the job, and the job (run by a process of its own) must compute the
+    same generation as the run that scheduled it.
+    """
+    try:
+        with open(held, "rb") as f:
+            current = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        current = 0
+    try:
+        built = os.stat(record).st_mtime_ns
+    except FileNotFoundError:
+        return current + 1
+    for folder in folders:
+        try:
+            if os.stat(folder).st_mtime_ns > built:
+                return current + 1
+        except FileNotFoundError:
+            return current + 1
+    return current
+
+
+def hold(held: str, value: int) -> None:
+    """Record the generation a shard was just built for (by rename, as every file here)."""
+    tmp = f"{held}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{value}\n")
+    os.replace(tmp, held)
 
 
 def inner_shard() -> tuple[str, str, int] | None:

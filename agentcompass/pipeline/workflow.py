@@ -278,13 +278,29 @@ class EvaluationWorkflow:
 
     @_signature_once
     def shard_inputs(self, w) -> list[str]:
-        """The slice's attempt folders that exist (the plans job makes them): a file
-        deleted or replaced in one makes it newer than the shard's record. And the
-        slice's files named by --forcerun, which the outer run builds first."""
+        """The slice's files named by --forcerun (``agentcompass retry``), which the
+        outer run builds first; none otherwise. The attempt folders are not inputs:
+        Snakemake measures every input of every waiting job on each scheduling pass,
+        and 10,000 of them cost the outer run minutes. ``shard_generation`` stands for them."""
         req = self.request(w)
         attempts = self.shard_slice(req, int(w.shard))
-        dirs = [d for d in (self.attempt_dir(req, s, a) for s, a in attempts) if os.path.isdir(d)]
-        return dirs + shards.forced_files(self.snakemake, lambda: self._attempt_targets(req, attempts))
+        return shards.forced_files(self.snakemake, lambda: self._attempt_targets(req, attempts))
+
+    @_signature_once
+    def shard_generation(self, w) -> int:
+        """The generation the shard was last built for, plus one when a file of its
+        slice changed since: an attempt folder missing or newer than shard.json (a
+        file deleted or replaced in it; every file here is written by rename).
+
+        The shard job holds the generation it ran with, so after a rebuild the
+        next run finds the shard current again.
+        """
+        req = self.request(w)
+        index = int(w.shard)
+        attempts = self.shard_slice(req, index)  # raises until tasks and plans are settled
+        record = self.shard_file(req, index)
+        return shards.generation(str(record), str(record.parent / "generation"),
+                                 (self.attempt_dir(req, s, a) for s, a in attempts))
 
     @_signature_once
     def shard_param(self, w) -> str:
@@ -329,7 +345,7 @@ class EvaluationWorkflow:
         cap = getattr(cap, "value", cap)
         return min(threads, int(cap)) if cap else threads
 
-    def run_shard(self, w, threads: int, resources, output, log) -> None:
+    def run_shard(self, w, threads: int, resources, params, output, log) -> None:
         """Build one slice with an inner Snakemake; record what it left in shard.json."""
         req = self.request(w)
         index = int(w.shard)
@@ -364,6 +380,7 @@ class EvaluationWorkflow:
             first=f"{first[0]}/{first[1]}", last=f"{last[0]}/{last[1]}", counts=counts,
             host=where["host"], seconds=round(time.monotonic() - started, 3), slurm_job_id=where["slurm_job_id"],
         ))
+        shards.hold(str(Path(output[0]).parent / "generation"), int(params.generation))
 
     # -- params: exactly what each stage depends on ------------------------------
 

@@ -32,13 +32,17 @@ include: "rules/shard.smk"
 include: "rules/metrics.smk"
 
 
+# Modules, config and rules live until exit: the garbage collector need not scan them.
+EVAL.freeze_heap()
+
+
 onstart:
     EVAL.start_progress()
 
 
 onsuccess:
-    EVAL.stop_progress()
+    EVAL.finish()
 
 
 onerror:
-    EVAL.stop_progress()
+    EVAL.finish()

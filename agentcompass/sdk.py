@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any, Iterable
@@ -27,7 +28,12 @@ def run_snakemake(argv: list[str]) -> bool:
     from snakemake.cli import args_to_api, parse_args
 
     parser, args = parse_args(argv)
-    return bool(args_to_api(args, parser))
+    try:
+        return bool(args_to_api(args, parser))
+    finally:
+        # The workflow freezes the heap at its end, for a quick exit
+        # (EvaluationWorkflow.finish); this process goes on.
+        gc.unfreeze()
 
 
 def snakemake_argv(

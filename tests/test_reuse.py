@@ -8,7 +8,9 @@ exactly the files that depend on it.
 
 from __future__ import annotations
 
+import gc
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -221,6 +223,10 @@ def test_sdk_runs_the_same_workflow_and_returns_outcomes(workdir: Path, monkeypa
     result = run_evaluation("example_exact_match", "oracle", "none", workdir=workdir, snakemake_args=["--quiet"])
     [outcome] = result.outcomes
     assert outcome.state == "completed" and outcome.metrics["accuracy"] == 1.0 and outcome.counts == {"completed": 5}
+    # the run ended as for a quick exit (no rate-limiter timers left, the heap frozen), and this
+    # process, which goes on, got its heap back
+    assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()]
+    assert gc.get_freeze_count() == 0
     req = RunRequest(
         model=ModelSpec(id="none"),
         benchmark=BenchmarkSpec(id="example_exact_match", params={"limit": 2}),

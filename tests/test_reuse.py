@@ -220,12 +220,18 @@ def test_sdk_runs_the_same_workflow_and_returns_outcomes(workdir: Path, monkeypa
     from agentcompass.sdk import run_evaluation, run_evaluation_request
 
     monkeypatch.setenv("AGENTCOMPASS_USER_CONFIG", "")
-    result = run_evaluation("example_exact_match", "oracle", "none", workdir=workdir, snakemake_args=["--quiet"])
+    ours = threading.Timer(600, lambda: None)  # the calling process's own timer: not the workflow's to stop
+    ours.start()
+    try:
+        result = run_evaluation("example_exact_match", "oracle", "none", workdir=workdir, snakemake_args=["--quiet"])
+        assert ours.is_alive()
+    finally:
+        ours.cancel()
     [outcome] = result.outcomes
     assert outcome.state == "completed" and outcome.metrics["accuracy"] == 1.0 and outcome.counts == {"completed": 5}
     # the run ended as for a quick exit (no rate-limiter timers left, the heap frozen), and this
     # process, which goes on, got its heap back
-    assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()]
+    assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive() and t is not ours]
     assert gc.get_freeze_count() == 0
     req = RunRequest(
         model=ModelSpec(id="none"),

@@ -13,11 +13,11 @@ The outer run decides per shard, from its own records:
 - params: a digest of every prepare, run and evaluate param of the slice, so
   any change that reruns one of its files reruns the shard;
 - a generation: ``shards/<k>/generation`` holds the one it was last built
-  for, and the param is one more when a file of the slice was deleted or replaced since (every
-  file here is written by rename, so its attempt folder is then newer than
-  shard.json). The folders are not the shard's inputs: Snakemake measures
-  every input of every waiting job on each scheduling pass, which at 10,000
-  attempts cost the outer run more CPU than all its shards' scheduling;
+  for, and the param is one more when a file of the slice was deleted or
+  replaced since (every file here is written by rename, so its attempt folder
+  is then newer than shard.json). The folders are not the shard's inputs:
+  Snakemake measures every input of every waiting job on each scheduling
+  pass, which cost the outer run of 10,000 attempts 229 s of CPU;
 - a ``--forcerun``/``--forceall`` of the per-attempt rules, forwarded to the
   inner run; a ``--forcerun`` of files of the slice (``agentcompass retry``)
   makes them targets of the outer run (Snakemake's rule), which builds them,
@@ -33,6 +33,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from agentcompass.jsonio import write_text_atomic
 
 SHARD_ENV = "AGENTCOMPASS_SHARD"
 # The outer run's invocation id: with reuse off, params change once per invocation,
@@ -71,11 +73,8 @@ def generation(record: str, held: str, folders) -> int:
 
 
 def hold(held: str, value: int) -> None:
-    """Record the generation a shard was just built for (by rename, as every file here)."""
-    tmp = f"{held}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{value}\n")
-    os.replace(tmp, held)
+    """Record the generation a shard was just built for."""
+    write_text_atomic(held, f"{value}\n")
 
 
 def inner_shard() -> tuple[str, str, int] | None:

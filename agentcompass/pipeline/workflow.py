@@ -46,6 +46,10 @@ STAGE_VERSIONS = {
 ATTEMPT_FILES = ("plan.json", "prepared.json", "output.json", "result.json")
 
 
+# What Snakemake's JobScheduler arms its re-selection timers from (snakemake 9).
+_SCHEDULER_TIMER = "JobScheduler._schedule_reevalutation"
+
+
 def _signature_once(fn):
     """Tell Snakemake the parameters of a callable it calls for every job.
 
@@ -151,13 +155,15 @@ class EvaluationWorkflow:
     def finish(self) -> None:
         """The run is over: stop the progress line, and what would hold the exit.
 
-        Snakemake arms a ``threading.Timer`` after every job selection to select
-        again a second later (its --max-jobs-per-timespan, which is always on),
-        and Python waits for those timers at exit: up to a second.
+        Snakemake's scheduler arms a ``threading.Timer`` after every job selection
+        to select again a second later (its --max-jobs-per-timespan, which is
+        always on), and Python waits for those timers at exit: up to a second.
+        Only those are cancelled: a process driving Snakemake (the SDK) may
+        have timers of its own.
         """
         self.stop_progress()
         for thread in threading.enumerate():
-            if isinstance(thread, threading.Timer):
+            if isinstance(thread, threading.Timer) and _SCHEDULER_TIMER in getattr(thread.function, "__qualname__", ""):
                 thread.cancel()
         self.freeze_heap()
 
@@ -326,9 +332,12 @@ class EvaluationWorkflow:
         req = self.request(w)
         index = int(w.shard)
         attempts = self.shard_slice(req, index)  # raises until tasks and plans are settled
-        record = self.shard_file(req, index)
-        return shards.generation(str(record), str(record.parent / "generation"),
+        return shards.generation(str(self.shard_file(req, index)), self._generation_file(req, index),
                                  (self.attempt_dir(req, s, a) for s, a in attempts))
+
+    def _generation_file(self, req: RunRequest, index: int) -> str:
+        """Beside shard.json, and not an output of the shard job (``shards.generation``)."""
+        return str(self.shard_file(req, index).parent / "generation")
 
     @_signature_once
     def shard_param(self, w) -> str:
@@ -383,8 +392,9 @@ class EvaluationWorkflow:
             for name in self._endpoint_names()
             if self.snakemake.global_resources.get(name) is not None
         }
+        attempts = self.shard_slice(req, index)
         argv = shards.inner_argv(self.snakemake, threads, capped, shards.forced_rules(self.snakemake),
-                                 self._attempt_targets(req, self.shard_slice(req, index)))
+                                 self._attempt_targets(req, attempts))
         # on a cluster this job is one SLURM job: its inner run records that job in every output.json
         where = provenance.here()
         env = shards.inner_env(req.namespace, req.run_id, index, self._nonce)
@@ -397,7 +407,6 @@ class EvaluationWorkflow:
                 f"{code}; the jobs that failed are named in {log[0]}. Finished attempts are kept: "
                 f"run again to retry the rest."
             )
-        attempts = self.shard_slice(req, index)
         counts: dict[str, int] = {}
         for segment, attempt in attempts:
             result = read_json(f"{self.attempt_dir(req, segment, attempt)}/result.json")
@@ -408,7 +417,7 @@ class EvaluationWorkflow:
             first=f"{first[0]}/{first[1]}", last=f"{last[0]}/{last[1]}", counts=counts,
             host=where["host"], seconds=round(time.monotonic() - started, 3), slurm_job_id=where["slurm_job_id"],
         ))
-        shards.hold(str(Path(output[0]).parent / "generation"), int(params.generation))
+        shards.hold(self._generation_file(req, index), int(params.generation))
 
     # -- params: exactly what each stage depends on ------------------------------
 

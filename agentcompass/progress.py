@@ -141,12 +141,10 @@ def start(evaluation, stream=None) -> LiveProgress | None:
                         run.request.execution.attempts)
         for run in evaluation.orchestration.runs
     ]
-    for handler in logging.getLogger("snakemake.logging").handlers:
-        # Snakemake's own console handler; its log file keeps everything
-        if handler.get_name() == "DefaultStreamHandler" or (
-            isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
-        ):
-            handler.addFilter(_Passthrough())
+    from agentcompass.pipeline import engine
+
+    for handler in engine.console_handlers():
+        handler.addFilter(_Passthrough())
     _active = LiveProgress(requests, stream)
     _active.start()
     return _active

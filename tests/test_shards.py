@@ -133,7 +133,7 @@ def test_a_shards_generation_moves_when_a_folder_of_its_slice_changes(tmp_path: 
 
 def _workflow(forceall=False, forcerun=()):
     return SimpleNamespace(
-        dag_settings=SimpleNamespace(forceall=forceall, forcerun=frozenset(forcerun)),
+        dag_settings=SimpleNamespace(forceall=forceall, forcerun=frozenset(forcerun), forcetargets=False),
         config_settings=SimpleNamespace(configfiles=[Path("/cfg/a.yaml")], config_args=["runtime={\"shard_size\": 4}"]),
         main_snakefile="/repo/Snakefile",
     )

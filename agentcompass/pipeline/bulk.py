@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import engine
+
 
 @dataclass(frozen=True)
 class BulkOutput:
@@ -37,34 +39,26 @@ def _norm(path: str | Path) -> str:
 
 
 def _forced(workflow, outputs: list[BulkOutput]) -> bool:
-    dag = workflow.dag_settings
+    force = engine.forcing(workflow)
     # A job Snakemake spawns (a cluster job runs one) gets --force for its own target job
     # only, never a bulk rule's: those are localrules, built by the main process.
-    spawned = not getattr(workflow, "is_main_process", True)
-    if dag.forceall or (dag.forcetargets and not spawned):
+    if force.forceall or (force.forcetargets and engine.is_main_process(workflow)):
         return True
-    forced = {_norm(entry) for entry in dag.forcerun}
+    forced = {_norm(entry) for entry in force.forcerun}
     return any(o.rule in forced or _norm(o.path) in forced for o in outputs)
 
 
-def _current(workflow, output: BulkOutput) -> bool:
-    from snakemake.io import IOFile
-
-    persistence = workflow.persistence
-    if persistence is None or not output.path.exists():
+def _current(workflow, records: engine.Records, output: BulkOutput) -> bool:
+    if not output.path.exists():
         return False
-    target = IOFile(str(output.path))
-    record = persistence.metadata(target)
+    record = records.record(output.path)
     if record is None or record.params is None:
         return False
-    rule = workflow.get_rule(output.rule)
-    code = rule.shellcmd if rule.shellcmd is not None else rule.run_func_src
-    if record.code != code or sorted(record.params) != sorted(repr(p) for p in output.params):
+    if record.code != engine.rule_code(workflow, output.rule) or record.params != tuple(sorted(repr(p) for p in output.params)):
         return False
     if sorted(_norm(p) for p in record.input or []) != sorted(_norm(p) for p in output.inputs):
         return False
-    incomplete = getattr(persistence, "_filter_incomplete_keys", None)
-    if incomplete is None or incomplete([persistence._get_key(target)]):
+    if records.incomplete([output.path]):
         return False
     mtime = output.path.stat().st_mtime
     return all(p.exists() and p.stat().st_mtime <= mtime for p in output.inputs)
@@ -72,6 +66,7 @@ def _current(workflow, output: BulkOutput) -> bool:
 
 def settled(workflow, outputs: list[BulkOutput]) -> bool:
     """True when Snakemake would rebuild none of ``outputs`` in this invocation."""
-    if workflow is None or _forced(workflow, outputs):
+    records = engine.Records.of(workflow)
+    if records is None or _forced(workflow, outputs):
         return False
-    return all(_current(workflow, output) for output in outputs)
+    return all(_current(workflow, records, output) for output in outputs)

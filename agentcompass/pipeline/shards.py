@@ -29,12 +29,15 @@ endpoint resources it claims are what its inner run may use.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from agentcompass.jsonio import write_text_atomic
+
+from . import engine
 
 SHARD_ENV = "AGENTCOMPASS_SHARD"
 # The outer run's invocation id: with reuse off, params change once per invocation,
@@ -94,10 +97,10 @@ def forced_rules(workflow) -> list[str]:
     """The per-attempt rules this invocation forces (``--forcerun RULE``, ``--forceall``)."""
     if workflow is None:
         return []
-    dag = workflow.dag_settings
-    if dag.forceall:
+    force = engine.forcing(workflow)
+    if force.forceall:
         return list(ATTEMPT_RULES)
-    requested = {_norm(entry) for entry in dag.forcerun}
+    requested = {_norm(entry) for entry in force.forcerun}
     return [rule for rule in ATTEMPT_RULES if rule in requested]
 
 
@@ -109,7 +112,7 @@ def forced_files(workflow, slice_files) -> list[str]:
     """
     if workflow is None:
         return []
-    requested = {_norm(entry) for entry in workflow.dag_settings.forcerun} - set(ATTEMPT_RULES)
+    requested = {_norm(entry) for entry in engine.forcing(workflow).forcerun} - set(ATTEMPT_RULES)
     if not requested:
         return []
     return [f for f in slice_files() if _norm(f) in requested]
@@ -128,27 +131,28 @@ def inner_argv(workflow, threads: int, resources: dict[str, int], force: list[st
     as the inputs of one job, and Snakemake's check of such a job's inputs
     against its dependencies costs inputs x dependencies (seconds at 500 attempts).
     """
-    settings = workflow.config_settings
     if sum(len(t) + 1 for t in targets) > MAX_TARGET_BYTES:
         targets = []
     argv = [
         sys.executable, "-m", "snakemake", *targets,
-        "--snakefile", str(workflow.main_snakefile),
+        "--snakefile", engine.main_snakefile(workflow),
         "--directory", os.getcwd(),
         "--cores", str(threads),
         # The outer run holds the folder's lock; the inner one builds files no other job does.
         "--nolock",
     ]
-    for path in settings.configfiles:
+    for path in engine.config_files(workflow):
         argv += ["--configfile", str(Path(path).absolute())]
     if resources:
         argv += ["--resources", *[f"{name}={value}" for name, value in sorted(resources.items())]]
     if force:
         argv += ["--forcerun", *force]
-    config_args = settings.config_args
+    config_args = engine.config_args(workflow)
     if config_args:
+        if isinstance(config_args, dict):  # a caller that passed a mapping: as YAML values
+            config_args = [f"{key}={json.dumps(value)}" for key, value in config_args.items()]
         # last: --config takes every argument after it
-        argv += ["--config", *([config_args] if isinstance(config_args, str) else config_args)]
+        argv += ["--config", *config_args]
     return argv
 
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import inspect
 import json
 import os
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -22,8 +20,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import yaml
-from snakemake.common import overwrite_function_params
-from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 
 import agentcompass
 from agentcompass.runtime.config import ConfigError, load_run_config
@@ -35,7 +31,8 @@ from agentcompass.jsonio import read_json
 from agentcompass.paths import run_dir, task_segment
 from agentcompass.secrets import scrub
 
-from . import provenance, reuse, shards, stages
+from . import engine, provenance, reuse, shards, stages
+from .engine import IncompleteCheckpointException, WorkflowError
 from .bulk import BulkOutput, settled
 from .files import ShardRecord, write_file
 
@@ -46,43 +43,28 @@ STAGE_VERSIONS = {
 ATTEMPT_FILES = ("plan.json", "prepared.json", "output.json", "result.json")
 
 
-# What Snakemake's JobScheduler arms its re-selection timers from (snakemake 9).
-_SCHEDULER_TIMER = "JobScheduler._schedule_reevalutation"
-
-
-def _signature_once(fn):
-    """Tell Snakemake the parameters of a callable it calls for every job.
-
-    Snakemake reads the signature of each input, params and resources function
-    on every call (``inspect.signature``: 3% of a run's time at a thousand
-    attempts) unless the function carries it already.
-    """
-    overwrite_function_params(fn, inspect.signature(fn).parameters)
-    return fn
-
-
 def _param(value: Any) -> str:
     """A rule param as canonical JSON: Snakemake compares params by their text."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def command_line_overrides(settings) -> dict[str, Any]:
+def command_line_overrides(workflow) -> dict[str, Any]:
     """The ``--config key=value`` overrides, with YAML types.
 
     Snakemake parses nested ``--config`` values as strings only; the raw
     ``key=value`` arguments are read again so ``attempts: 2`` stays an integer.
     """
-    raw = settings.config_args
-    if isinstance(raw, (list, tuple)) and all(isinstance(a, str) and "=" in a for a in raw):
-        overrides: dict[str, Any] = {}
-        for entry in raw:
-            key, _, value = entry.partition("=")
-            try:
-                overrides[key] = yaml.safe_load(value) if value != "" else None
-            except yaml.YAMLError:
-                overrides[key] = value
-        return overrides
-    return dict(settings.config or {})
+    raw = engine.config_args(workflow)
+    if isinstance(raw, dict):
+        return raw
+    overrides: dict[str, Any] = {}
+    for entry in raw:
+        key, _, value = entry.partition("=")
+        try:
+            overrides[key] = yaml.safe_load(value) if value != "" else None
+        except yaml.YAMLError:
+            overrides[key] = value
+    return overrides
 
 
 class EvaluationWorkflow:
@@ -111,11 +93,10 @@ class EvaluationWorkflow:
     @classmethod
     def from_snakemake(cls, workflow) -> "EvaluationWorkflow":
         """Load and validate the config of a Snakemake run; exit with a clear error if bad."""
-        settings = workflow.config_settings
         try:
             config = load_run_config(
-                [str(p) for p in settings.configfiles],
-                command_line_overrides(settings),
+                engine.config_files(workflow),
+                command_line_overrides(workflow),
                 project_fallback=Path(workflow.basedir) / "configs" / "config.yaml",
             )
             return cls(resolve_orchestration(config))
@@ -153,18 +134,10 @@ class EvaluationWorkflow:
         gc.freeze()
 
     def finish(self) -> None:
-        """The run is over: stop the progress line, and what would hold the exit.
-
-        Snakemake's scheduler arms a ``threading.Timer`` after every job selection
-        to select again a second later (its --max-jobs-per-timespan, which is
-        always on), and Python waits for those timers at exit: up to a second.
-        Only those are cancelled: a process driving Snakemake (the SDK) may
-        have timers of its own.
-        """
+        """The run is over: stop the progress line, and what would hold the exit
+        (the scheduler's re-selection timers, ``engine.cancel_scheduler_timers``)."""
         self.stop_progress()
-        for thread in threading.enumerate():
-            if isinstance(thread, threading.Timer) and _SCHEDULER_TIMER in getattr(thread.function, "__qualname__", ""):
-                thread.cancel()
+        engine.cancel_scheduler_timers()
         self.freeze_heap()
 
     # -- paths -----------------------------------------------------------------
@@ -265,14 +238,14 @@ class EvaluationWorkflow:
             return targets + [str(self.shard_file(req, k)) for k in range(count)]
         return targets + self._attempt_targets(req, self.attempt_paths(req))
 
-    @_signature_once
+    @engine.signature_once
     def all_targets(self, wildcards=None) -> list[str]:
         return [t for run in self.orchestration.runs for t in self.request_targets(run.request)]
 
     def results_of(self, req: RunRequest) -> list[str]:
         return [f"{self.attempt_dir(req, s, a)}/result.json" for s, a in self.attempt_paths(req)]
 
-    @_signature_once
+    @engine.signature_once
     def metrics_inputs(self, w) -> list[str]:
         """Every result.json of the request, or, for a sharded one, the shard records standing for them."""
         req = self.request(w)
@@ -301,7 +274,7 @@ class EvaluationWorkflow:
 
     def on_cluster(self) -> bool:
         """Whether this Snakemake submits its jobs to a cluster (``--executor slurm``, say)."""
-        return bool(self.snakemake is not None and self.snakemake.non_local_exec)
+        return engine.on_cluster(self.snakemake)
 
     def shard_slice(self, req: RunRequest, index: int) -> list[tuple[str, int]]:
         size = self.orchestration.runtime.shard_size
@@ -310,7 +283,7 @@ class EvaluationWorkflow:
     def shard_file(self, req: RunRequest, index: int) -> Path:
         return self.run_path(req) / "shards" / str(index) / "shard.json"
 
-    @_signature_once
+    @engine.signature_once
     def shard_inputs(self, w) -> list[str]:
         """The slice's files named by --forcerun (``agentcompass retry``), which the
         outer run builds first; none otherwise. The attempt folders are not inputs:
@@ -320,7 +293,7 @@ class EvaluationWorkflow:
         attempts = self.shard_slice(req, int(w.shard))
         return shards.forced_files(self.snakemake, lambda: self._attempt_targets(req, attempts))
 
-    @_signature_once
+    @engine.signature_once
     def shard_generation(self, w) -> int:
         """The generation the shard was last built for, plus one when a file of its
         slice changed since: an attempt folder missing or newer than shard.json (a
@@ -339,7 +312,7 @@ class EvaluationWorkflow:
         """Beside shard.json, and not an output of the shard job (``shards.generation``)."""
         return str(self.shard_file(req, index).parent / "generation")
 
-    @_signature_once
+    @engine.signature_once
     def shard_param(self, w) -> str:
         """Everything the slice's per-attempt params are computed from, digested as it is on disk.
 
@@ -364,7 +337,7 @@ class EvaluationWorkflow:
     def shard_threads(self) -> int:
         """Threads of one shard job: as many shards run at once as there are CPUs,
         and their inner runs share this run's --cores between them."""
-        cores = self.snakemake.global_resources["_cores"].value if self.snakemake else None
+        cores = engine.cores(self.snakemake) if self.snakemake else None
         if not cores:
             return 1
         return max(1, int(cores) // max(1, os.cpu_count() or 1))
@@ -373,13 +346,12 @@ class EvaluationWorkflow:
         """A shard claims of its own endpoint's resource what its inner run may use at once:
         its threads, or the whole cap when that is smaller. The threads are the job's own,
         after a profile's ``set-threads`` (a cluster profile's usual way to size a shard)."""
-        return {name: _signature_once(functools.partial(self._shard_share, name)) for name in self._endpoint_names()}
+        return {name: engine.signature_once(functools.partial(self._shard_share, name)) for name in self._endpoint_names()}
 
     def _shard_share(self, name: str, wildcards, threads) -> int:
         if not self._endpoint_share(name, wildcards):
             return 0
-        cap = self.snakemake.global_resources.get(name) if self.snakemake else None
-        cap = getattr(cap, "value", cap)
+        cap = engine.global_resource(self.snakemake, name) if self.snakemake else None
         return min(threads, int(cap)) if cap else threads
 
     def run_shard(self, w, threads: int, resources, params, output, log) -> None:
@@ -390,7 +362,7 @@ class EvaluationWorkflow:
         capped = {
             name: int(getattr(resources, name))
             for name in self._endpoint_names()
-            if self.snakemake.global_resources.get(name) is not None
+            if engine.global_resource(self.snakemake, name) is not None
         }
         attempts = self.shard_slice(req, index)
         argv = shards.inner_argv(self.snakemake, threads, capped, shards.forced_rules(self.snakemake),
@@ -499,11 +471,11 @@ class EvaluationWorkflow:
             }
         return table
 
-    @_signature_once
+    @engine.signature_once
     def request_param(self, w) -> str:
         return _param(reuse.request_record(self.request(w)))
 
-    @_signature_once
+    @engine.signature_once
     def tasks_param(self, w) -> str:
         req = self.request(w)
         benchmark = stages.benchmark_for(req)
@@ -529,7 +501,7 @@ class EvaluationWorkflow:
         source = self._sources[key]
         return {} if source is None else {"source": source}
 
-    @_signature_once
+    @engine.signature_once
     def plans_param(self, w) -> str:
         req = self.request(w)
         execution = req.execution.to_dict()
@@ -548,25 +520,25 @@ class EvaluationWorkflow:
             **self._recompute(req),
         })
 
-    @_signature_once
+    @engine.signature_once
     def run_info_param(self, w) -> str:
         req = self.request(w)
         return _param({"model": req.model.id, "versions": self._components(req)})
 
-    @_signature_once
+    @engine.signature_once
     def prepare_param(self, w) -> str:
         return self._attempt_params(w)["prepare"]
 
-    @_signature_once
+    @engine.signature_once
     def run_param(self, w) -> str:
         # The Model as configured: api_key is its ${VAR} reference, never the key.
         return self._attempt_params(w)["run"]
 
-    @_signature_once
+    @engine.signature_once
     def evaluate_param(self, w) -> str:
         return self._attempt_params(w)["evaluate"]
 
-    @_signature_once
+    @engine.signature_once
     def metrics_param(self, w) -> str:
         req = self.request(w)
         benchmark = stages.benchmark_for(req)
@@ -582,7 +554,7 @@ class EvaluationWorkflow:
     def model_endpoint_resources(self) -> dict[str, Any]:
         """One Snakemake resource per model endpoint of the run; a run job takes 1 of its own
         endpoint's and 0 of the others, so a profile's ``resources:`` caps the calls in flight."""
-        return {name: _signature_once(functools.partial(self._endpoint_share, name)) for name in self._endpoint_names()}
+        return {name: engine.signature_once(functools.partial(self._endpoint_share, name)) for name in self._endpoint_names()}
 
     def _endpoint_names(self) -> list[str]:
         """The resource name of every model endpoint the run's requests call."""

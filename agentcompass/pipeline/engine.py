@@ -1,0 +1,298 @@
+"""Every use of Snakemake beyond its rule language and its command line, in one module.
+
+agentcompass reads and completes Snakemake's own bookkeeping: the record it
+keeps of each output (the params, code and input it was built with), its
+incomplete markers, its directory lock, the job scheduler's re-selection
+timers, its global resources, its settings and its console logging. Snakemake
+documents none of these as an API. Each use is a function here, and
+``tests/unit/test_engine.py`` checks each one against the pinned Snakemake
+version, so an upgrade that changes one breaks one loud test, not a run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from snakemake.common import overwrite_function_params
+from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
+
+__all__ = ["IncompleteCheckpointException", "WorkflowError"]
+
+
+# -- the workflow's settings ---------------------------------------------------------
+
+
+def signature_once(fn: Callable) -> Callable:
+    """Tell Snakemake the parameters of a callable it calls for every job.
+
+    Snakemake reads the signature of each input, params and resources function
+    on every call (``inspect.signature``: 3% of a run's time at a thousand
+    attempts) unless the function carries it already.
+    """
+    overwrite_function_params(fn, inspect.signature(fn).parameters)
+    return fn
+
+
+def config_files(workflow) -> list[str]:
+    """The ``--configfile`` paths of this invocation, in order."""
+    return [str(p) for p in workflow.config_settings.configfiles]
+
+
+def config_args(workflow):
+    """The raw ``--config`` arguments (``key=value`` strings), or the parsed mapping."""
+    settings = workflow.config_settings
+    raw = settings.config_args
+    if isinstance(raw, (list, tuple)) and all(isinstance(a, str) and "=" in a for a in raw):
+        return list(raw)
+    if isinstance(raw, str):
+        return [raw]
+    return dict(settings.config or {})
+
+
+def main_snakefile(workflow) -> str:
+    return str(workflow.main_snakefile)
+
+
+def is_main_process(workflow) -> bool:
+    """False inside a job Snakemake spawned (a cluster job runs one Snakemake per job)."""
+    return bool(getattr(workflow, "is_main_process", True))
+
+
+def on_cluster(workflow) -> bool:
+    """Whether this Snakemake submits its jobs to a cluster (``--executor slurm``, say)."""
+    return bool(workflow is not None and workflow.non_local_exec)
+
+
+def executing(workflow) -> bool:
+    """Whether this invocation builds files: not a dry run, ``--touch``, or a command that only reads.
+
+    Known once execution starts (the executor is chosen after the Snakefile is
+    parsed), so ask from an input, params or resources function.
+    """
+    return workflow.executor_plugin is not None and not workflow.dryrun and not workflow.touch
+
+
+@dataclass(frozen=True)
+class Forcing:
+    """What this invocation forces: ``--forceall``, ``--forcerun`` entries, ``--force`` of targets."""
+
+    forceall: bool
+    forcerun: frozenset[str]
+    forcetargets: bool
+
+
+def forcing(workflow) -> Forcing:
+    dag = workflow.dag_settings
+    return Forcing(bool(dag.forceall), frozenset(str(entry) for entry in dag.forcerun), bool(dag.forcetargets))
+
+
+def cores(workflow) -> int | None:
+    """This invocation's ``--cores``."""
+    value = workflow.global_resources.get("_cores")
+    value = getattr(value, "value", value)
+    return int(value) if value else None
+
+
+def global_resource(workflow, name: str) -> int | None:
+    """A global resource's cap (``--resources name=N``, a profile's ``resources:``), or None."""
+    value = workflow.global_resources.get(name)
+    value = getattr(value, "value", value)
+    return None if value is None else int(value)
+
+
+def rule_code(workflow, rule_name: str) -> str | None:
+    """The text Snakemake records for a rule's code (its ``code`` rerun trigger)."""
+    rule = workflow.get_rule(rule_name)
+    return rule.shellcmd if rule.shellcmd is not None else rule.run_func_src
+
+
+# -- records and incomplete markers ------------------------------------------------------
+
+
+def _iofile(path: str | Path):
+    from snakemake.io import IOFile
+
+    return IOFile(str(path))
+
+
+def _key(persistence, path: str | Path) -> str:
+    return persistence._get_key(_iofile(path))
+
+
+@dataclass(frozen=True)
+class Record:
+    """What Snakemake recorded of one output when its job finished."""
+
+    rule: str | None
+    params: tuple[str, ...] | None  # sorted, as Snakemake serialises them
+    code: str | None
+    input: tuple[str, ...] | None
+
+
+def _record_of(meta) -> Record | None:
+    if meta is None:
+        return None
+    return Record(
+        rule=meta.rule,
+        params=None if meta.params is None else tuple(sorted(meta.params)),
+        code=meta.code,
+        input=None if meta.input is None else tuple(meta.input),
+    )
+
+
+class Records:
+    """Snakemake's records of a working directory, read (and completed) through its own persistence code.
+
+    ``Records.of(workflow)`` uses the running workflow's persistence;
+    ``Records.open(workdir)`` opens a directory's records for a reader that
+    runs no workflow (``agentcompass status``).
+    """
+
+    def __init__(self, persistence) -> None:
+        self.persistence = persistence
+
+    @classmethod
+    def of(cls, workflow) -> "Records | None":
+        persistence = getattr(workflow, "persistence", None) if workflow is not None else None
+        return None if persistence is None else cls(persistence)
+
+    @classmethod
+    def open(cls, workdir: str | Path) -> "Records | None":
+        """The records of ``workdir``, or None when no Snakemake ran there. Paths are relative to it."""
+        from snakemake.persistence.file import FilePersistence
+
+        root = Path(workdir).absolute() / ".snakemake"
+        if not (root / "metadata").is_dir():
+            return None
+        return cls(FilePersistence(nolock=True, dag=None, path=root))
+
+    def record(self, path: str | Path) -> Record | None:
+        return _record_of(self.persistence.metadata(_iofile(path)))
+
+    def incomplete(self, paths: Iterable[str | Path]) -> set[str]:
+        """Those of ``paths`` that carry Snakemake's incomplete marker (a job that started and did not finish)."""
+        by_key = {_key(self.persistence, p): str(p) for p in paths}
+        if not by_key:
+            return set()
+        self.persistence._clear_cache()
+        return {by_key[k] for k in self.persistence._filter_incomplete_keys(by_key)}
+
+    def any_incomplete(self) -> bool:
+        """Whether any output of this directory is marked incomplete (cheap: the common answer is no)."""
+        path = getattr(self.persistence, "_incomplete_path", None)
+        if path is None:  # another persistence backend: assume there may be some
+            return True
+        try:
+            with os.scandir(path) as entries:
+                return any(True for _ in entries)
+        except FileNotFoundError:
+            return False
+
+    def unmark(self, path: str | Path) -> None:
+        """Drop the incomplete marker of ``path`` (its record stays)."""
+        self.persistence._unmark_incomplete(_key(self.persistence, path))
+
+    def write_finished(self, workflow, rule_name: str, output: str, inputs: Iterable[str], log: Iterable[str],
+                       params: Iterable[Any]) -> None:
+        """Record ``output`` as Snakemake records the output of a finished job.
+
+        A job calls this for each of its outputs just before the output appears
+        (it is written by rename): if the process is killed before Snakemake's
+        own bookkeeping of the finished job, the record still says what the
+        file was built from, and the next run adopts it (``agentcompass.pipeline.recovery``).
+        Snakemake writes its record again when it books the job.
+        """
+        from snakemake.persistence import RECORD_FORMAT_VERSION, MetadataRecord
+
+        persistence = self.persistence
+        key = _key(persistence, output)
+        record = MetadataRecord()
+        record.rule = rule_name
+        record.code = rule_code(workflow, rule_name)
+        record.input = sorted(str(p) for p in inputs)
+        record.log = sorted(str(p) for p in log)
+        record.params = record_params(persistence, params)
+        record.shellcmd = None
+        record.conda_env = None
+        record.container_img_url = None
+        record.software_stack_hash = persistence._software_stack_hash(_NoSoftware)
+        record.record_format_version = RECORD_FORMAT_VERSION
+        record.incomplete = False
+        record.starttime = persistence._get_recorded_starttime(key) or time.time()
+        record.endtime = time.time()
+        record.input_checksums = {}
+        persistence._write_record(key, record)
+
+
+class _NoSoftware:
+    """A job as Snakemake's software-stack hash sees it: no conda env, container or modules (run: rules)."""
+
+    conda_env = None
+    container_img_url = None
+    env_modules = None
+
+
+def record_params(persistence, values: Iterable[Any]) -> list[str]:
+    """Param values as Snakemake records them (sorted ``repr`` strings)."""
+    serialise = persistence._serialize_param
+    return sorted(v for v in (serialise(value) for value in values) if isinstance(v, str))
+
+
+# -- the directory lock ---------------------------------------------------------------------
+
+
+def leave_directory_unlocked(workflow) -> None:
+    """Make this invocation skip Snakemake's own directory lock (as ``--nolock`` does).
+
+    agentcompass holds a lock of its own on every results folder it builds
+    (``agentcompass.pipeline.locks``), taken before any job and released by the
+    kernel when the process dies. Snakemake's lock is a list of files that a
+    killed run leaves behind, which the next run then refuses (``--unlock``).
+    """
+    persistence = workflow.persistence
+    persistence.lock = persistence.noop
+    persistence.unlock = persistence.noop
+
+
+# -- the scheduler -----------------------------------------------------------------------------
+
+# What Snakemake's JobScheduler arms its re-selection timers from (snakemake 9).
+_SCHEDULER_TIMER = "JobScheduler._schedule_reevalutation"
+
+
+def cancel_scheduler_timers() -> int:
+    """Cancel the scheduler's pending re-selection timers; how many were cancelled.
+
+    Snakemake's scheduler arms a ``threading.Timer`` after every job selection
+    to select again a second later (its --max-jobs-per-timespan, which is
+    always on), and Python waits for those timers at exit: up to a second.
+    Only those are cancelled: a process driving Snakemake (the SDK) may have
+    timers of its own.
+    """
+    cancelled = 0
+    for thread in threading.enumerate():
+        if isinstance(thread, threading.Timer) and _SCHEDULER_TIMER in getattr(thread.function, "__qualname__", ""):
+            thread.cancel()
+            cancelled += 1
+    return cancelled
+
+
+# -- console logging -------------------------------------------------------------------------
+
+SNAKEMAKE_LOGGER = "snakemake.logging"
+
+
+def console_handlers() -> list[logging.Handler]:
+    """Snakemake's handlers that write to the console (its log file keeps everything)."""
+    return [
+        handler for handler in logging.getLogger(SNAKEMAKE_LOGGER).handlers
+        if handler.get_name() == "DefaultStreamHandler"
+        or (isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler))
+    ]

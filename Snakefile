@@ -19,7 +19,7 @@ include: "rules/common.smk"
 rule all:
     default_target: True
     input:
-        EVAL.all_targets,
+        EVAL.targets.all,
 
 
 include: "rules/request.smk"
@@ -37,7 +37,7 @@ EVAL.freeze_heap()
 
 
 onstart:
-    EVAL.start_progress()
+    EVAL.start()
 
 
 onsuccess:

@@ -1,4 +1,4 @@
-"""Running a stage's coroutine from synchronous code."""
+"""Running a stage's coroutine from synchronous code, and cancelling every one of them at a stop."""
 
 from __future__ import annotations
 
@@ -7,6 +7,64 @@ import threading
 from typing import Any, Coroutine
 
 _local = threading.local()
+
+
+class Stopped(BaseException):
+    """The run is stopping (Ctrl-C, SIGTERM, its deadline): this stage was cancelled, nothing was written.
+
+    A BaseException, like KeyboardInterrupt: a stage's ``except Exception`` turns an
+    agent's failure into a status, and a cancelled attempt must not become one.
+    It is run again by the next run.
+    """
+
+
+class _Running:
+    """The stage coroutines running in this process, to cancel them all when the run stops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[asyncio.Task, asyncio.AbstractEventLoop] = {}
+        self.reason: str | None = None
+
+    def add(self, task: asyncio.Task, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._tasks[task] = loop
+        if self.reason is not None:  # the stop came first: start cancelled
+            loop.call_soon_threadsafe(task.cancel)
+
+    def discard(self, task: asyncio.Task) -> None:
+        with self._lock:
+            self._tasks.pop(task, None)
+
+    def cancel_all(self, reason: str) -> int:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            tasks = list(self._tasks.items())
+        for task, loop in tasks:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # its loop is closed: the task is over
+                pass
+        return len(tasks)
+
+
+RUNNING = _Running()
+
+
+def cancel_running(reason: str) -> int:
+    """Cancel every stage coroutine running in this process, and those started after; how many ran."""
+    return RUNNING.cancel_all(reason)
+
+
+def reset() -> None:
+    """A new run in this process: forget the last one's stop."""
+    RUNNING.reason = None
+
+
+def stopping() -> str | None:
+    """Why the run is stopping, or None."""
+    return RUNNING.reason
 
 
 class _StageLoop:
@@ -28,11 +86,17 @@ class _StageLoop:
 
 
 async def _contained(coro: Coroutine) -> Any:
-    """Await ``coro``, then cancel what it left running, as ``asyncio.run`` does at its end."""
+    """Await ``coro`` as a cancellable stage, then cancel what it left running, as ``asyncio.run`` does."""
+    current = asyncio.current_task()
+    RUNNING.add(current, asyncio.get_running_loop())
     try:
         return await coro
+    except asyncio.CancelledError:
+        if RUNNING.reason is not None:
+            raise Stopped(RUNNING.reason) from None
+        raise
     finally:
-        current = asyncio.current_task()
+        RUNNING.discard(current)
         leftovers = [task for task in asyncio.all_tasks() if task is not current]
         for task in leftovers:
             task.cancel()
@@ -40,11 +104,17 @@ async def _contained(coro: Coroutine) -> Any:
 
 
 def run_coroutine(coro: Coroutine) -> Any:
-    """``asyncio.run`` that also works where an event loop already runs in this thread."""
+    """``asyncio.run`` that also works where an event loop already runs in this thread.
+
+    Raises ``Stopped`` when the run stops while the coroutine runs (or before it starts).
+    """
+    if RUNNING.reason is not None:
+        coro.close()
+        raise Stopped(RUNNING.reason)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return asyncio.run(_contained(coro))
     stage_loop = getattr(_local, "stage_loop", None)
     if stage_loop is None:
         stage_loop = _local.stage_loop = _StageLoop()

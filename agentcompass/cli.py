@@ -10,6 +10,8 @@ from pathlib import Path
 import yaml
 
 from agentcompass import PROJECT_ROOT, sdk, status
+from agentcompass.pipeline import locks
+from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_USAGE
 from agentcompass.runtime.config import ConfigError, describe_config, load_run_config
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
 from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError, load_builtin_components
@@ -106,11 +108,36 @@ def _resolve(args, layer):
     return resolve_orchestration(config)
 
 
-def _print_outcomes(result) -> None:
+def _outcome_line(outcome) -> str:
+    metrics = ", ".join(f"{k} {v}" for k, v in sorted(outcome.metrics.items()))
+    if outcome.state == "planned":
+        return f"{outcome.name}: dry run: nothing was built"
+    if outcome.state == "partial":
+        return (f"{outcome.name}: built what was asked ({outcome.reason}); {outcome.done} of "
+                f"{outcome.total or '?'} attempts done -> {outcome.results_dir}")
+    if outcome.state == "stopped":
+        return (f"{outcome.name}: stopped before it finished ({outcome.reason}): {outcome.done} of "
+                f"{outcome.total or '?'} attempts done; run the same command again to continue -> {outcome.results_dir}")
+    total = sum(outcome.counts.values())
+    if outcome.state == "completed_with_errors":
+        failed = sum(outcome.errors.values())
+        kinds = "; ".join(f"{kind} x{n}" for kind, n in outcome.errors.items())
+        return (f"{outcome.name}: completed with errors: {failed} of {total} attempts failed ({kinds}); "
+                f"{metrics} -> {outcome.results_dir}/metrics.json")
+    return f"{outcome.name}: completed: {total} attempts; {metrics} -> {outcome.results_dir}/metrics.json"
+
+
+def _build(orchestration, layer, args, extra: list[str]) -> int:
+    """Run the workflow, print each request's outcome, and return the exit status (README, Exit status)."""
+    argv = sdk.snakemake_argv(layer, args.config or [], args.cores, extra)
+    try:
+        result = sdk.build(orchestration, argv)
+    except locks.Busy as exc:
+        print(f"agentcompass: {exc}", file=sys.stderr)
+        return EXIT_LOCKED
     for outcome in result.outcomes:
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items()))
-        metrics = ", ".join(f"{k} {v}" for k, v in sorted(outcome.metrics.items()))
-        print(f"{outcome.name}: {outcome.state}; {metrics} ({counts}) -> {outcome.results_dir}/metrics.json")
+        print(_outcome_line(outcome))
+    return result.exit_status
 
 
 def cmd_run(args) -> int:
@@ -119,10 +146,7 @@ def cmd_run(args) -> int:
     if args.dry_run:
         print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))
         return 0
-    ok = sdk.run_snakemake(sdk.snakemake_argv(layer, args.config or [], args.cores, args.snakemake_args))
-    result = sdk.outcomes(orchestration, ok)
-    _print_outcomes(result)
-    return 0 if result.ok else 1
+    return _build(orchestration, layer, args, args.snakemake_args)
 
 
 def cmd_status(args) -> int:
@@ -146,11 +170,8 @@ def cmd_retry(args) -> int:
         print("no attempt holds an error status: nothing to retry")
         return 0
     print(f"retrying {len(targets)} failed attempt(s)")
-    extra = ["--forcerun", *targets, *args.snakemake_args]
-    ok = sdk.run_snakemake(sdk.snakemake_argv(layer, args.config or [], args.cores, extra))
-    result = sdk.outcomes(orchestration, ok)
-    _print_outcomes(result)
-    return 0 if result.ok else 1
+    # the caller's arguments first: --forcerun takes every argument up to the next option
+    return _build(orchestration, layer, args, [*args.snakemake_args, "--forcerun", *targets])
 
 
 def _add_selection(p: argparse.ArgumentParser, positional: bool = True) -> None:
@@ -258,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as exc:
         print(f"agentcompass: invalid run config: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
+
+# Called with a file's path just before it appears (its rename): a job records
+# what it built the file from first, so a kill between the two loses nothing.
+_before_publish: contextvars.ContextVar[Callable[[Path], None] | None] = contextvars.ContextVar(
+    "agentcompass_before_publish", default=None)
+
+
+@contextlib.contextmanager
+def publishing(hook: Callable[[Path], None]) -> Iterator[None]:
+    """Call ``hook(path)`` before each file written atomically in this context appears."""
+    token = _before_publish.set(hook)
+    try:
+        yield
+    finally:
+        _before_publish.reset(token)
 
 
 def canonical_json(payload: Any) -> str:
@@ -29,6 +46,9 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
+        hook = _before_publish.get()
+        if hook is not None:
+            hook(path)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -43,3 +63,9 @@ def write_json(path: str | Path, payload: Any) -> Path:
 def read_json(path: str | Path) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def interrupted_writes(path: str | Path) -> list[Path]:
+    """Temporary files of writes of ``path`` that a killed process left behind (never a result)."""
+    path = Path(path)
+    return list(path.parent.glob(f".{path.name}.*.tmp"))

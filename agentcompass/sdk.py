@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import gc
 import json
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from agentcompass import PROJECT_ROOT
+from agentcompass import PROJECT_ROOT, aio
+from agentcompass.pipeline import locks
 from agentcompass.runtime.config import load_run_config
 from agentcompass.runtime.models import (
     Orchestration,
     OrchestrationResult,
     RequestOutcome,
     RunRequest,
+    TaskStatus,
 )
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
 
@@ -36,6 +40,13 @@ def run_snakemake(argv: list[str]) -> bool:
         gc.unfreeze()
 
 
+def _parsed(argv: list[str]):
+    """Snakemake's arguments, read as Snakemake reads them (``-n``, targets)."""
+    from snakemake.cli import parse_args
+
+    return parse_args(argv)[1]
+
+
 def snakemake_argv(
     layer: dict[str, Any] | None,
     config_paths: Iterable[str | Path] = (),
@@ -43,36 +54,95 @@ def snakemake_argv(
     extra: Iterable[str] = (),
     workdir: str | Path | None = None,
 ) -> list[str]:
+    """Snakemake's command line for a run: the caller's arguments (``extra``) before the
+    config files and ``--config``, which takes every argument after it."""
     argv = [
         "--snakefile", str(PROJECT_ROOT / "Snakefile"),
         "--directory", str(Path(workdir or Path.cwd()).resolve()),
         "--cores", str(cores),
+        *extra,
     ]
     for path in config_paths:
         argv += ["--configfile", str(Path(path).resolve())]
     if layer:
         # JSON is YAML: the Snakefile reads these values back with their types.
         argv += ["--config", *[f"{key}={json.dumps(value)}" for key, value in layer.items()]]
-    return argv + list(extra)
+    return argv
 
 
-def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None = None) -> OrchestrationResult:
-    """Each request's terminal state, read from its metrics.json, in declaration order."""
+def run_folders(orchestration: Orchestration, workdir: str | Path | None = None) -> list[Path]:
     base = Path(workdir or Path.cwd()) / orchestration.runtime.results_dir
+    return [base / run.request.namespace / run.request.run_id for run in orchestration.runs]
+
+
+def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | None = None) -> OrchestrationResult:
+    """Run Snakemake on ``argv`` and read each request's outcome.
+
+    A run that builds files first takes the lock of every request's results
+    folder (``agentcompass.pipeline.locks``): another live run on one of them
+    raises ``Busy`` before anything starts.
+    """
+    args = _parsed(argv)
+    dry_run = bool(args.dryrun)
+    folders = [] if dry_run else locks.acquire_all(run_folders(orchestration, workdir))
+    aio.reset()
+    try:
+        ok = run_snakemake(argv)
+    finally:
+        for folder in folders:
+            locks.release(folder)
+    return outcomes(orchestration, ok, workdir, dry_run=dry_run, reason=aio.stopping(), targets=bool(args.targets))
+
+
+def _error_kind(result: dict) -> str:
+    """An attempt's error, grouped with its likes: the status and the error's first line, numbers as N."""
+    error = (result.get("error") or "").strip().splitlines()
+    text = re.sub(r"\d+(?:\.\d+)?", "N", error[0] if error else "no message")
+    return f"{result.get('status')}: {text[:100]}"
+
+
+def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None = None, *,
+             dry_run: bool = False, reason: str | None = None, targets: bool = False) -> OrchestrationResult:
+    """Each request's terminal state, in declaration order.
+
+    A request's metrics are read only when the run finished (every target
+    current): a run that stopped never reports an older metrics.json. With
+    ``targets`` (files named on Snakemake's command line), a run that built
+    them is ``partial`` unless its requests are finished too.
+    """
+    from agentcompass.status import attempt_results
+
     result = []
-    for run in orchestration.runs:
+    for run, run_path in zip(orchestration.runs, run_folders(orchestration, workdir)):
         req = run.request
-        run_path = base / req.namespace / req.run_id
+        attempts = attempt_results(run_path, req)
+        outcome = RequestOutcome(name=run.name, key=run.key, state="planned", results_dir=str(run_path),
+                                 total=len(attempts))
+        if dry_run:
+            result.append(outcome)
+            continue
         metrics_file = run_path / "metrics.json"
-        counts: dict[str, int] = {}
-        metrics: dict[str, Any] = {}
-        state = "failed"
-        if metrics_file.exists():
+        if ok and metrics_file.exists():
             data = json.loads(metrics_file.read_text())
-            counts, metrics = data["counts"], data["metrics"]
-            state = "completed" if ok else "failed"
-        result.append(RequestOutcome(name=run.name, key=run.key, state=state, counts=counts, metrics=metrics,
-                                     results_dir=str(run_path)))
+            outcome.counts, outcome.metrics = data["counts"], data["metrics"]
+            outcome.done = sum(outcome.counts.values())
+            failed = sum(n for status, n in outcome.counts.items() if TaskStatus(status).is_error)
+            if failed:
+                outcome.state = "completed_with_errors"
+                results = (json.loads(path.read_text()) for _, _, path in attempts if path.exists())
+                kinds = Counter(_error_kind(r) for r in results if TaskStatus(r["status"]).is_error)
+                outcome.errors = dict(kinds.most_common())
+            else:
+                outcome.state = "completed"
+        else:
+            outcome.done = sum(1 for _, _, path in attempts if path.exists())
+            if ok and targets:
+                outcome.state = "partial"
+                outcome.reason = "only the files named on the command line were asked for"
+            else:
+                outcome.state = "stopped"
+                outcome.reason = reason or "a job failed; Snakemake's output above names it"
+        result.append(outcome)
     return OrchestrationResult(outcomes=result)
 
 
@@ -98,8 +168,7 @@ def execute(
             RequestOutcome(name=r.name, key=r.key, state="planned", results_dir=str(Path(orchestration.runtime.results_dir) / r.key))
             for r in orchestration.runs
         ])
-    ok = run_snakemake(snakemake_argv(layer, config_paths, cores, snakemake_args, workdir))
-    return outcomes(orchestration, ok, workdir)
+    return build(orchestration, snakemake_argv(layer, config_paths, cores, snakemake_args, workdir), workdir)
 
 
 def run_evaluation(

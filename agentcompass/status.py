@@ -173,13 +173,13 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
                 state.pending.append(PendingJob(rule, [str(out.relative_to(workdir))], reason))
                 return True
 
-            judge("request", path / "request.json", wf.request_param(w))
+            judge("request", path / "request.json", wf.params.request(w))
             tasks_file = path / "tasks.json"
-            if judge("tasks", tasks_file, wf.tasks_param(w)):
+            if judge("tasks", tasks_file, wf.params.tasks(w)):
                 tasks_file = Path(scratch) / f"{index}-tasks.json"
                 stages.write_tasks(req, tasks_file)
             plans_file = path / "plans.json"
-            plans_params = (wf.plans_param(w), wf.run_info_param(w))
+            plans_params = (wf.params.plans(w), wf.params.run_info(w))
             tasks_rebuilt = tasks_file != path / "tasks.json"
             if judge("plans", plans_file, plans_params, upstream=tasks_rebuilt):
                 plans_file = Path(scratch) / f"{index}-plans.json"
@@ -193,11 +193,11 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
                     segment = task_segment(task.task_id)
                     a = SimpleNamespace(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
                     folder = path / "attempts" / segment / str(attempt)
-                    prepared = judge("prepare", folder / "prepared.json", wf.prepare_param(a))
-                    output = judge("run", folder / "output.json", wf.run_param(a), upstream=prepared)
-                    result = judge("evaluate", folder / "result.json", wf.evaluate_param(a), upstream=output)
+                    prepared = judge("prepare", folder / "prepared.json", wf.attempt_params.prepare(a))
+                    output = judge("run", folder / "output.json", wf.attempt_params.run(a), upstream=prepared)
+                    result = judge("evaluate", folder / "result.json", wf.attempt_params.evaluate(a), upstream=output)
                     any_result = any_result or result
-            judge("metrics", path / "metrics.json", wf.metrics_param(w), upstream=any_result)
+            judge("metrics", path / "metrics.json", wf.params.metrics(w), upstream=any_result)
     return statuses
 
 

@@ -1,5 +1,5 @@
 # Shared wiring: wildcard shapes, result paths and the checkpoint hand-off.
-# Target lists and input functions are methods of EVAL (agentcompass.pipeline.workflow).
+# Target lists, params, resources and stage calls are parts of EVAL (agentcompass.pipeline.workflow).
 
 
 wildcard_constraints:

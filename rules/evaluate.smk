@@ -9,6 +9,8 @@ rule evaluate:
     log:
         f"{ATTEMPT}/evaluate.log",
     params:
-        depends=EVAL.evaluate_param,
+        depends=EVAL.attempt_params.evaluate,
+    resources:
+        **EVAL.resources.attempt_job("evaluate"),
     run:
-        EVAL.evaluate(wildcards, input, output, log)
+        EVAL.jobs.evaluate(wildcards, input, output, params, log)

@@ -2,13 +2,13 @@ rule metrics:
     """metrics.json: the request's MetricResult and counts by status."""
     input:
         # every result.json, or the shard records of a sharded request
-        results=EVAL.metrics_inputs,
+        results=EVAL.targets.metrics_inputs,
     output:
         f"{RUN}/metrics.json",
     log:
         f"{RUN}/logs/metrics.log",
     params:
-        versions=EVAL.metrics_param,
+        versions=EVAL.params.metrics,
     localrule: True
     run:
-        EVAL.metrics(wildcards, input, output, log)
+        EVAL.jobs.metrics(wildcards, input, output, params, log)

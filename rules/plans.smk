@@ -9,8 +9,8 @@ checkpoint plans:
     log:
         f"{RUN}/logs/plans.log",
     params:
-        plan=EVAL.plans_param,
-        record=EVAL.run_info_param,
+        plan=EVAL.params.plans,
+        record=EVAL.params.run_info,
     localrule: True
     run:
-        EVAL.write_plans(wildcards, input, output, log)
+        EVAL.jobs.write_plans(wildcards, input, output, params, log)

@@ -1,7 +1,7 @@
 # Per-attempt rules read their own slice of tasks.json and plans.json, and depend on
 # it through params (fingerprints of exactly what the stage reads), not through the
 # files: rewriting plans.json reruns only the attempts whose slice changed. Attempt
-# jobs exist only once both files are written (EVAL.attempt_paths), so they always
+# jobs exist only once both files are written (EVAL.targets.attempt_paths), so they always
 # run after them.
 
 
@@ -12,6 +12,8 @@ rule prepare:
     log:
         f"{ATTEMPT}/prepare.log",
     params:
-        depends=EVAL.prepare_param,
+        depends=EVAL.attempt_params.prepare,
+    resources:
+        **EVAL.resources.attempt_job("prepare"),
     run:
-        EVAL.prepare(wildcards, input, output, log)
+        EVAL.jobs.prepare(wildcards, input, output, params, log)

@@ -5,7 +5,7 @@ rule request:
     log:
         f"{RUN}/logs/request.log",
     params:
-        request=EVAL.request_param,
+        request=EVAL.params.request,
     localrule: True
     run:
-        EVAL.write_request(wildcards, output, log)
+        EVAL.jobs.write_request(wildcards, output, params, log)

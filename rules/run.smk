@@ -7,9 +7,9 @@ rule run:
     log:
         f"{ATTEMPT}/run.log",
     params:
-        depends=EVAL.run_param,
+        depends=EVAL.attempt_params.run,
     resources:
-        # model_endpoint_<slug>: one per endpoint, for a profile to cap (README, Models)
-        **EVAL.model_endpoint_resources(),
+        # task_concurrency, environment_<id> and model_endpoint_<slug>: caps (agentcompass.pipeline.resources)
+        **EVAL.resources.attempt_job("run"),
     run:
-        EVAL.run(wildcards, input, output, log)
+        EVAL.jobs.run(wildcards, input, output, params, log)

@@ -3,18 +3,18 @@ rule shard:
     attempts, built by an inner Snakemake in this folder (agentcompass.pipeline.shards)."""
     input:
         # only the slice's files a --forcerun names (built by this run first)
-        EVAL.shard_inputs,
+        EVAL.shards.inputs,
     output:
         f"{RUN}/shards/{{shard}}/shard.json",
     log:
         # the inner Snakemake's own output: which jobs ran, and why any failed
         f"{RUN}/shards/{{shard}}/shard.log",
     params:
-        depends=EVAL.shard_param,
+        depends=EVAL.attempt_params.shard,
         # bumped when a file of the slice was deleted or replaced since shard.json
-        generation=EVAL.shard_generation,
-    threads: EVAL.shard_threads()
+        generation=EVAL.shards.generation,
+    threads: EVAL.shards.threads()
     resources:
-        **EVAL.shard_endpoint_resources(),
+        **EVAL.resources.shard_job(),
     run:
-        EVAL.run_shard(wildcards, threads, resources, params, output, log)
+        EVAL.jobs.shard(wildcards, input, threads, resources, params, output, log)

@@ -5,7 +5,7 @@ checkpoint tasks:
     log:
         f"{RUN}/logs/tasks.log",
     params:
-        benchmark=EVAL.tasks_param,
+        benchmark=EVAL.params.tasks,
     localrule: True
     run:
-        EVAL.write_tasks(wildcards, output, log)
+        EVAL.jobs.write_tasks(wildcards, output, params, log)

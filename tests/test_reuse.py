@@ -258,18 +258,18 @@ def test_a_stage_version_bump_changes_that_stage_params_only():
                              include_user=False, include_project=False)
     wf = EvaluationWorkflow(resolve_orchestration(config))
     w = SimpleNamespace(ns="default", run_id="r")
-    before = (wf.tasks_param(w), wf.metrics_param(w))
+    before = (wf.params.tasks(w), wf.params.metrics(w))
     original = ExampleExactMatchBenchmark.version
     try:
         ExampleExactMatchBenchmark.version = "2"
-        after = (wf.tasks_param(w), wf.metrics_param(w))
+        after = (wf.params.tasks(w), wf.params.metrics(w))
     finally:
         ExampleExactMatchBenchmark.version = original
     assert before[0] != after[0] and before[1] != after[1]
     original = OracleHarness.version
     try:
         OracleHarness.version = "2"
-        assert (wf.tasks_param(w), wf.metrics_param(w)) == before
+        assert (wf.params.tasks(w), wf.params.metrics(w)) == before
     finally:
         OracleHarness.version = original
 

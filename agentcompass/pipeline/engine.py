@@ -107,6 +107,11 @@ def global_resource(workflow, name: str) -> int | None:
     return None if value is None else int(value)
 
 
+def set_global_resource(workflow, name: str, value: int) -> None:
+    """Give a global resource a cap, as ``--resources name=value`` would (before the scheduler starts)."""
+    workflow.register_resource(name, value)
+
+
 def rule_code(workflow, rule_name: str) -> str | None:
     """The text Snakemake records for a rule's code (its ``code`` rerun trigger)."""
     rule = workflow.get_rule(rule_name)
@@ -296,3 +301,28 @@ def console_handlers() -> list[logging.Handler]:
         if handler.get_name() == "DefaultStreamHandler"
         or (isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler))
     ]
+
+
+def stop_scheduling(workflow) -> bool:
+    """Ask the job scheduler to start no new job and end once the running ones are done (as on SIGTERM)."""
+    scheduler = getattr(workflow, "scheduler", None)
+    if scheduler is None:
+        return False
+    scheduler.exit_gracefully()
+    return True
+
+
+def set_console_level(level: str) -> None:
+    """Show Snakemake's console messages from ``level`` up ('debug' shows its debug messages too).
+
+    Its log file under ``.snakemake/log/`` keeps what it always keeps.
+    """
+    numeric = getattr(logging, level.upper())
+    if numeric <= logging.DEBUG:
+        logging.getLogger(SNAKEMAKE_LOGGER).setLevel(logging.DEBUG)
+    for handler in console_handlers():
+        handler.setLevel(numeric)
+        if numeric <= logging.DEBUG:
+            for item in handler.filters:
+                if hasattr(item, "verbose"):  # Snakemake's DefaultFilter drops debug records unless verbose
+                    item.verbose = True

@@ -171,10 +171,18 @@ def inner_env(ns: str, run_id: str, index: int, invocation_id: str) -> dict[str,
 
 
 def run_inner(argv: list[str], env: dict[str, str], log: Path) -> int:
-    """Run the inner Snakemake with its output in the shard's log; stop it if this job is stopped."""
+    """Run the inner Snakemake with its output in the shard's log.
+
+    It stops with this run: a stop sends it SIGTERM (``lifecycle``), and it
+    watches this process (``AGENTCOMPASS_PARENT_PID``), so a run killed with
+    SIGKILL leaves no inner run working on behind it.
+    """
+    from .lifecycle import CHILDREN
+
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        CHILDREN.add(proc)
         try:
             return proc.wait()
         except BaseException:
@@ -184,3 +192,51 @@ def run_inner(argv: list[str], env: dict[str, str], log: Path) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
+        finally:
+            CHILDREN.discard(proc)
+
+
+class Shards:
+    """The shard rule's inputs, generation and threads (the layout of slices is ``Targets``')."""
+
+    def __init__(self, inv, targets) -> None:
+        self.inv = inv
+        self.targets = targets
+
+    @engine.signature_once
+    def inputs(self, w) -> list[str]:
+        """The slice's files named by --forcerun (``agentcompass retry``), which the
+        outer run builds first; none otherwise. The attempt folders are not inputs:
+        Snakemake measures every input of every waiting job on each scheduling pass,
+        and 10,000 of them cost the outer run minutes. ``generation`` stands for them."""
+        self.inv.begin()
+        req = self.inv.request(w)
+        attempts = self.targets.shard_slice(req, int(w.shard))
+        return forced_files(self.inv.snakemake, lambda: self.targets.attempt_files(req, attempts))
+
+    @engine.signature_once
+    def generation(self, w) -> int:
+        """The generation the shard was last built for, plus one when a file of its
+        slice changed since: an attempt folder missing or newer than shard.json (a
+        file deleted or replaced in it; every file here is written by rename).
+
+        The shard job holds the generation it ran with, so after a rebuild the
+        next run finds the shard current again.
+        """
+        req = self.inv.request(w)
+        index = int(w.shard)
+        attempts = self.targets.shard_slice(req, index)  # raises until tasks and plans are settled
+        return generation(str(self.targets.shard_file(req, index)), self.generation_file(req, index),
+                          (self.targets.attempt_dir(req, s, a) for s, a in attempts))
+
+    def generation_file(self, req, index: int) -> str:
+        """Beside shard.json, and not an output of the shard job (``generation``)."""
+        return str(self.targets.shard_file(req, index).parent / "generation")
+
+    def threads(self) -> int:
+        """Threads of one shard job: as many shards run at once as there are CPUs,
+        and their inner runs share this run's --cores between them."""
+        cores = engine.cores(self.inv.snakemake) if self.inv.snakemake else None
+        if not cores:
+            return 1
+        return max(1, int(cores) // max(1, os.cpu_count() or 1))

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import agentcompass
+from agentcompass import aio
 from agentcompass.aio import run_coroutine
-from agentcompass.jsonio import read_json
+from agentcompass.jsonio import read_json, write_text_atomic
 from agentcompass.paths import task_segment
 from agentcompass.runtime.base import (
     BaseBenchmark,
@@ -45,7 +46,7 @@ from agentcompass.runtime.recipes import build_run_recipe_registry
 from agentcompass.runtime.registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES
 from agentcompass.secrets import scrub
 
-from . import provenance
+from . import pacing, provenance
 from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, write_file
 
 WORKSPACE_DIR = "workspace"
@@ -270,7 +271,12 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
     """
     spec = plan.evaluation_environment if evaluation and plan.evaluation_environment else plan.task_environment
     network = getattr(plan, f"{phase}_network")
-    session = LazySession(lambda: environment_for(spec.id).open(spec, network, _label(req, plan, phase)))
+
+    async def opener() -> EnvironmentSession:
+        await pacing.before_open()  # runtime.environment_open_rate
+        return await environment_for(spec.id).open(spec, network, _label(req, plan, phase))
+
+    session = LazySession(opener)
     retain = None if plan.execution.retain_environments == "never" else plan.execution.retain_environments
     try:
         yield session
@@ -278,7 +284,12 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
         session.failed = True
         raise
     finally:
-        await session.close(failed=session.failed, retain=retain)
+        closing = session.close(failed=session.failed, retain=retain)
+        if aio.stopping() is not None and pacing.close_grace() is not None:
+            # the run is stopping: the close gets runtime.cleanup_grace_seconds
+            await asyncio.wait_for(closing, pacing.close_grace())
+        else:
+            await closing
 
 
 def is_infrastructure_fault(exc: BaseException) -> bool:
@@ -373,9 +384,9 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
         provenance=provenance.here(),
     )
+    if trajectory.exists():  # before output.json appears: a finished attempt's files are all final
+        write_text_atomic(trajectory, scrub(trajectory.read_text(), [req.model.api_key]))
     write_file("output", out, result, secrets=[req.model.api_key])
-    if trajectory.exists():
-        trajectory.write_text(scrub(trajectory.read_text(), [req.model.api_key]))
 
 
 def evaluate(

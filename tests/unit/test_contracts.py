@@ -208,7 +208,7 @@ EXAMPLES = {
         log_level="debug",
     ),
     "RequestOutcome": RequestOutcome(
-        name="r", key="ns/r", state="failed", counts={"completed": 1}, metrics={"accuracy": 1.0},
+        name="r", key="ns/r", state="stopped", counts={"completed": 1}, metrics={"accuracy": 1.0},
         results_dir="results/ns/r",
     ),
     "OrchestrationResult": OrchestrationResult(

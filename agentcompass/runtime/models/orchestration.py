@@ -73,14 +73,29 @@ class Orchestration(Contract):
 
 @dataclass
 class RequestOutcome(Contract):
-    """One request's terminal state."""
+    """One request's terminal state.
+
+    ``completed``: every attempt finished without an error; ``completed_with_errors``:
+    the request finished and ``errors`` counts its failed attempts by kind;
+    ``stopped``: the run ended before the request was finished (``reason``);
+    ``partial``: the run built the files named on its command line, not the whole request;
+    ``planned``: a dry run.
+    """
 
     name: str
     key: str
-    state: Literal["completed", "failed", "planned"]
+    state: Literal["completed", "completed_with_errors", "stopped", "partial", "planned"]
     counts: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     results_dir: str = ""
+    errors: dict[str, int] = field(default_factory=dict)
+    done: int = 0
+    total: int = 0
+    reason: str | None = None
+
+
+# The CLI's exit status for an orchestration's outcomes (README, Exit status).
+EXIT_OK, EXIT_ATTEMPT_ERRORS, EXIT_USAGE, EXIT_STOPPED, EXIT_LOCKED = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -91,4 +106,14 @@ class OrchestrationResult(Contract):
 
     @property
     def ok(self) -> bool:
-        return all(o.state == "completed" for o in self.outcomes)
+        return all(o.state in ("completed", "partial", "planned") for o in self.outcomes)
+
+    @property
+    def exit_status(self) -> int:
+        """0 all completed, 1 finished with failed attempts, 3 stopped before finishing."""
+        states = {o.state for o in self.outcomes}
+        if "stopped" in states:
+            return EXIT_STOPPED
+        if "completed_with_errors" in states:
+            return EXIT_ATTEMPT_ERRORS
+        return EXIT_OK

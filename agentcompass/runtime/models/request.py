@@ -102,7 +102,8 @@ class EnvironmentSpec(Contract):
 class ExecutionSpec(Contract):
     """Concurrency, attempts, Recipes, analysis, retention and the runtime retry policy."""
 
-    task_concurrency: int = 4
+    # attempt jobs at once across the invocation; None: as many as --cores allows
+    task_concurrency: int | None = None
     attempts: int = 1
     max_retries: int = 0
     task_timeout: float | None = None
@@ -112,9 +113,10 @@ class ExecutionSpec(Contract):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("task_concurrency", "attempts"):
-            if getattr(self, name) < 1:
-                raise ContractError(f"ExecutionSpec.{name} must be at least 1")
+        if self.task_concurrency is not None and self.task_concurrency < 1:
+            raise ContractError("ExecutionSpec.task_concurrency must be at least 1 (or unset: as many as --cores allows)")
+        if self.attempts < 1:
+            raise ContractError("ExecutionSpec.attempts must be at least 1")
         if self.max_retries < 0:
             raise ContractError("ExecutionSpec.max_retries must not be negative")
         if self.task_timeout is not None and not (0 < self.task_timeout < float("inf")):

@@ -1,0 +1,184 @@
+"""Stopping a run on purpose: Ctrl-C, SIGTERM, the deadline, or the end of the run that started a shard.
+
+A stop is graceful: no new job starts, the stage coroutines running in this
+process are cancelled (their sessions close, each within
+``runtime.cleanup_grace_seconds``), the shards' inner runs get SIGTERM and
+stop the same way, and a cluster driver cancels its cluster jobs. A
+cancelled attempt writes nothing, so the next run of the same command builds
+it. A second Ctrl-C or SIGTERM stops at once.
+
+The deadline (``runtime.deadline_seconds``) counts from the start of the
+invocation; it reaches inner runs and cluster jobs as an absolute time in
+``AGENTCOMPASS_DEADLINE``, so a shard stops with the run that started it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from agentcompass import aio
+from agentcompass.logs import LOG
+
+from . import engine
+
+DEADLINE_ENV = "AGENTCOMPASS_DEADLINE"
+PARENT_ENV = "AGENTCOMPASS_PARENT_PID"
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def deadline_from(started: float, seconds: float | None, *, inherited: bool) -> float | None:
+    """The absolute deadline: an outer run's own, or (``inherited``) the one its outer run handed down."""
+    if inherited:
+        value = os.environ.get(DEADLINE_ENV)
+        try:
+            return float(value) if value else None
+        except ValueError:
+            return None
+    return None if seconds is None else started + float(seconds)
+
+
+class _Children:
+    """Child processes that stop with this run (the shards' inner Snakemake runs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+
+    def add(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(proc)
+        if aio.stopping():
+            self.terminate(proc)
+
+    def discard(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def terminate(self, proc: subprocess.Popen | None = None) -> None:
+        with self._lock:
+            procs = [proc] if proc is not None else list(self._procs)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.terminate()
+                except ProcessLookupError:
+                    pass
+
+    def kill(self) -> None:
+        with self._lock:
+            procs = list(self._procs)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.kill()
+                except ProcessLookupError:
+                    pass
+
+
+CHILDREN = _Children()
+
+
+class Lifecycle:
+    """This process's stop: one per Snakemake invocation of the workflow."""
+
+    def __init__(self, workflow, deadline: float | None, grace: float, *, inner: bool) -> None:
+        self.workflow = workflow
+        self.deadline = deadline
+        self.grace = grace
+        self.inner = inner
+        self._previous: dict[int, object] = {}
+        self._timers: list[threading.Timer] = []
+        self._watch: threading.Thread | None = None
+        self._done = threading.Event()
+
+    # -- starting and ending ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Arm the signals (from the main thread), the deadline and, for an inner run, the parent watch."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in _SIGNALS:
+                try:
+                    self._previous[signum] = signal.signal(signum, self._on_signal)
+                except (ValueError, OSError):
+                    pass
+        if self.deadline is not None:
+            remaining = self.deadline - time.time()
+            if remaining <= 0:
+                self.stop(self._deadline_reason())
+            else:
+                self._timer(remaining, lambda: self.stop(self._deadline_reason()))
+        parent = os.environ.get(PARENT_ENV) if self.inner else None
+        if parent:
+            self._watch = threading.Thread(target=self._watch_parent, args=(int(parent),),
+                                           name="agentcompass-parent-watch", daemon=True)
+            self._watch.start()
+
+    def finish(self) -> None:
+        """The run is over: put the signal handlers back, drop the timers."""
+        self._done.set()
+        for timer in self._timers:
+            timer.cancel()
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous.items():
+                try:
+                    signal.signal(signum, handler)
+                except (ValueError, OSError, TypeError):
+                    pass
+        self._previous.clear()
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    def _deadline_reason(self) -> str:
+        return "its deadline (runtime.deadline_seconds) was reached"
+
+    def _on_signal(self, signum, frame) -> None:
+        if aio.stopping() is None:
+            self.stop(f"it received {signal.Signals(signum).name}")
+            return
+        # a second signal: stop at once
+        CHILDREN.kill()
+        raise KeyboardInterrupt
+
+    def stop(self, reason: str) -> None:
+        """Stop gracefully (from any thread); only the first call acts."""
+        if aio.stopping() is not None:
+            return
+        running = aio.cancel_running(reason)
+        LOG.warning(f"stopping because {reason}: no new attempt starts, {running} running stage(s) are "
+                    f"cancelled; run the same command again to continue.")
+        self._quiet_console()
+        CHILDREN.terminate()
+        # inner runs get the grace to close their sessions, then they are killed
+        self._timer(self.grace + 5, CHILDREN.kill)
+        if self.workflow is None:
+            return
+        if engine.on_cluster(self.workflow):
+            # Snakemake cancels its cluster jobs (scancel) when interrupted
+            if threading.current_thread() is threading.main_thread():
+                raise KeyboardInterrupt
+            _thread.interrupt_main()
+        else:
+            engine.stop_scheduling(self.workflow)
+
+    def _quiet_console(self) -> None:
+        """Cancelled jobs are expected now: Snakemake's console stops reporting them (its log keeps all)."""
+        for handler in engine.console_handlers():
+            handler.addFilter(lambda record: record.levelno >= logging.CRITICAL)
+
+    def _timer(self, seconds: float, action) -> None:
+        timer = threading.Timer(seconds, action)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def _watch_parent(self, parent: int) -> None:
+        while not self._done.wait(0.5):
+            if os.getppid() != parent:
+                self.stop("the run that started this shard has ended")
+                return

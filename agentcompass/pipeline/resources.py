@@ -1,0 +1,107 @@
+"""What a job holds while it runs: Snakemake resources that cap work in flight.
+
+- ``model_endpoint_<slug>``: one per model endpoint; a run job takes 1 of its
+  own endpoint's and 0 of the others, so a profile's ``resources:`` caps the
+  model calls in flight at that endpoint (README, Concurrency per endpoint).
+- ``task_concurrency``: every prepare, run and evaluate job takes 1, so at most
+  ``task_concurrency`` attempt jobs run at once, whatever ``--cores`` says.
+- ``environment_<id>``: every attempt job of a request whose Environment is
+  ``<id>`` takes 1, so at most ``runtime.provider_limits[<id>]`` of its
+  sessions are open at once (a stage opens at most one session at a time).
+
+The last two are set from the run config; a cap given on the command line or
+in a profile (``--resources task_concurrency=8``) wins. A shard job claims of
+each what its inner run may use at once (its threads, or the whole cap when
+that is smaller) and hands its claim to the inner run as that run's caps, so
+the shards running at once never exceed a cap together, locally or on a cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from agentcompass.runtime.model_client import endpoint_resource
+from agentcompass.runtime.models import RunRequest
+
+from . import engine
+from .invocation import Invocation
+
+TASK_CONCURRENCY = "task_concurrency"
+
+
+def environment_resource(environment_id: str) -> str:
+    """The resource that counts a provider's open sessions: ``environment_docker``."""
+    return "environment_" + re.sub(r"[^A-Za-z0-9]+", "_", environment_id).strip("_").lower()
+
+
+def calls_model(req: RunRequest) -> bool:
+    return bool(req.model.base_url) and not req.model.is_none
+
+
+class Resources:
+    def __init__(self, inv: Invocation) -> None:
+        self.inv = inv
+
+    def apply_caps(self) -> None:
+        """Hand the run config's caps (task_concurrency, provider_limits) to Snakemake as global resources."""
+        workflow = self.inv.snakemake
+        if workflow is None or self.inv.inner is not None:  # an inner run gets its shard's claim instead
+            return
+        caps = self.config_caps()
+        for name, value in caps.items():
+            if engine.global_resource(workflow, name) is None:
+                engine.set_global_resource(workflow, name, value)
+
+    def config_caps(self) -> dict[str, int]:
+        caps: dict[str, int] = {}
+        concurrency = {req.execution.task_concurrency for req in self.inv.requests} - {None}
+        if concurrency:
+            caps[TASK_CONCURRENCY] = min(concurrency)
+        for environment_id, limit in self.inv.runtime.provider_limits.items():
+            caps[environment_resource(environment_id)] = int(limit)
+        return caps
+
+    def names(self) -> list[str]:
+        """Every resource a job of this invocation may claim."""
+        endpoints = {endpoint_resource(r.model.base_url) for r in self.inv.requests if calls_model(r)}
+        environments = {environment_resource(r.environment.id) for r in self.inv.requests}
+        return sorted(endpoints | environments | {TASK_CONCURRENCY})
+
+    def _claims(self, req: RunRequest, rule: str) -> dict[str, int]:
+        claims = {TASK_CONCURRENCY: 1, environment_resource(req.environment.id): 1}
+        if rule in ("run", "shard") and calls_model(req):
+            claims[endpoint_resource(req.model.base_url)] = 1
+        return claims
+
+    def _attempt_job(self, name: str, rule: str, wildcards) -> int:
+        return self._claims(self.inv.request(wildcards), rule).get(name, 0)
+
+    def attempt_job(self, rule: str) -> dict[str, Any]:
+        """The resources of one prepare, run or evaluate job (for ``resources: **...``)."""
+        return {
+            name: engine.signature_once(functools.partial(self._attempt_job, name, rule))
+            for name in self.names()
+        }
+
+    def shard_job(self) -> dict[str, Any]:
+        """A shard claims of each resource its attempts use what its inner run may use at once:
+        its threads, or the whole cap when that is smaller. The threads are the job's own,
+        after a profile's ``set-threads`` (a cluster profile's usual way to size a shard)."""
+        return {name: engine.signature_once(functools.partial(self._shard_share, name)) for name in self.names()}
+
+    def _shard_share(self, name: str, wildcards, threads) -> int:
+        if not self._attempt_job(name, "shard", wildcards):
+            return 0
+        cap = engine.global_resource(self.inv.snakemake, name) if self.inv.snakemake else None
+        return min(threads, int(cap)) if cap else threads
+
+    def capped(self, resources) -> dict[str, int]:
+        """A shard job's claims of the resources that have a cap: the inner run's caps."""
+        workflow = self.inv.snakemake
+        return {
+            name: int(getattr(resources, name))
+            for name in self.names()
+            if engine.global_resource(workflow, name) is not None and hasattr(resources, name)
+        }

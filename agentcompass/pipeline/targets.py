@@ -1,0 +1,141 @@
+"""Which files an invocation builds: every request's files, attempt by attempt or shard by shard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentcompass.runtime.models import RunRequest
+
+from . import engine, stages
+from .engine import WorkflowError
+from .fingerprints import Fingerprints
+from .invocation import Invocation
+
+ATTEMPT_FILES = ("plan.json", "prepared.json", "output.json", "result.json")
+
+
+class Targets:
+    def __init__(self, inv: Invocation, fingerprints: Fingerprints) -> None:
+        self.inv = inv
+        self.fingerprints = fingerprints
+        self._bulk_files: dict[tuple[str, str], tuple[str, str]] = {}
+        self._attempts: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        self._roots: dict[tuple[str, str], str] = {}
+
+    # -- the bulk files and the attempts they list ------------------------------------------
+
+    def bulk_files(self, req: RunRequest) -> tuple[str, str]:
+        """Paths of tasks.json and plans.json once they are current.
+
+        Until then they come from the checkpoints, which raise (and so make
+        Snakemake wait for them) while they still have to be written. Once
+        known, they stay so for the invocation: a checkpoint that completed
+        does not run again in it. Every attempt job asks, so this is on the hot path.
+        """
+        key = (req.namespace, req.run_id)
+        files = self._bulk_files.get(key)
+        if files is None:
+            if self.fingerprints.settled(req):
+                base = self.inv.run_path(req)
+                files = str(base / "tasks.json"), str(base / "plans.json")
+            else:
+                checkpoints = self.inv.checkpoints
+                files = (
+                    checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0],
+                    checkpoints.plans.get(ns=req.namespace, run_id=req.run_id).output[0],
+                )
+            self._bulk_files[key] = files
+        return files
+
+    def attempt_paths(self, req: RunRequest) -> list[tuple[str, int]]:
+        """(task segment, attempt) of every attempt, once tasks.json and plans.json are settled."""
+        key = (req.namespace, req.run_id)
+        paths = self._attempts.get(key)
+        if paths is None:
+            tasks_file, _ = self.bulk_files(req)  # raises until the checkpoints are done
+            paths = self._attempts[key] = [
+                (segment, attempt)
+                for segment in stages.task_segments(tasks_file)
+                for attempt in range(1, req.execution.attempts + 1)
+            ]
+        return paths
+
+    def attempt_dir(self, req: RunRequest, segment: str, attempt: int) -> str:
+        # plain strings: tens of thousands of paths per parse, and pathlib costs 10x more
+        return f"{self._attempts_root(req)}/{segment}/{attempt}"
+
+    def _attempts_root(self, req: RunRequest) -> str:
+        key = (req.namespace, req.run_id)
+        root = self._roots.get(key)
+        if root is None:
+            root = self._roots[key] = str(self.inv.run_path(req) / "attempts")
+        return root
+
+    def attempt_files(self, req: RunRequest, attempts) -> list[str]:
+        return [f"{self.attempt_dir(req, s, a)}/{name}" for s, a in attempts for name in ATTEMPT_FILES]
+
+    def results_of(self, req: RunRequest) -> list[str]:
+        return [f"{self.attempt_dir(req, s, a)}/result.json" for s, a in self.attempt_paths(req)]
+
+    # -- shards: a large request built in slices (agentcompass.pipeline.shards) ------------------
+
+    def shard_count(self, req: RunRequest) -> int:
+        """How many shard jobs build this request: 0 when it is built attempt by attempt.
+
+        Locally a request of at most ``shard_size`` attempts is built attempt by
+        attempt. On a cluster (an executor that submits jobs) a job costs seconds
+        to start, so every request is built in shards: one cluster job per
+        ``shard_size`` attempts, or fewer.
+        """
+        size = self.inv.runtime.shard_size
+        if self.inv.inner is not None or not size:
+            return 0
+        total = len(self.attempt_paths(req))
+        if total <= size and not engine.on_cluster(self.inv.snakemake):
+            return 0
+        return -(-total // size)
+
+    def shard_slice(self, req: RunRequest, index: int) -> list[tuple[str, int]]:
+        size = self.inv.runtime.shard_size
+        return self.attempt_paths(req)[index * size:(index + 1) * size]
+
+    def shard_file(self, req: RunRequest, index: int) -> Path:
+        return self.inv.run_path(req) / "shards" / str(index) / "shard.json"
+
+    # -- target lists ------------------------------------------------------------------------
+
+    def of_request(self, req: RunRequest) -> list[str]:
+        if self.inv.inner is not None:  # a shard's inner run: its slice's attempt files, nothing else
+            ns, run_id, index = self.inv.inner
+            if (req.namespace, req.run_id) != (ns, run_id):
+                return []
+            if not self.fingerprints.settled(req):
+                raise WorkflowError(
+                    f"shard {index} of request {req.metadata.request_name!r} started while its tasks.json "
+                    f"or plans.json still had to be rebuilt. Fix: run the whole request, not the shard alone."
+                )
+            return self.attempt_files(req, self.shard_slice(req, index))
+        base = self.inv.run_path(req)
+        # Settled bulk files are left out: naming a checkpoint's output would make
+        # Snakemake re-evaluate everything depending on it, for files it will not rebuild.
+        bulk = () if self.fingerprints.settled(req) else ("tasks.json", "plans.json", "run_info.json")
+        targets = [str(base / name) for name in ("request.json", *bulk, "metrics.json")]
+        count = self.shard_count(req)
+        if count:
+            return targets + [str(self.shard_file(req, k)) for k in range(count)]
+        return targets + self.attempt_files(req, self.attempt_paths(req))
+
+    @engine.signature_once
+    def all(self, wildcards=None) -> list[str]:
+        self.inv.begin()
+        return [t for req in self.inv.requests for t in self.of_request(req)]
+
+    @engine.signature_once
+    def metrics_inputs(self, w) -> list[str]:
+        """Every result.json of the request, or, for a sharded one, the shard records standing for them."""
+        self.inv.begin()
+        req = self.inv.request(w)
+        count = self.shard_count(req)
+        if count:
+            return [str(self.shard_file(req, k)) for k in range(count)]
+        return self.results_of(req)

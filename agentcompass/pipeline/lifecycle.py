@@ -96,6 +96,7 @@ class Lifecycle:
         self._timers: list[threading.Timer] = []
         self._watch: threading.Thread | None = None
         self._done = threading.Event()
+        self._first: int | None = None
 
     # -- starting and ending ---------------------------------------------------------------
 
@@ -139,9 +140,13 @@ class Lifecycle:
 
     def _on_signal(self, signum, frame) -> None:
         if aio.stopping() is None:
+            self._first = signum
             self.stop(f"it received {signal.Signals(signum).name}")
             return
-        # a second signal: stop at once
+        if signum != self._first:
+            # a Ctrl-C reaches a shard's inner run twice: from the terminal and from its outer run
+            return
+        # the same signal again: stop at once
         CHILDREN.kill()
         raise KeyboardInterrupt
 

@@ -21,6 +21,7 @@ import agentcompass
 from agentcompass import aio
 from agentcompass.aio import run_coroutine
 from agentcompass.jsonio import read_json, write_text_atomic
+from agentcompass.logs import LOG
 from agentcompass.paths import task_segment
 from agentcompass.runtime.base import (
     BaseBenchmark,
@@ -287,7 +288,12 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
         closing = session.close(failed=session.failed, retain=retain)
         if aio.stopping() is not None and pacing.close_grace() is not None:
             # the run is stopping: the close gets runtime.cleanup_grace_seconds
-            await asyncio.wait_for(closing, pacing.close_grace())
+            try:
+                await asyncio.wait_for(closing, pacing.close_grace())
+            except asyncio.TimeoutError:
+                LOG.warning(f"the {phase} session of {_label(req, plan, phase)} did not close within "
+                            f"runtime.cleanup_grace_seconds ({pacing.close_grace()} s); "
+                            f"'agentcompass clean' removes what it left")
         else:
             await closing
 

@@ -1,0 +1,208 @@
+"""A crash loses only the attempts that were running, and two runs never work on the same attempt.
+
+Runs are killed with SIGKILL at random moments (the CLI, its whole process
+group, a shard's inner Snakemake, a plain ``snakemake``) and started again with
+the same command; a scripted model endpoint counts calls per task. After the
+last restart every attempt is there, every file is valid, no attempt whose
+output.json existed called the model again, and no run needed a flag.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from agentcompass.pipeline.files import FILE_KINDS, schema_path
+from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion
+from conftest import SNAKEFILE, clean_env
+
+TASKS = 24
+
+
+class CountingModel:
+    """Answers each task's prompt after a short delay and counts the calls per task."""
+
+    def __init__(self, seed: int) -> None:
+        self.calls: collections.Counter = collections.Counter()
+        self.lock = threading.Lock()
+        self.rng = random.Random(seed)
+
+    def __call__(self, body) -> Reply:
+        prompt = " ".join(str(m.get("content")) for m in body["messages"])
+        task = re.search(r"Repeat the word (w\d+)\.", prompt).group(1)  # the synthetic task's own word
+        with self.lock:
+            self.calls[task] += 1
+            delay = self.rng.uniform(0.05, 0.5)
+        return Reply(200, completion(task), delay=delay)
+
+
+def write_config(workdir: Path, endpoint, shard_size: int, name: str = "crash") -> Path:
+    path = workdir / f"{name}.yaml"
+    path.write_text(json.dumps({
+        "runtime": {"shard_size": shard_size, "progress": False},
+        "requests": {name: {"benchmark": "synthetic", "harness": "chat",
+                            "model": {"id": "scripted", "base_url": endpoint.base_url}}},
+        "benchmarks": {"synthetic": {"num_tasks": TASKS}},
+    }))
+    return path
+
+
+def cli(config: Path, cores: int = 6) -> list[str]:
+    return [sys.executable, "-m", "agentcompass.cli", "run", "-c", str(config), "--cores", str(cores)]
+
+
+def plain_snakemake(config: Path, workdir: Path, cores: int = 6) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
+            "--cores", str(cores), "--configfile", str(config)]
+
+
+def start(argv: list[str], workdir: Path) -> subprocess.Popen:
+    return subprocess.Popen(argv, cwd=workdir, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def inner_runs(outer: subprocess.Popen) -> list[int]:
+    """The pids of the shard inner runs under ``outer`` (children whose command line is a snakemake)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        if ppid == outer.pid and b"snakemake" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def output_tasks(workdir: Path, name: str) -> set[str]:
+    return {p.parent.parent.name for p in (workdir / "results/default" / name / "attempts").glob("*/1/output.json")}
+
+
+def schema_errors(workdir: Path) -> list[str]:
+    """Every JSON file under results/ checked against the schema of its kind; leftover temporary files."""
+    validators = {kind: jsonschema.Draft202012Validator(json.loads(schema_path(kind).read_text())) for kind in FILE_KINDS}
+    problems = []
+    for path in (workdir / "results").rglob("*"):
+        if path.name.endswith(".tmp"):
+            problems.append(f"{path}: a temporary file of an interrupted write")
+        if path.suffix != ".json" or not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            problems.append(f"{path}: not JSON ({exc})")
+            continue
+        errors = list(validators[path.stem].iter_errors(data))
+        if errors:
+            problems.append(f"{path}: {errors[0].message}")
+    return problems
+
+
+def task_word(segment: str) -> str:
+    return f"w{int(segment[1:])}"  # attempt folder t07 holds the task asking for w7
+
+
+@pytest.mark.parametrize("shard_size", [0, 6], ids=["attempt-jobs", "shards-of-6"])
+def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(workdir: Path, shard_size: int):
+    rng = random.Random(13 + shard_size)
+    model = CountingModel(seed=shard_size)
+    kills, recovered = collections.Counter(), 0
+    with ScriptedEndpoint(model) as endpoint:
+        config = write_config(workdir, endpoint, shard_size)
+        paid_for: dict[str, int] = {}  # task -> its calls when its output.json was first seen
+        for cycle in range(10):
+            plain = cycle % 4 == 3  # every fourth restart through plain snakemake, the same way
+            proc = start(plain_snakemake(config, workdir) if plain else cli(config), workdir)
+            victim = "cli" if not plain else "snakemake"
+            # most kills land once a few more attempts have finished (mid-run, outputs being
+            # written and booked); some at a random moment (start-up, planning, anywhere)
+            before = len(output_tasks(workdir, "crash"))
+            target = before + rng.randint(1, 5) if cycle % 3 else TASKS + 1
+            deadline = time.monotonic() + (30.0 if cycle % 3 else rng.uniform(0.5, 4.0))
+            while time.monotonic() < deadline and proc.poll() is None:
+                if len(output_tasks(workdir, "crash")) >= target:
+                    time.sleep(rng.uniform(0.0, 0.3))
+                    break
+                time.sleep(0.02)
+            if proc.poll() is None:
+                inner = inner_runs(proc) if shard_size else []
+                if inner and rng.random() < 0.4:
+                    victim = "inner"
+                    os.kill(rng.choice(inner), signal.SIGKILL)  # one shard's inner run dies; the outer goes on
+                    time.sleep(rng.uniform(0.2, 1.5))
+                if rng.random() < 0.5:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, as a lost terminal would
+                    victim += "+group"
+                else:
+                    proc.kill()
+            out = proc.communicate(timeout=120)[0]
+            kills[victim] += 1
+            assert "--unlock" not in out and "--rerun-incomplete" not in out, out[-3000:]
+            assert "Traceback" not in out, out[-3000:]
+            recovered += out.count("a run here was interrupted")
+            with model.lock:
+                for task in output_tasks(workdir, "crash"):
+                    paid_for.setdefault(task_word(task), model.calls[task_word(task)])
+
+        final = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=600)
+        assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-3000:]
+        with model.lock:
+            calls = dict(model.calls)
+
+    results = list((workdir / "results/default/crash/attempts").glob("*/1/result.json"))
+    repeated = {task: (calls[task] - n) for task, n in paid_for.items() if calls[task] != n}
+    problems = schema_errors(workdir)
+    print(f"\n{shard_size=}: kills {dict(kills)}; restarts that recovered a killed run's files {recovered}; "
+          f"attempts {len(results)}/{TASKS}; model calls {sum(calls.values())} for {TASKS} attempts; "
+          f"attempts whose output.json existed before a kill {len(paid_for)}, called again {len(repeated)}; "
+          f"invalid files {len(problems)}")
+    assert len(results) == TASKS  # 0 attempts lost
+    assert problems == []  # 0 invalid files, no temporary files left
+    assert repeated == {}  # 0 model calls repeated for attempts whose output.json existed
+    assert all(json.loads(p.read_text())["status"] == "completed" for p in results)
+    assert sum(kills.values()) == 10
+
+
+@pytest.mark.parametrize("offset,shard_size,second", [
+    (0.0, 0, "cli"), (0.8, 0, "snakemake"), (2.5, 4, "cli"), (4.0, 4, "snakemake"),
+], ids=["together", "0.8s-plain", "2.5s-shards", "4s-shards-plain"])
+def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, offset: float, shard_size: int, second: str):
+    model = CountingModel(seed=1)
+    with ScriptedEndpoint(model) as endpoint:
+        config = write_config(workdir, endpoint, shard_size, name="twice")
+        first = start(cli(config), workdir)
+        time.sleep(offset)
+        other = start(cli(config) if second == "cli" else plain_snakemake(config, workdir), workdir)
+        out_first = first.communicate(timeout=300)[0]
+        out_other = other.communicate(timeout=300)[0]
+        codes = sorted([first.returncode, other.returncode])
+        # one run built everything; the other stopped at once naming it (or, started after
+        # the first had finished, found nothing to do)
+        refused = out_first if first.returncode else out_other
+        if codes != [0, 0]:
+            assert "is being built by another run: pid" in refused and "Nothing was started here" in refused, refused[-3000:]
+            assert codes[1] in (1, 4)  # plain snakemake exits 1, the CLI 4
+        # whichever stopped, the same command afterwards has nothing left to call the model for
+        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        with model.lock:
+            calls = dict(model.calls)
+    results = list((workdir / "results/default/twice/attempts").glob("*/1/result.json"))
+    assert len(results) == TASKS and schema_errors(workdir) == []
+    assert calls == {f"w{i}": 1 for i in range(TASKS)}, (out_first[-1500:], out_other[-1500:])

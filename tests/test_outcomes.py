@@ -1,0 +1,114 @@
+"""What a run reports: honest outcomes, exit statuses a script can use, and Snakemake's arguments after --."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+from conftest import SNAKEFILE, agentcompass, clean_env
+
+FAILING = {"w1", "w4", "w7"}
+
+
+def model(body):
+    prompt = body["messages"][-1]["content"]
+    if any(f"word {w}." in prompt for w in FAILING):
+        return 500, {"error": {"message": "scripted failure"}}
+    return 200, completion("x")
+
+
+def write_config(workdir: Path, endpoint) -> Path:
+    path = workdir / "eval.yaml"
+    path.write_text(json.dumps({
+        "runtime": {"progress": False},
+        "requests": {"honest": {"benchmark": "synthetic", "harness": "chat",
+                                "model": {"id": "scripted", "base_url": endpoint.base_url}}},
+        "benchmarks": {"synthetic": {"num_tasks": 9}},
+        "harnesses": {"chat": {"max_model_retries": 0}},
+    }))
+    return path
+
+
+def test_failed_attempts_are_counted_grouped_and_set_the_exit_status(workdir: Path):
+    with ScriptedEndpoint(model) as endpoint:
+        done = agentcompass(workdir, "run", "-c", str(write_config(workdir, endpoint)))
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("honest: completed with errors: 3 of 9 attempts failed (")
+    assert "run_error: model call failed after N tries; last error: HTTP N: " in line and " x3)" in line
+    assert line.endswith("results/default/honest/metrics.json")
+
+    fine = agentcompass(workdir, "run", "example_exact_match", "oracle", "none")
+    assert fine.returncode == 0 and "example_exact_match-oracle-none: completed: 5 attempts; accuracy 1.0" in fine.stdout
+
+
+HOLDER = """
+import sys, time
+from agentcompass.pipeline import locks
+locks.acquire(sys.argv[1])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_folder_another_run_builds_is_refused_at_once_naming_that_run(workdir: Path):
+    with ScriptedEndpoint(lambda body: completion("x")) as endpoint:
+        config = write_config(workdir, endpoint)
+        first = agentcompass(workdir, "run", "-c", str(config))  # an earlier run: its metrics.json exists
+        assert (workdir / "results/default/honest/metrics.json").exists()
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(workdir / "results/default/honest")],
+                                  cwd=workdir, env=clean_env(), stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            calls = len(endpoint.requests)
+            refused = agentcompass(workdir, "run", "-c", str(config), "--", "--forceall")
+            assert refused.returncode == 4, refused.stderr[-3000:]
+            assert f"is being built by another run: pid {holder.pid} on host {socket.gethostname()}, since " in refused.stderr
+            assert "Fix: wait for that run to end, or stop it (kill -TERM" in refused.stderr
+            assert refused.stdout == ""  # no metrics of the earlier run reported as this run's result
+            plain = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--cores", "2",
+                                    "--configfile", str(config), "--forceall"],
+                                   cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+            assert plain.returncode != 0 and f"pid {holder.pid}" in plain.stdout + plain.stderr
+            assert len(endpoint.requests) == calls  # nothing ran
+        finally:
+            holder.kill()
+            holder.wait()
+        # the holder is gone (killed): its lock went with it, and the run goes on without a flag
+        again = agentcompass(workdir, "run", "-c", str(config), "--", "--forcerun", "metrics")
+        assert again.returncode == 0, again.stderr[-3000:]
+    assert first.returncode == 0
+
+
+def test_arguments_after_the_double_dash_reach_snakemake_as_it_reads_them(workdir: Path):
+    dry = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "--", "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]  # a request never run: a dry run, not a failure
+    assert "dry run: nothing was built" in dry.stdout and not (workdir / "results").exists()
+
+    target = "results/default/example_exact_match-oracle-none/tasks.json"
+    built = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "--", target)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert (workdir / target).exists()
+    assert not (workdir / "results/default/example_exact_match-oracle-none/metrics.json").exists()
+    assert "built what was asked" in built.stdout
+
+    whole = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "--", "--quiet")
+    assert whole.returncode == 0 and "completed: 5 attempts" in whole.stdout
+
+
+def test_a_bad_config_reports_no_earlier_result(workdir: Path):
+    first = agentcompass(workdir, "run", "example_exact_match", "oracle", "none")
+    assert first.returncode == 0
+    bad = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "-b", "no_such_param=1")
+    assert bad.returncode == 2 and "invalid run config" in bad.stderr and bad.stdout == ""
+
+
+def test_exit_statuses_are_documented():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("### Exit status"):]
+    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |"):
+        assert code in section

@@ -1,0 +1,211 @@
+"""Each use of Snakemake's internals (agentcompass.pipeline.engine), checked against the pinned Snakemake.
+
+A tiny workflow calls the engine's functions from its Snakefile and jobs and
+notes what they saw; an upgrade of Snakemake that changes one of them fails
+its test here rather than a run.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentcompass.pipeline import engine
+
+SNAKEFILE = '''
+import json, time
+from agentcompass.pipeline import engine
+
+OBS = {}
+
+
+def note(key, value):
+    OBS[key] = value
+    with open("obs.json", "w") as f:
+        json.dump(OBS, f, default=str)
+
+
+note("config_files", engine.config_files(workflow))
+note("config_args", engine.config_args(workflow))
+note("main_snakefile", engine.main_snakefile(workflow))
+note("console_handlers", len(engine.console_handlers()))
+if config.get("cap"):
+    engine.set_global_resource(workflow, "widgets", 3)
+if config.get("quiet"):
+    engine.set_console_level("warning")
+
+
+def first(wildcards):
+    note("executing", engine.executing(workflow))
+    note("main", engine.is_main_process(workflow))
+    note("cluster", engine.on_cluster(workflow))
+    force = engine.forcing(workflow)
+    note("forcing", [force.forceall, sorted(force.forcerun), force.forcetargets])
+    note("cores", engine.cores(workflow))
+    note("widgets", engine.global_resource(workflow, "widgets"))
+    note("code", engine.rule_code(workflow, "a"))
+    if config.get("nolock"):
+        engine.leave_directory_unlocked(workflow)
+    return []
+
+
+rule all:
+    input: first, "c.txt"
+
+
+rule a:
+    input: "in.txt"
+    output: "a.txt"
+    log: "a.log"
+    params: p1="x", p2=json.dumps({"k": 1})
+    resources: widgets=1
+    run:
+        # a twin of a.txt's record, made as a job makes it before its output appears
+        engine.Records.of(workflow).write_finished(workflow, "a", output[0] + ".twin", input, log, params)
+        if config.get("slow"):
+            time.sleep(60)
+        open(output[0], "w").write("a")
+        if config.get("stop"):
+            note("stopped", engine.stop_scheduling(workflow))
+
+
+rule b:
+    input: "a.txt"
+    output: "b.txt"
+    run:
+        open(output[0], "w").write("b")
+
+
+rule c:
+    input: "b.txt"
+    output: "c.txt"
+    run:
+        open(output[0], "w").write("c")
+'''
+
+
+@pytest.fixture
+def flow(tmp_path: Path) -> Path:
+    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    (tmp_path / "in.txt").write_text("in")
+    (tmp_path / "cfg.yaml").write_text("{}\n")
+    return tmp_path
+
+
+def snakemake(flow: Path, *args: str, wait: bool = True):
+    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(flow / "Snakefile"), "--directory", str(flow),
+            "--force-use-threads", *args]
+    if not wait:
+        return subprocess.Popen(argv, cwd=flow, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(argv, cwd=flow, capture_output=True, text=True, timeout=300)
+
+
+def observed(flow: Path) -> dict:
+    return json.loads((flow / "obs.json").read_text())
+
+
+def test_settings_the_workflow_reads(flow: Path):
+    done = snakemake(flow, "--cores", "3", "--configfile", "cfg.yaml", "--forcerun", "a", "--config", "cap=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = observed(flow)
+    assert seen["config_files"] == [str(flow / "cfg.yaml")] or Path(seen["config_files"][0]).name == "cfg.yaml"
+    assert seen["config_args"] == ["cap=1"]
+    assert seen["main_snakefile"].endswith("Snakefile")
+    assert seen["console_handlers"] >= 1
+    assert (seen["executing"], seen["main"], seen["cluster"]) == (True, True, False)
+    assert seen["forcing"] == [False, ["a"], False]
+    assert seen["cores"] == 3 and seen["widgets"] == 3
+    assert "write_finished" in seen["code"]
+
+    dry = snakemake(flow, "--cores", "1", "-n", "--forceall")
+    assert dry.returncode == 0 and observed(flow)["executing"] is False
+    assert observed(flow)["forcing"][0] is True
+
+
+def test_a_record_written_before_the_output_appears_is_the_one_snakemake_writes(flow: Path):
+    done = snakemake(flow, "--cores", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = engine.Records.open(flow)
+    ours, theirs = (records.persistence.metadata(engine._iofile(p)) for p in ("a.txt.twin", "a.txt"))
+    for field in ("rule", "code", "input", "log", "params", "shellcmd", "software_stack_hash",
+                  "record_format_version", "conda_env", "container_img_url", "incomplete"):
+        assert getattr(ours, field) == getattr(theirs, field), field
+    record = records.record("a.txt")
+    assert record.params == tuple(engine.record_params(records.persistence, ["x", json.dumps({"k": 1})]))
+    assert record.input == ("in.txt",) and record.rule == "a"
+    assert records.record("never-built.txt") is None
+
+
+def test_incomplete_markers_of_a_killed_job_are_read_and_dropped(flow: Path):
+    proc = snakemake(flow, "--cores", "1", "--config", "slow=1", wait=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (flow / ".snakemake" / "incomplete").is_dir():
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    records = engine.Records.open(flow)
+    assert records.any_incomplete()
+    assert records.incomplete(["a.txt", "b.txt", "in.txt"]) == {"a.txt"}
+    records.unmark("a.txt")
+    assert records.incomplete(["a.txt"]) == set() and not records.any_incomplete()
+
+
+def test_a_stale_snakemake_lock_is_left_alone_when_the_workflow_skips_it(flow: Path):
+    locks = flow / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text(f"{flow / 'a.txt'}\na.txt\n")  # what a killed run leaves
+    refused = snakemake(flow, "--cores", "1")
+    assert refused.returncode != 0 and "cannot be locked" in refused.stderr + refused.stdout
+    done = snakemake(flow, "--cores", "1", "--config", "nolock=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_stop_scheduling_starts_no_further_job(flow: Path):
+    done = snakemake(flow, "--cores", "1", "--config", "stop=1")
+    assert observed(flow)["stopped"] is True
+    assert (flow / "a.txt").exists() and not (flow / "b.txt").exists()
+    assert done.returncode != 0
+
+
+def test_set_console_level_hides_the_job_lines(flow: Path):
+    loud = snakemake(flow, "--cores", "1")
+    assert "rule a:" in loud.stderr
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (flow / name).unlink()
+    quiet = snakemake(flow, "--cores", "1", "--config", "quiet=1")
+    assert quiet.returncode == 0 and "rule a:" not in quiet.stderr and "Finished jobid" not in quiet.stderr
+
+
+def test_the_scheduler_timers_are_found_by_what_snakemake_arms_them_from():
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    class Scheduler:
+        _open_jobs = threading.Semaphore(0)
+
+    JobScheduler._schedule_reevalutation(Scheduler(), 600)  # arms a Timer, as after every job selection
+    ours = threading.Timer(600, lambda: None)
+    ours.start()
+    try:
+        assert engine.cancel_scheduler_timers() == 1
+        assert ours.is_alive()
+    finally:
+        ours.cancel()
+
+
+def test_signature_once_is_what_snakemake_reads_instead_of_inspecting():
+    from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR, get_function_params
+
+    def param(self, wildcards, threads):
+        return 1
+
+    engine.signature_once(param)
+    stored = getattr(param, FUNC_OVERWRITE_PARAMS_ATTR)  # read on every call, in place of inspect.signature
+    assert get_function_params(param) is stored and list(stored) == ["self", "wildcards", "threads"]

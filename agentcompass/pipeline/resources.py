@@ -19,6 +19,8 @@ the shards running at once never exceed a cap together, locally or on a cluster.
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 from typing import Any
 
@@ -29,6 +31,8 @@ from . import engine
 from .invocation import Invocation
 
 TASK_CONCURRENCY = "task_concurrency"
+# the driver's caps, for its cluster jobs: a job's Snakemake computes a shard's claims again
+CAPS_ENV = "AGENTCOMPASS_RESOURCE_CAPS"
 
 
 def environment_resource(environment_id: str) -> str:
@@ -94,14 +98,24 @@ class Resources:
     def _shard_share(self, name: str, wildcards, threads) -> int:
         if not self._attempt_job(name, "shard", wildcards):
             return 0
-        cap = engine.global_resource(self.inv.snakemake, name) if self.inv.snakemake else None
+        cap = self.cap(name)
         return min(threads, int(cap)) if cap else threads
 
-    def capped(self, resources) -> dict[str, int]:
-        """A shard job's claims of the resources that have a cap: the inner run's caps."""
+    def cap(self, name: str) -> int | None:
+        """A resource's cap: this run's, or, in a cluster job, the one the driver handed down."""
         workflow = self.inv.snakemake
-        return {
-            name: int(getattr(resources, name))
-            for name in self.names()
-            if engine.global_resource(workflow, name) is not None and hasattr(resources, name)
-        }
+        if workflow is not None and not engine.is_main_process(workflow):
+            return json.loads(os.environ.get(CAPS_ENV) or "{}").get(name)
+        return engine.global_resource(workflow, name) if workflow is not None else None
+
+    def hand_down(self) -> None:
+        """Put this run's caps where its cluster jobs find them (their environment)."""
+        caps = {name: self.cap(name) for name in self.names()}
+        os.environ[CAPS_ENV] = json.dumps({k: v for k, v in caps.items() if v is not None})
+
+    def claims(self, resources) -> dict[str, int]:
+        """A shard job's claims (the inner run's caps). Every claim is handed on, capped or not:
+        a cluster job's Snakemake does not know the driver's caps, and an uncapped claim is the
+        shard's threads, which the inner run never exceeds anyway."""
+        return {name: int(getattr(resources, name)) for name in self.names()
+                if int(getattr(resources, name, 0) or 0) > 0}

@@ -37,7 +37,7 @@ from .engine import WorkflowError
 from .fingerprints import AttemptFingerprints, Fingerprints
 from .invocation import Invocation
 from .jobs import Jobs
-from .resources import Resources
+from .resources import CAPS_ENV, Resources
 from .shards import Shards
 from .targets import Targets
 
@@ -135,7 +135,9 @@ class EvaluationWorkflow:
         deadline = lifecycle.deadline_from(self.inv.started, self.inv.runtime.deadline_seconds,
                                            inherited=self.inv.inner is not None)
         if deadline is not None and self.inv.inner is None:
-            os.environ[lifecycle.DEADLINE_ENV] = repr(deadline)  # the cluster jobs' own environment
+            os.environ[lifecycle.DEADLINE_ENV] = repr(deadline)  # inner runs' and cluster jobs' environment
+        if engine.on_cluster(workflow):
+            self.resources.hand_down()
         self.lifecycle = lifecycle.Lifecycle(workflow, deadline, self.inv.runtime.cleanup_grace_seconds,
                                              inner=self.inv.inner is not None)
 
@@ -210,6 +212,7 @@ class EvaluationWorkflow:
             self.lifecycle.finish()
         if self.inv.inner is None:
             os.environ.pop(lifecycle.DEADLINE_ENV, None)
+            os.environ.pop(CAPS_ENV, None)
         for folder in self._locked:
             locks.release(folder)
         self._locked = []

@@ -89,8 +89,8 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
     try:
         ok = run_snakemake(argv)
     finally:
-        for folder in folders:
-            locks.release(folder)
+        for folder in folders:  # the workflow's holds too: it may have stopped before its end
+            locks.release(folder, entirely=True)
     return outcomes(orchestration, ok, workdir, dry_run=dry_run, reason=aio.stopping(), targets=bool(args.targets))
 
 

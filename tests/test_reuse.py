@@ -278,7 +278,7 @@ CHECKPOINT_UPDATE = "Updating checkpoint dependencies"
 
 
 def test_a_current_task_list_is_read_at_parse_time(workdir: Path, model):
-    """Decision 4: once tasks.json and plans.json are current, the DAG is static.
+    """Once tasks.json and plans.json are current, the DAG is static.
 
     Snakemake then re-evaluates no checkpoint (the larger part of a no-op rerun);
     a change or a flag that rebuilds them goes through the checkpoints again.

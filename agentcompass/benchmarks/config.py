@@ -1,4 +1,4 @@
-"""Benchmark config base, where the Benchmark guide imports it from."""
+"""Benchmark config base: what a Benchmark's config class derives from (``agentcompass.benchmarks.config``)."""
 
 from agentcompass.runtime.config.benchmark import RuntimeBenchmarkConfig
 

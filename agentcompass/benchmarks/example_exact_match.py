@@ -1,4 +1,4 @@
-"""``example_exact_match``: the Benchmark guide's tutorial, a handful of short questions."""
+"""``example_exact_match``: a complete, small Benchmark to copy: a handful of short questions, scored by exact match."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decision 4: the task list is a checkpoint until it exists, then it is read at parse time.
+"""The task list is a checkpoint until it exists, then it is read at parse time.
 
 ``tasks.json`` and ``plans.json`` (with ``run_info.json``) are written by
 checkpoints: on a first run, or when a change rebuilds them, the attempts

@@ -137,14 +137,15 @@ def _lock(fd: int, path: Path, folder: Path, wait: bool) -> None:
             raise Busy(folder, holder) from None
 
 
-def release(folder: str | Path) -> None:
+def release(folder: str | Path, *, entirely: bool = False) -> None:
+    """Give back one hold of ``folder``'s lock (``entirely``: every hold this process has)."""
     path = Path(folder) / LOCK_FILE
     key = os.path.realpath(path)
     with _guard:
         held = _held.get(key)
         if held is None:
             return
-        held.count -= 1
+        held.count = 0 if entirely else held.count - 1
         if held.count:
             return
         del _held[key]

@@ -61,10 +61,14 @@ def marked(records: engine.Records | None, paths: Iterable[str]) -> set[str]:
 
 
 def recover(workflow, records: engine.Records, outputs: Iterable[Output]) -> Recovered:
-    """Judge every marked file among ``outputs`` (see the module's docstring)."""
+    """Judge every marked file among ``outputs``, in their order (see the module's docstring).
+
+    Give the bulk files first: the attempt files' params are read from them.
+    """
     done = Recovered()
     by_path = {o.path: o for o in outputs}
-    for path in sorted(marked(records, by_path)):
+    flagged = marked(records, by_path)
+    for path in (p for p in by_path if p in flagged):
         output = by_path[path]
         for leftover in interrupted_writes(path):
             leftover.unlink(missing_ok=True)

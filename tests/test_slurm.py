@@ -236,7 +236,8 @@ def test_an_evaluation_on_slurm_equals_the_local_one_in_one_job_per_shard(cluste
     # each shard job asked the profile's CPUs, fewer than the node has: it started at once
     asked = SETTINGS["set-resources"]["shard"]["cpus_per_task"]
     assert [job_cpus(j) for j in submitted] == [asked, asked] and asked < node_cpus()
-    # a shard of the profile's 4 threads may make 4 calls at once: the cap of 2 held across the cluster
+    # the cap of 2 held across the cluster, for shards of the profile's 4 threads (which their
+    # jobs' one CPU cuts to 1 today: see the xfails below)
     assert 1 <= endpoint.max_in_flight <= 2
 
     # the same statuses and scores as the local run; each result names its host and SLURM job

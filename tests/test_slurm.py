@@ -144,8 +144,9 @@ def watch(run: subprocess.Popen, log: Path, timeout: float, until=lambda: False)
 
 
 def stop(run: subprocess.Popen, log: Path) -> list[str]:
-    """What a user does to a run stuck on a cluster: cancel its jobs, then kill Snakemake
-    (waiting on SLURM, it ignores SIGTERM). The cancelled jobs, once SLURM has ended them."""
+    """A driver killed outright, as by a lost login node: its jobs cancelled by hand, then
+    Snakemake SIGKILLed (on SIGTERM it would wait for its running jobs to end). Returns the
+    cancelled jobs, once SLURM has ended them."""
     jobs = slurm_job_ids(log.read_text())
     if jobs:
         subprocess.run(["scancel", *jobs], check=False)

@@ -8,8 +8,10 @@
 # /etc/slurm/slurm.conf: the Snakemake SLURM plugin strips every SLURM_*
 # variable inside a job, so a SLURM_CONF elsewhere would be lost there. No
 # accounting database: jobs are seen with squeue, which keeps a finished job
-# for MinJobAge seconds. cgroups are off (proctrack/linuxproc, task/none): this
-# sandbox has none to give. Measured here: about 12 s from nothing to an idle node.
+# for MinJobAge seconds. cgroups are off (proctrack/linuxproc): this sandbox has
+# none to give. task/affinity binds each job to the CPUs it asked for, as clusters
+# do: a job that asks 1 CPU sees 1, so the tests see what a user's jobs see.
+# Measured here: about 12 s from nothing to an idle node.
 # Exit status 0: STATE_DIR/env exports AGENTCOMPASS_SLURM=1 and the partition's name.
 set -euo pipefail
 
@@ -59,7 +61,7 @@ SlurmdPidFile=$state/run/slurmd.pid
 SlurmctldLogFile=$state/log/slurmctld.log
 SlurmdLogFile=$state/log/slurmd.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/affinity
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none

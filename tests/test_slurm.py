@@ -1,10 +1,14 @@
-"""On a real SLURM cluster: an evaluation through ``--profile profiles/slurm`` builds the same
-statuses and scores as a local run, in one cluster job per shard, under a per-endpoint cap
-that holds across the cluster; killed halfway and run again, it runs only what was missing.
+"""On a real SLURM cluster: an evaluation through ``--profile profiles/slurm``, unedited, builds
+the same statuses and scores as a local run, in one cluster job per shard, under a per-endpoint
+cap that holds across the cluster; killed halfway and run again, it runs only what was missing.
 
-The cluster is the one ``.ci/slurm-up.sh`` starts on this machine (``.ci/run`` does, and sets
-AGENTCOMPASS_SLURM=1, which makes these tests required). The model is a ScriptedEndpoint on
-127.0.0.1: the cluster's one node is this machine, so its jobs reach it.
+These tests submit jobs, so they use only a cluster named for them: they run when
+AGENTCOMPASS_SLURM=1, for the cluster the SLURM client on PATH talks to, in the partition
+AGENTCOMPASS_SLURM_PARTITION (default: the profile's). ``.ci/slurm-up.sh`` starts one on this
+machine and writes both variables into its env file, which ``.ci/run`` sources. Without the
+variable they are skipped, whatever cluster answers; with it and no usable cluster they fail.
+The model is a ScriptedEndpoint on 127.0.0.1: the cluster's one node is this machine, so its
+jobs reach it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -28,12 +33,16 @@ from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion
 from conftest import ROOT, SNAKEFILE, clean_env, jobs_run_with_shards, shard_logs, snakemake
 
 PROFILE = ROOT / "profiles" / "slurm"
+SETTINGS = yaml.safe_load((PROFILE / "config.yaml").read_text())
+CHECK_DRIVER = Path(__file__).parent / "drivers" / "cluster_check.smk"
+OPT_IN = "AGENTCOMPASS_SLURM"
+PARTITION = os.environ.get("AGENTCOMPASS_SLURM_PARTITION") or SETTINGS["default-resources"]["slurm_partition"]
 # example_exact_match has 5 tasks: 8 attempts each make 40, two shards (cluster jobs) of 20
 ATTEMPTS, SHARD_SIZE = 8, 20
 TOTAL = 5 * ATTEMPTS
-# the node has 2 CPUs here: a shard of 2 threads asks 1, so both shards fit at once
-CLUSTER_ARGS = ["--set-threads", "shard=2", "--set-resources", "shard:cpus_per_task=1"]
 ANSWERS = {"France": "Paris", "planet": "Jupiter", "Hamlet": "Marlowe"}  # Japan and water: no answer
+# squeue reasons of a pending job that no node of its partition can ever run
+NEVER_STARTS = {"PartitionConfig", "PartitionTimeLimit", "PartitionNodeLimit", "BadConstraints"}
 
 
 def answer(body, delay: float) -> Reply:
@@ -42,52 +51,134 @@ def answer(body, delay: float) -> Reply:
     return Reply(200, completion(text), delay=delay)
 
 
-def cluster_ready() -> str | None:
-    """Why no cluster is usable here, or None."""
+def cluster_problem() -> str | None:
+    """Why the named cluster cannot run these tests, or None."""
     try:
         import snakemake_executor_plugin_slurm  # noqa: F401
     except ImportError:
         return "snakemake-executor-plugin-slurm is not installed (pip install 'agentcompass[slurm]')"
     if not shutil.which("sinfo") or not shutil.which("sbatch"):
-        return "no SLURM client (sinfo, sbatch) on PATH"
+        return "no SLURM client (sinfo, sbatch) is on PATH"
     try:
-        states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=30)
+        states = subprocess.run(["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%T"],
+                                capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         return "sinfo did not answer in 30 s"
     if states.returncode != 0 or not any(s.strip() in ("idle", "mixed") for s in states.stdout.splitlines()):
-        return f"no idle SLURM node (sinfo: {states.stdout.strip() or states.stderr.strip()!r})"
+        found = states.stdout.strip() or states.stderr.strip() or "no nodes"
+        return f"partition {PARTITION!r} has no idle node (sinfo: {found!r})"
     return None
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    why = cluster_ready()
-    if why is None:
-        return
-    if os.environ.get("AGENTCOMPASS_SLURM") == "1":
-        pytest.fail(f"AGENTCOMPASS_SLURM=1 requires a SLURM cluster, but {why}. Start one: .ci/slurm-up.sh DIR")
-    pytest.skip(f"no SLURM cluster here ({why}); .ci/run starts one (.ci/slurm-up.sh) and requires this test")
+    if os.environ.get(OPT_IN) != "1":
+        pytest.skip(f"these tests submit SLURM jobs, so they run only on a cluster named for them: set {OPT_IN}=1 "
+                    f"(.ci/run does, for the cluster it starts with .ci/slurm-up.sh)")
+    why = cluster_problem()
+    if why is not None:
+        pytest.fail(f"{OPT_IN}=1 names the SLURM cluster on PATH for these tests, but {why}. Start one with "
+                    f"`.ci/slurm-up.sh DIR && source DIR/env`, or unset {OPT_IN} to skip these tests.")
 
 
-def write_config(workdir: Path, base_url: str) -> Path:
+def node_cpus() -> int:
+    """CPUs of the partition's largest node."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%c"], capture_output=True, text=True).stdout
+    return max(int(c.rstrip("+")) for c in out.split())
+
+
+def partition_args() -> list[str]:
+    """Nothing for the profile's own partition. For another (AGENTCOMPASS_SLURM_PARTITION),
+    the profile's default resources with that partition: the option replaces them all."""
+    defaults = dict(SETTINGS["default-resources"])
+    if defaults["slurm_partition"] == PARTITION:
+        return []
+    defaults["slurm_partition"] = PARTITION
+    return ["--default-resources", *[f"{k}='{v}'" if isinstance(v, str) else f"{k}={v}" for k, v in defaults.items()]]
+
+
+def write_config(workdir: Path, base_url: str, attempts: int = ATTEMPTS) -> Path:
     path = workdir / "eval.yaml"
     path.write_text(yaml.safe_dump({
         "requests": {"big": {
             "benchmark": "example_exact_match",
             "harness": {"id": "chat", "params": {"retry_backoff": 0}},
             "model": {"id": "scripted", "base_url": base_url},
-            "execution": {"attempts": ATTEMPTS},
+            "execution": {"attempts": attempts},
         }},
         "runtime": {"shard_size": SHARD_SIZE},
     }))
     return path
 
 
-def slurm_argv(workdir: Path, config: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
-        "--configfile", str(config), "--profile", str(PROFILE), *CLUSTER_ARGS, *extra,
-    ]
+def slurm_argv(workdir: Path, config: Path, *extra: str, snakefile: Path = SNAKEFILE) -> list[str]:
+    """The README's command: the workflow through the profile, as shipped."""
+    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(workdir)]
+    if config:
+        argv += ["--configfile", str(config)]
+    return [*argv, "--profile", str(PROFILE), *partition_args(), *extra]
+
+
+def never_starting(jobs: list[str]) -> str | None:
+    """One of ``jobs`` that SLURM keeps pending for ever, as a sentence, or None."""
+    if not jobs:
+        return None
+    out = subprocess.run(["squeue", "-h", "-j", ",".join(jobs), "-t", "PENDING", "-o", "%i %r"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        job, _, reason = line.strip().partition(" ")
+        if reason in NEVER_STARTS:
+            return f"SLURM job {job} can never start (squeue: pending, {reason})"
+    return None
+
+
+def watch(run: subprocess.Popen, log: Path, timeout: float, until=lambda: False) -> None:
+    """Wait for the driver to exit (or ``until()``); fail at once, not at the timeout, when it
+    submitted a job that no node can run: it would wait for that job for ever."""
+    deadline = time.monotonic() + timeout
+    while run.poll() is None and not until():
+        stuck = never_starting(slurm_job_ids(log.read_text()))
+        assert stuck is None, f"{stuck}, and the driver waits for it. Its log ends:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"the driver did not finish in {timeout} s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
+
+
+def stop(run: subprocess.Popen, log: Path) -> list[str]:
+    """A driver killed outright, as by a lost login node: its jobs cancelled by hand, then
+    Snakemake SIGKILLed (on SIGTERM it would wait for its running jobs to end). Returns the
+    cancelled jobs, once SLURM has ended them."""
+    jobs = slurm_job_ids(log.read_text())
+    if jobs:
+        subprocess.run(["scancel", *jobs], check=False)
+    if run.poll() is None:
+        os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 60
+    while jobs and subprocess.run(["squeue", "-h", "-j", ",".join(jobs), "-t", "PENDING,RUNNING,COMPLETING"],
+                                  capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, f"the cancelled jobs {jobs} were still running after 60 s"
+        time.sleep(0.5)
+    return jobs
+
+
+def run_driver(argv: list[str], workdir: Path, name: str, timeout: float = 600) -> SimpleNamespace:
+    """Run a driver (the outer Snakemake) to its end, its output in ``workdir/name``."""
+    log = workdir / name
+    with open(log, "w") as out:
+        run = subprocess.Popen(argv, cwd=workdir, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        watch(run, log, timeout)
+    finally:
+        if run.poll() is None:
+            stop(run, log)
+    return SimpleNamespace(returncode=run.returncode, output=log.read_text())
+
+
+def job_cpus(job: str) -> int:
+    """The CPUs SLURM gave a job (squeue keeps a finished job MinJobAge seconds)."""
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True).stdout
+    return int(re.search(r"\bNumCPUs=(\d+)", shown).group(1))
 
 
 def results(workdir: Path) -> dict[str, dict]:
@@ -132,19 +223,22 @@ def test_an_evaluation_on_slurm_equals_the_local_one_in_one_job_per_shard(cluste
     started = time.monotonic()
     with ScriptedEndpoint(lambda body: answer(body, 0.2)) as endpoint:
         cap = f"{endpoint_resource(endpoint.base_url)}=2"
-        done = subprocess.run(slurm_argv(work, write_config(work, endpoint.base_url), "--resources", cap),
-                              cwd=work, env=clean_env(), capture_output=True, text=True, timeout=600)
+        done = run_driver(slurm_argv(work, write_config(work, endpoint.base_url), "--resources", cap), work, "run.log")
     seconds = time.monotonic() - started
-    assert done.returncode == 0, done.stderr[-4000:]
-    print(f"SLURM run of {TOTAL} attempts: {seconds:.1f} s, SLURM jobs {slurm_job_ids(done.stderr)}")
+    assert done.returncode == 0, done.output[-4000:]
+    print(f"SLURM run of {TOTAL} attempts: {seconds:.1f} s, SLURM jobs {slurm_job_ids(done.output)}")
 
     # one cluster job per shard of 20 attempts, and every model call from one of them
-    submitted = slurm_job_ids(done.stderr)
+    submitted = slurm_job_ids(done.output)
     records = shard_records(work)
     assert len(submitted) == 2 == len(records) and [r["attempts"] for r in records] == [20, 20]
     assert sorted(r["slurm_job_id"] for r in records) == sorted(submitted)
     assert len(endpoint.requests) == TOTAL
-    # two shards of 2 threads each would make 4 calls at once: the cap of 2 held across the cluster
+    # each shard job asked the profile's CPUs, fewer than the node has: it started at once
+    asked = SETTINGS["set-resources"]["shard"]["cpus_per_task"]
+    assert [job_cpus(j) for j in submitted] == [asked, asked] and asked < node_cpus()
+    # the cap of 2 held across the cluster, for shards of the profile's 4 threads (which their
+    # jobs' one CPU cuts to 1 today: see the xfails below)
     assert 1 <= endpoint.max_in_flight <= 2
 
     # the same statuses and scores as the local run; each result names its host and SLURM job
@@ -172,25 +266,11 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
             run = subprocess.Popen(slurm_argv(work, config), cwd=work, env=clean_env(), stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            deadline = time.monotonic() + 300
-            while len(results(work)) < 6:
-                assert run.poll() is None, out.read_text()[-4000:]
-                assert time.monotonic() < deadline, "no attempt finished on the cluster in 300 s"
-                time.sleep(0.5)
+            watch(run, out, 300, until=lambda: len(results(work)) >= 6)
+            assert run.poll() is None, f"the run ended before it was killed:\n{out.read_text()[-4000:]}"
         finally:
-            # what a user does to a run stuck on a cluster: cancel its jobs, then kill Snakemake
-            # (waiting on SLURM, it ignores SIGTERM)
-            jobs = slurm_job_ids(out.read_text())
-            if jobs:
-                subprocess.run(["scancel", *jobs], check=False)
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+            jobs = stop(run, out)
         assert jobs, out.read_text()[-4000:]
-        deadline = time.monotonic() + 60
-        while subprocess.run(["squeue", "-h", "-j", ",".join(jobs), "-t", "PENDING,RUNNING,COMPLETING"],
-                             capture_output=True, text=True).stdout.strip():
-            assert time.monotonic() < deadline, "the cancelled jobs were still running after 60 s"
-            time.sleep(0.5)
         calls_before = len(endpoint.requests)
 
         done_before = {k: (work / "results/default/big/attempts" / k / "result.json").stat().st_mtime_ns
@@ -203,14 +283,13 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
                                 capture_output=True, text=True, timeout=120)
         assert unlock.returncode == 0, unlock.stderr[-3000:]
         logs = shard_logs(work)
-        again = subprocess.run(slurm_argv(work, config), cwd=work, env=clean_env(),
-                               capture_output=True, text=True, timeout=600)
-        assert again.returncode == 0, again.stderr[-4000:]
+        again = run_driver(slurm_argv(work, config), work, "again.log")
+        assert again.returncode == 0, again.output[-4000:]
         calls = len(endpoint.requests) - calls_before
 
-    ran = jobs_run_with_shards(work, again.stderr, logs)
+    ran = jobs_run_with_shards(work, again.output, logs)
     print(f"killed with {len(done_before)} of {TOTAL} attempts finished (SLURM jobs {jobs}); "
-          f"the rerun ran {ran} in SLURM jobs {slurm_job_ids(again.stderr)}, {calls} model calls")
+          f"the rerun ran {ran} in SLURM jobs {slurm_job_ids(again.output)}, {calls} model calls")
     # only the missing attempts were evaluated; a model was called once for each attempt run again
     assert ran.get("evaluate", 0) == missing, ran
     assert calls == ran.get("run", 0) <= missing
@@ -219,10 +298,88 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
         assert (work / "results/default/big/attempts" / key / "result.json").stat().st_mtime_ns == stamp, key
     assert scored(work) == local and len(shard_records(work)) == 2
     # each attempt names the job that ran it: a job of the first run, or of the rerun
-    rerun_jobs = set(slurm_job_ids(again.stderr))
+    rerun_jobs = set(slurm_job_ids(again.output))
     assert rerun_jobs and not rerun_jobs & set(jobs)
     for key, r in results(work).items():
         assert r["provenance"]["slurm_job_id"] in (set(jobs) if key in done_before else set(jobs) | rerun_jobs)
+
+
+# --- a shard job no node can run ------------------------------------------------------
+
+
+def test_a_shard_job_no_node_can_run_stops_the_driver_before_it_is_submitted(cluster, tmp_path: Path):
+    """agentcompass.pipeline.cluster.check_shard_job, called as the shard rule should call it."""
+    too_many = node_cpus() + 1
+    work = tmp_path / "too-big"
+    work.mkdir()
+    started = time.monotonic()
+    # set-resources on the command line replaces the profile's: cpus_per_task is the only key there
+    stopped = run_driver(slurm_argv(work, None, "--set-resources", f"shard:cpus_per_task={too_many}",
+                                    snakefile=CHECK_DRIVER), work, "run.log", timeout=120)
+    seconds = time.monotonic() - started
+    assert stopped.returncode != 0, stopped.output[-3000:]
+    assert not slurm_job_ids(stopped.output), "the job was submitted:\n" + stopped.output[-3000:]
+    message = " ".join(stopped.output.split())
+    assert (f"asks SLURM for {too_many} CPUs (set-resources: shard: cpus_per_task in your SLURM profile)" in message
+            and f"no node of partition {PARTITION!r} has more than {too_many - 1}" in message), stopped.output[-3000:]
+
+    # the profile as shipped fits the same node: the check lets its job through, and it runs
+    work = tmp_path / "shipped"
+    work.mkdir()
+    ran = run_driver(slurm_argv(work, None, snakefile=CHECK_DRIVER), work, "run.log", timeout=300)
+    assert ran.returncode == 0 and len(slurm_job_ids(ran.output)) == 1, ran.output[-3000:]
+    assert (work / "done/0.txt").read_text() == "ran\n"
+    print(f"stopped in {seconds:.1f} s before submitting a job of {too_many} CPUs")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "the workflow does not call agentcompass.pipeline.cluster.check_shard_job yet: "
+    "EvaluationWorkflow.shard_inputs should, in the submitting run on a cluster (then remove this marker)"))
+def test_the_workflow_stops_before_submitting_a_shard_job_no_node_can_run(cluster, tmp_path: Path):
+    too_many = node_cpus() + 1
+    with ScriptedEndpoint(lambda body: answer(body, 0)) as endpoint:
+        config = write_config(tmp_path, endpoint.base_url, attempts=1)
+        stopped = run_driver(slurm_argv(tmp_path, config, "--set-resources", f"shard:cpus_per_task={too_many}"),
+                             tmp_path, "run.log", timeout=300)
+    assert stopped.returncode != 0 and not slurm_job_ids(stopped.output), stopped.output[-3000:]
+    assert "cpus_per_task" in stopped.output and not endpoint.requests
+
+
+# --- threads: attempts at once, not CPUs ------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "Snakemake inside a cluster job cuts a shard's threads to the CPUs SLURM gave the job (the SLURM "
+    "jobstep runs it with --cores all), and EvaluationWorkflow.run_shard runs the inner Snakemake "
+    "with those threads (then remove this marker)"))
+def test_a_shard_runs_its_threads_at_once_on_the_cpus_its_job_asks(cluster, tmp_path: Path):
+    threads = SETTINGS["set-threads"]["shard"]
+    cpus = SETTINGS["set-resources"]["shard"]["cpus_per_task"]
+    # 4 attempts of 5 tasks: one shard
+    with ScriptedEndpoint(lambda body: answer(body, 1.0)) as endpoint:
+        config = write_config(tmp_path, endpoint.base_url, attempts=4)
+        done = run_driver(slurm_argv(tmp_path, config), tmp_path, "run.log")
+    assert done.returncode == 0 and len(shard_records(tmp_path)) == 1, done.output[-3000:]
+    assert endpoint.max_in_flight == threads, (
+        f"the shard made at most {endpoint.max_in_flight} model calls at once, not the {threads} of its "
+        f"threads (set-threads: shard), on the {cpus} CPU its job asked (set-resources: shard: cpus_per_task)")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a shard's cluster job does not learn its claim: Snakemake there computes the shard's endpoint "
+    "resource without the driver's --resources cap, so EvaluationWorkflow.run_shard gives the inner run "
+    "all of its threads (then remove this marker)"))
+def test_the_endpoint_cap_holds_for_a_shard_with_more_threads_than_the_cap(cluster, tmp_path: Path):
+    # two CPUs give the job 2 of the profile's 4 threads today, and all 4 once threads are not cut
+    if node_cpus() < 2:
+        pytest.fail(f"this test needs a node of 2 CPUs in partition {PARTITION!r}")
+    with ScriptedEndpoint(lambda body: answer(body, 0.5)) as endpoint:
+        config = write_config(tmp_path, endpoint.base_url, attempts=4)  # one shard
+        cap = f"{endpoint_resource(endpoint.base_url)}=1"
+        done = run_driver(slurm_argv(tmp_path, config, "--set-resources", "shard:cpus_per_task=2",
+                                     "--resources", cap), tmp_path, "run.log")
+    assert done.returncode == 0 and len(shard_records(tmp_path)) == 1, done.output[-3000:]
+    assert endpoint.max_in_flight == 1, f"{endpoint.max_in_flight} model calls at once under a cap of 1"
 
 
 # --- the SLURM job id lookup, without a cluster -------------------------------------

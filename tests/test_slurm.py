@@ -237,9 +237,8 @@ def test_an_evaluation_on_slurm_equals_the_local_one_in_one_job_per_shard(cluste
     # each shard job asked the profile's CPUs, fewer than the node has: it started at once
     asked = SETTINGS["set-resources"]["shard"]["cpus_per_task"]
     assert [job_cpus(j) for j in submitted] == [asked, asked] and asked < node_cpus()
-    # the cap of 2 held across the cluster, for shards of the profile's 4 threads (which their
-    # jobs' one CPU cuts to 1 today: see the xfails below)
-    assert 1 <= endpoint.max_in_flight <= 2
+    # the cap of 2 held across the cluster, for shards of the profile's 4 threads on one CPU each
+    assert endpoint.max_in_flight == 2
 
     # the same statuses and scores as the local run; each result names its host and SLURM job
     assert scored(work) == local
@@ -278,10 +277,7 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
         missing = TOTAL - len(done_before)
         assert 0 < missing < TOTAL, f"{len(done_before)} of {TOTAL} attempts had finished when the run was killed"
 
-        # the killed Snakemake left its lock: a user unlocks, then runs the same command again
-        unlock = subprocess.run(slurm_argv(work, config, "--unlock"), cwd=work, env=clean_env(),
-                                capture_output=True, text=True, timeout=120)
-        assert unlock.returncode == 0, unlock.stderr[-3000:]
+        # the same command again, with no flag: the killed driver's lock died with it
         logs = shard_logs(work)
         again = run_driver(slurm_argv(work, config), work, "again.log")
         assert again.returncode == 0, again.output[-4000:]
@@ -302,6 +298,39 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
     assert rerun_jobs and not rerun_jobs & set(jobs)
     for key, r in results(work).items():
         assert r["provenance"]["slurm_job_id"] in (set(jobs) if key in done_before else set(jobs) | rerun_jobs)
+
+
+def test_a_slurm_driver_stopped_with_sigterm_cancels_its_jobs_and_the_next_run_continues(cluster, tmp_path: Path):
+    work = tmp_path / "slurm"
+    work.mkdir()
+    log = work / "first.log"
+    with ScriptedEndpoint(lambda body: answer(body, 1.0)) as endpoint:
+        config = write_config(work, endpoint.base_url)
+        with open(log, "w") as out:
+            run = subprocess.Popen(slurm_argv(work, config), cwd=work, env=clean_env(), stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            watch(run, log, 300, until=lambda: len(results(work)) >= 2)
+            assert run.poll() is None, f"the run ended before it was stopped:\n{log.read_text()[-4000:]}"
+            jobs = slurm_job_ids(log.read_text())
+            run.send_signal(signal.SIGTERM)
+            run.wait(timeout=120)  # it does not wait for its cluster jobs to end: it cancels them
+        finally:
+            if run.poll() is None:
+                stop(run, log)
+        output = log.read_text()
+        assert run.returncode != 0 and "stopping because it received SIGTERM" in output, output[-4000:]
+        deadline = time.monotonic() + 60
+        while subprocess.run(["squeue", "-h", "-j", ",".join(jobs), "-t", "PENDING,RUNNING"],
+                             capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() < deadline, f"the jobs {jobs} of the stopped driver still run"
+            time.sleep(0.5)
+        done_before = len(results(work))
+        assert done_before < TOTAL
+        again = run_driver(slurm_argv(work, config), work, "again.log")  # the same command, no flag
+        assert again.returncode == 0, again.output[-4000:]
+    assert len(results(work)) == TOTAL
+    print(f"SIGTERM stopped the driver with {done_before} of {TOTAL} attempts done and cancelled SLURM jobs {jobs}")
 
 
 # --- a shard job no node can run ------------------------------------------------------
@@ -332,9 +361,6 @@ def test_a_shard_job_no_node_can_run_stops_the_driver_before_it_is_submitted(clu
     print(f"stopped in {seconds:.1f} s before submitting a job of {too_many} CPUs")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "the workflow does not call agentcompass.pipeline.cluster.check_shard_job yet: "
-    "EvaluationWorkflow.shard_inputs should, in the submitting run on a cluster (then remove this marker)"))
 def test_the_workflow_stops_before_submitting_a_shard_job_no_node_can_run(cluster, tmp_path: Path):
     too_many = node_cpus() + 1
     with ScriptedEndpoint(lambda body: answer(body, 0)) as endpoint:
@@ -348,10 +374,6 @@ def test_the_workflow_stops_before_submitting_a_shard_job_no_node_can_run(cluste
 # --- threads: attempts at once, not CPUs ------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "Snakemake inside a cluster job cuts a shard's threads to the CPUs SLURM gave the job (the SLURM "
-    "jobstep runs it with --cores all), and EvaluationWorkflow.run_shard runs the inner Snakemake "
-    "with those threads (then remove this marker)"))
 def test_a_shard_runs_its_threads_at_once_on_the_cpus_its_job_asks(cluster, tmp_path: Path):
     threads = SETTINGS["set-threads"]["shard"]
     cpus = SETTINGS["set-resources"]["shard"]["cpus_per_task"]
@@ -365,10 +387,6 @@ def test_a_shard_runs_its_threads_at_once_on_the_cpus_its_job_asks(cluster, tmp_
         f"threads (set-threads: shard), on the {cpus} CPU its job asked (set-resources: shard: cpus_per_task)")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a shard's cluster job does not learn its claim: Snakemake there computes the shard's endpoint "
-    "resource without the driver's --resources cap, so EvaluationWorkflow.run_shard gives the inner run "
-    "all of its threads (then remove this marker)"))
 def test_the_endpoint_cap_holds_for_a_shard_with_more_threads_than_the_cap(cluster, tmp_path: Path):
     # two CPUs give the job 2 of the profile's 4 threads today, and all 4 once threads are not cut
     if node_cpus() < 2:

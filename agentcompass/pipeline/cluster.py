@@ -21,7 +21,8 @@ import re
 import subprocess
 from typing import NamedTuple
 
-from snakemake.exceptions import WorkflowError
+from . import engine
+from .engine import WorkflowError
 
 SHARD_RULE = "shard"
 # resources the plugin turns into the sbatch options checked here
@@ -63,9 +64,7 @@ def shard_job(workflow, wildcards) -> JobRequest:
     evaluated as Snakemake evaluates them for the job (default-resources, then the
     profile's set-resources and set-threads). Resources the check does not read are
     left unevaluated: some read the job's input sizes, which are unknown before it runs."""
-    rule = workflow.get_rule(SHARD_RULE)
-    skip = {name for name in rule.resources.keys() if name not in _ASKED and name != "_cores"}
-    resources = rule.expand_resources(wildcards, [], 1, skip_evaluation=skip)
+    resources = engine.rule_resources(workflow, SHARD_RULE, wildcards, _ASKED)
     cpus, cpus_from = plugin_cpus(resources, resources["_cores"])
     runtime = resources.get("runtime")
     partition = resources.get("slurm_partition")

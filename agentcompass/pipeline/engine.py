@@ -112,6 +112,23 @@ def set_global_resource(workflow, name: str, value: int) -> None:
     workflow.register_resource(name, value)
 
 
+def rule_resources(workflow, rule_name: str, wildcards, wanted) -> dict[str, Any]:
+    """A rule's resources for one job, evaluated as Snakemake evaluates them (default-resources,
+    then a profile's set-resources and set-threads; ``_cores`` is its threads). Only ``wanted``
+    ones are evaluated: some read the job's input sizes, unknown before it runs."""
+    rule = workflow.get_rule(rule_name)
+    skip = {name for name in rule.resources.keys() if name not in wanted and name != "_cores"}
+    resources = rule.expand_resources(wildcards, [], 1, skip_evaluation=skip)
+    return {name: getattr(value, "value", value) for name, value in resources.items()}
+
+
+def requested_threads(workflow, rule_name: str) -> int | None:
+    """The threads ``--set-threads`` (or a profile's ``set-threads``) gives a rule, before
+    Snakemake cuts them to the cores it has (inside a cluster job: the job's CPUs)."""
+    value = workflow.resource_settings._parsed_overwrite_threads.get(rule_name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def rule_code(workflow, rule_name: str) -> str | None:
     """The text Snakemake records for a rule's code (its ``code`` rerun trigger)."""
     rule = workflow.get_rule(rule_name)

@@ -125,6 +125,7 @@ class Jobs:
             started = time.monotonic()
             attempts = self.targets.shard_slice(req, index)
             workflow = self.inv.snakemake
+            threads = self.shards.job_threads(threads)
             argv = shards.inner_argv(workflow, threads, self.resources.claims(resources),
                                      shards.forced_rules(workflow), self.targets.attempt_files(req, attempts))
             # on a cluster this job is one SLURM job: its inner run records that job in every output.json

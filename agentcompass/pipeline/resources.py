@@ -98,6 +98,10 @@ class Resources:
     def _shard_share(self, name: str, wildcards, threads) -> int:
         if not self._attempt_job(name, "shard", wildcards):
             return 0
+        workflow = self.inv.snakemake
+        if workflow is not None and not engine.is_main_process(workflow):
+            # a cluster job: the shard's threads as the driver counted them (shards.Shards.job_threads)
+            threads = max(threads, engine.requested_threads(workflow, "shard") or 0)
         cap = self.cap(name)
         return min(threads, int(cap)) if cap else threads
 

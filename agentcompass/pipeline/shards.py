@@ -37,7 +37,7 @@ from pathlib import Path
 
 from agentcompass.jsonio import write_text_atomic
 
-from . import engine
+from . import cluster, engine
 
 SHARD_ENV = "AGENTCOMPASS_SHARD"
 # The outer run's invocation id: with reuse off, params change once per invocation,
@@ -210,6 +210,9 @@ class Shards:
         Snakemake measures every input of every waiting job on each scheduling pass,
         and 10,000 of them cost the outer run minutes. ``generation`` stands for them."""
         self.inv.begin()
+        workflow = self.inv.snakemake
+        if engine.on_cluster(workflow) and engine.is_main_process(workflow):
+            cluster.check_shard_job(workflow, w)  # a job no node can run would wait in the queue for ever
         req = self.inv.request(w)
         attempts = self.targets.shard_slice(req, int(w.shard))
         return forced_files(self.inv.snakemake, lambda: self.targets.attempt_files(req, attempts))
@@ -232,6 +235,15 @@ class Shards:
     def generation_file(self, req, index: int) -> str:
         """Beside shard.json, and not an output of the shard job (``generation``)."""
         return str(self.targets.shard_file(req, index).parent / "generation")
+
+    def job_threads(self, threads: int) -> int:
+        """The threads a shard job runs its inner run with: in a cluster job, those the profile
+        asks (``set-threads``), not the job's CPUs, to which Snakemake there cuts them: attempts
+        wait on models, not CPUs."""
+        workflow = self.inv.snakemake
+        if workflow is None or engine.is_main_process(workflow):
+            return threads
+        return max(threads, engine.requested_threads(workflow, "shard") or 0)
 
     def threads(self) -> int:
         """Threads of one shard job: as many shards run at once as there are CPUs,

@@ -1,8 +1,10 @@
-"""Running a stage's coroutine from synchronous code."""
+"""Running a stage's coroutine from synchronous code, and ending the children it started."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 from typing import Any, Coroutine
 
@@ -49,3 +51,26 @@ def run_coroutine(coro: Coroutine) -> Any:
     if stage_loop is None:
         stage_loop = _local.stage_loop = _StageLoop()
     return stage_loop.run(coro)
+
+
+def kill_child(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL a child that asyncio started, leaving its exit status to asyncio.
+
+    Not ``proc.kill()``: that first polls the child with ``waitpid``, and a child
+    that has exited but that asyncio's child watcher has not collected yet is
+    reaped by the poll; the watcher, finding no child, then logs "Unknown child
+    process pid N" and reports 255 as its exit status. Here the child's state
+    is only peeked at (``WNOWAIT``), so the watcher alone reaps it.
+    """
+    if proc.returncode is not None:
+        return
+    try:
+        exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return  # the watcher has reaped it: its status is on its way to ``proc``
+    if exited is not None:
+        return  # already dead, waiting for the watcher
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -53,24 +53,27 @@ def run_coroutine(coro: Coroutine) -> Any:
     return stage_loop.run(coro)
 
 
+def child_running(proc: asyncio.subprocess.Process) -> bool:
+    """Whether a child that asyncio started still runs, found without reaping it."""
+    if proc.returncode is not None:
+        return False
+    try:
+        # WNOWAIT: only a look; the child stays for asyncio's child watcher to reap
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False  # the watcher has reaped it: its status is on its way to ``proc``
+
+
 def kill_child(proc: asyncio.subprocess.Process) -> None:
     """SIGKILL a child that asyncio started, leaving its exit status to asyncio.
 
     Not ``proc.kill()``: that first polls the child with ``waitpid``, and a child
     that has exited but that asyncio's child watcher has not collected yet is
     reaped by the poll; the watcher, finding no child, then logs "Unknown child
-    process pid N" and reports 255 as its exit status. Here the child's state
-    is only peeked at (``WNOWAIT``), so the watcher alone reaps it.
+    process pid N" and reports 255 as its exit status.
     """
-    if proc.returncode is not None:
-        return
-    try:
-        exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return  # the watcher has reaped it: its status is on its way to ``proc``
-    if exited is not None:
-        return  # already dead, waiting for the watcher
-    try:
-        os.kill(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    if child_running(proc):
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

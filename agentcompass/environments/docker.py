@@ -22,6 +22,7 @@ import os
 import posixpath
 import re
 import secrets
+import signal
 import socket
 import struct
 import tarfile
@@ -405,6 +406,26 @@ class DockerSession(EnvironmentSession):
                 f"with exit code {state.get('ExitCode')}{oom}"
             )
 
+    def _raise_if_dying(self) -> None:
+        """Raise ``SandboxDiedError`` if the container's processes are all gone.
+
+        For some milliseconds after a container is killed the engine still reports
+        it running; its process list, which in a live container always holds its
+        init, is already empty (or refused).
+        """
+        import docker
+
+        try:
+            if self.container.top()["Processes"]:
+                return
+        except docker.errors.APIError:
+            pass  # "is not running"
+        deadline = time.monotonic() + _STREAM_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            self._raise_if_dead()
+            time.sleep(0.02)
+        raise SandboxDiedError(f"docker environment: container {self.container.name} died mid-attempt: no process is left in it")
+
     # --- commands ------------------------------------------------------------------
 
     async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None) -> ExecResult:
@@ -439,9 +460,9 @@ class DockerSession(EnvironmentSession):
         stdout, stderr = await reading
         sock.close()
         returncode = await self._exit_code(eid)
-        if returncode is None or returncode >= 128:
-            # killed by a signal: by the agent, or with its container (docker kill, the OOM killer)
-            await self._call("checking the container", self._raise_if_dead)
+        if not timed_out and returncode in (None, 128 + signal.SIGKILL):
+            # killed: by the agent, or with its whole container (docker kill, docker stop, the engine)
+            await self._call("checking the container", self._raise_if_dying)
         if returncode == 126 and stdout.startswith(b"OCI runtime exec failed"):
             # the program could not start: report it as a shell (and host_process) would
             message = stdout.decode(errors="replace").strip()

@@ -339,7 +339,7 @@ class EnvironmentUnavailableError(InfrastructureError):
 
 
 class SandboxDiedError(InfrastructureError):
-    """The sandbox died or vanished mid-attempt (its container, workspace or network holder): retried."""
+    """The sandbox died or vanished mid-attempt (its container, or a host_process session's network holder): retried."""
 
 
 class SandboxConnectionError(InfrastructureError):

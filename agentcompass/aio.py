@@ -1,8 +1,10 @@
-"""Running a stage's coroutine from synchronous code, and cancelling every one of them at a stop."""
+"""Running a stage's coroutine from synchronous code, cancelling them all at a stop, and ending the children they started."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 from typing import Any, Coroutine
 
@@ -119,3 +121,29 @@ def run_coroutine(coro: Coroutine) -> Any:
     if stage_loop is None:
         stage_loop = _local.stage_loop = _StageLoop()
     return stage_loop.run(coro)
+
+
+def child_running(proc: asyncio.subprocess.Process) -> bool:
+    """Whether a child that asyncio started still runs, found without reaping it."""
+    if proc.returncode is not None:
+        return False
+    try:
+        # WNOWAIT: only a look; the child stays for asyncio's child watcher to reap
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False  # the watcher has reaped it: its status is on its way to ``proc``
+
+
+def kill_child(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL a child that asyncio started, leaving its exit status to asyncio.
+
+    Not ``proc.kill()``: that first polls the child with ``waitpid``, and a child
+    that has exited but that asyncio's child watcher has not collected yet is
+    reaped by the poll; the watcher, finding no child, then logs "Unknown child
+    process pid N" and reports 255 as its exit status.
+    """
+    if child_running(proc):
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

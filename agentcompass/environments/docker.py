@@ -22,6 +22,7 @@ import os
 import posixpath
 import re
 import secrets
+import signal
 import socket
 import struct
 import tarfile
@@ -41,7 +42,14 @@ from agentcompass.runtime import (
     ExecResult,
     NetworkPolicy,
 )
-from agentcompass.runtime.base import keeps
+from agentcompass.runtime.base import (
+    EnvironmentUnavailableError,
+    ImageBuildError,
+    InfrastructureError,
+    SandboxConnectionError,
+    SandboxDiedError,
+    keeps,
+)
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 
 from . import netns
@@ -167,17 +175,69 @@ def _in_thread(fn: Callable, *args, **kwargs) -> asyncio.Future:
     return future
 
 
+def _where() -> str:
+    return os.environ.get("DOCKER_HOST") or "the default socket"
+
+
 def _engine():
     import docker
 
     try:
         return docker.from_env(timeout=120)
     except docker.errors.DockerException as exc:
-        where = os.environ.get("DOCKER_HOST") or "the default socket"
-        raise RuntimeError(
-            f"docker environment: no Docker engine answers at {where} ({exc}); start one "
+        raise EnvironmentUnavailableError(
+            f"docker environment: no Docker engine answers at {_where()} ({exc}); start one "
             "(e.g. .ci/docker-up.sh) and set DOCKER_HOST, or use the host_process environment"
         ) from None
+
+
+# The engine's faults are told apart here, where the docker SDK is called, and
+# leave this module as the types of runtime.base: the run stage decides retries by type.
+
+
+def _lost_engine(exc: BaseException) -> bool:
+    """Whether ``exc`` means the engine stopped answering: a refused, reset or timed-out connection."""
+    import requests
+
+    return isinstance(exc, (
+        requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+        requests.exceptions.ChunkedEncodingError, ConnectionError,
+    ))
+
+
+def _refused(exc: BaseException, doing: str) -> RuntimeError:
+    # the engine answered and said no: a request it will refuse again, not a fault
+    return RuntimeError(f"docker environment: the engine refused {doing}: {getattr(exc, 'explanation', None) or exc}")
+
+
+def _opening_fault(exc: Exception, doing: str) -> Exception:
+    """``exc``, raised while a session was being opened (``doing``), as the fault it is."""
+    import docker
+
+    if isinstance(exc, InfrastructureError):
+        return exc
+    if _lost_engine(exc):
+        return EnvironmentUnavailableError(
+            f"docker environment: the Docker engine at {_where()} stopped answering while {doing} ({exc})"
+        )
+    if isinstance(exc, docker.errors.APIError):
+        if exc.is_server_error():
+            return EnvironmentUnavailableError(
+                f"docker environment: the engine failed while {doing}: {exc.explanation or exc}"
+            )
+        return _refused(exc, doing)
+    return exc
+
+
+def _translated(fault: Callable[[Exception], Exception], fn: Callable, *args, **kwargs) -> Any:
+    """``fn(*args, **kwargs)``; what it raises leaves as ``fault`` translates it."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        translated = fault(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
 
 
 _built: dict[tuple, str] = {}
@@ -227,8 +287,13 @@ def _build(client, config: DockerConfig) -> str:
                 )
             except docker.errors.BuildError as exc:
                 log = "".join(str(line.get("stream") or line.get("error") or "") for line in exc.build_log)
-                raise RuntimeError(
+                raise ImageBuildError(
                     f"docker environment: building {str(dockerfile)!r} failed: {exc.msg}\n{log[-2000:]}"
+                ) from None
+            except docker.errors.APIError as exc:
+                # e.g. a Dockerfile the engine cannot parse
+                raise ImageBuildError(
+                    f"docker environment: the engine refused to build {str(dockerfile)!r}: {exc.explanation or exc}"
                 ) from None
             _built[key] = image.id
         return _built[key]
@@ -294,6 +359,73 @@ class DockerSession(EnvironmentSession):
     def _path(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self._workdir, path))
 
+    # --- the engine's faults ------------------------------------------------------------
+
+    def _call(self, doing: str, fn: Callable, *args, **kwargs) -> asyncio.Future:
+        """``fn`` on a thread of its own, what it raises translated by ``_fault``."""
+        return _in_thread(_translated, functools.partial(self._fault, doing=doing), fn, *args, **kwargs)
+
+    def _fault(self, exc: Exception, doing: str) -> Exception:
+        """``exc``, raised by the engine while ``doing``, as the fault it is."""
+        import docker
+
+        if isinstance(exc, InfrastructureError):
+            return exc
+        if _lost_engine(exc):
+            return SandboxConnectionError(
+                f"docker environment: the connection to the Docker engine at {_where()} dropped while {doing} ({exc})"
+            )
+        if isinstance(exc, docker.errors.APIError):
+            # a refusal because the container is gone (404) or stopped (409) is its death
+            try:
+                self._raise_if_dead()
+            except InfrastructureError as fault:
+                return fault
+            return _refused(exc, doing)
+        return exc
+
+    def _raise_if_dead(self) -> None:
+        """Raise ``SandboxDiedError`` if the container no longer runs."""
+        import docker
+
+        name = self.container.name
+        try:
+            state = self.client.api.inspect_container(self.container.id)["State"]
+        except docker.errors.NotFound:
+            raise SandboxDiedError(f"docker environment: container {name} was removed mid-attempt") from None
+        except Exception as exc:
+            if _lost_engine(exc):
+                raise SandboxConnectionError(
+                    f"docker environment: the Docker engine at {_where()} stopped answering ({exc})"
+                ) from None
+            raise
+        if not state.get("Running"):
+            oom = "; it ran out of memory (OOM killed)" if state.get("OOMKilled") else ""
+            raise SandboxDiedError(
+                f"docker environment: container {name} died mid-attempt: it is {state.get('Status')} "
+                f"with exit code {state.get('ExitCode')}{oom}"
+            )
+
+    def _raise_if_dying(self) -> None:
+        """Raise ``SandboxDiedError`` if the container's processes are all gone.
+
+        For some milliseconds after a container is killed the engine still reports
+        it running; its process list, which in a live container always holds its
+        init, is already empty (or refused).
+        """
+        import docker
+
+        try:
+            if self.container.top()["Processes"]:
+                return
+        except docker.errors.APIError:
+            pass  # "is not running"
+        deadline = time.monotonic() + _STREAM_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            self._raise_if_dead()
+            time.sleep(0.02)
+        raise SandboxDiedError(f"docker environment: container {self.container.name} died mid-attempt: no process is left in it")
+
     # --- commands ------------------------------------------------------------------
 
     async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None) -> ExecResult:
@@ -308,12 +440,12 @@ class DockerSession(EnvironmentSession):
         if cwd and not await self.is_dir(workdir):
             raise FileNotFoundError(f"exec: working directory {workdir} does not exist in the container")
         api = self.client.api
-        created = await _in_thread(
-            api.exec_create, self.container.id, argv, stdin=data is not None,
+        created = await self._call(
+            "starting a command", api.exec_create, self.container.id, argv, stdin=data is not None,
             environment={**(env or {}), EXEC_VAR: exec_id}, workdir=workdir,
         )
         eid = created["Id"]
-        attached = await _in_thread(api.exec_start, eid, socket=True)
+        attached = await self._call("starting a command", api.exec_start, eid, socket=True)
         sock: socket.socket = getattr(attached, "_sock", attached)
         if data is not None:
             threading.Thread(target=_write_input, args=(sock, data), name="agentcompass-docker-stdin", daemon=True).start()
@@ -328,6 +460,9 @@ class DockerSession(EnvironmentSession):
         stdout, stderr = await reading
         sock.close()
         returncode = await self._exit_code(eid)
+        if not timed_out and returncode in (None, 128 + signal.SIGKILL):
+            # killed: by the agent, or with its whole container (docker kill, docker stop, the engine)
+            await self._call("checking the container", self._raise_if_dying)
         if returncode == 126 and stdout.startswith(b"OCI runtime exec failed"):
             # the program could not start: report it as a shell (and host_process) would
             message = stdout.decode(errors="replace").strip()
@@ -343,13 +478,15 @@ class DockerSession(EnvironmentSession):
     async def _exit_code(self, eid: str) -> int | None:
         deadline = time.monotonic() + _STREAM_GRACE_SECONDS
         while True:
-            info = await _in_thread(self.client.api.exec_inspect, eid)
+            info = await self._call("reading a command's exit code", self.client.api.exec_inspect, eid)
             if not info["Running"] or time.monotonic() > deadline:
                 return info["ExitCode"]
             await asyncio.sleep(0.02)
 
     async def _kill_marked(self, exec_id: str) -> None:
-        await _in_thread(self.container.exec_run, ["sh", "-c", _KILL_MARKED, "sh", f"{EXEC_VAR}={exec_id}"])
+        await self._call(
+            "ending a timed-out command", self.container.exec_run, ["sh", "-c", _KILL_MARKED, "sh", f"{EXEC_VAR}={exec_id}"]
+        )
 
     # --- files -----------------------------------------------------------------------
 
@@ -357,6 +494,7 @@ class DockerSession(EnvironmentSession):
         api = self.client.api
         response = api.head(api._url("/containers/{0}/archive", self.container.id), params={"path": path})
         if response.status_code == 404:
+            self._raise_if_dead()  # the engine answers 404 for a missing container too
             return None
         api._raise_for_status(response)
         return json.loads(base64.b64decode(response.headers["X-Docker-Container-Path-Stat"]))
@@ -371,11 +509,11 @@ class DockerSession(EnvironmentSession):
         raise OSError(f"too many levels of symbolic links: {path}")
 
     async def exists(self, path: str) -> bool:
-        _, stat = await _in_thread(self._resolve_now, self._path(path))
+        _, stat = await self._call("reading a file's status", self._resolve_now, self._path(path))
         return stat is not None
 
     async def is_dir(self, path: str) -> bool:
-        _, stat = await _in_thread(self._resolve_now, self._path(path))
+        _, stat = await self._call("reading a file's status", self._resolve_now, self._path(path))
         return stat is not None and bool(stat["mode"] & _MODE_DIR)
 
     def _ensure_dir_now(self, directory: str) -> None:
@@ -415,7 +553,7 @@ class DockerSession(EnvironmentSession):
         local = Path(local)
         if not local.exists():
             raise FileNotFoundError(str(local))
-        await _in_thread(self._put_now, self._path(remote), lambda tar, name: tar.add(local, arcname=name, filter=_tar_filter))
+        await self._call("copying files in", self._put_now, self._path(remote), lambda tar, name: tar.add(local, arcname=name, filter=_tar_filter))
 
     async def write_text(self, path: str, text: str) -> None:
         data = text.encode("utf-8")
@@ -433,7 +571,7 @@ class DockerSession(EnvironmentSession):
 
             self._put_now(target, add)
 
-        await _in_thread(write)
+        await self._call("writing a file", write)
 
     def _get_now(self, path: str, spool) -> dict:
         """Stream the archive of ``path`` (symlinks followed) into ``spool``; return its stat."""
@@ -445,6 +583,7 @@ class DockerSession(EnvironmentSession):
         try:
             stream, _ = self.client.api.get_archive(self.container.id, target)
         except docker.errors.NotFound:
+            self._raise_if_dead()
             raise FileNotFoundError(f"{path} does not exist in the container") from None
         for chunk in stream:
             spool.write(chunk)
@@ -461,7 +600,7 @@ class DockerSession(EnvironmentSession):
                     member = tar.next()
                     return tar.extractfile(member).read()
 
-        return (await _in_thread(read)).decode("utf-8")
+        return (await self._call("reading a file", read)).decode("utf-8")
 
     async def download(self, remote: str, local: Path) -> None:
         local = Path(local)
@@ -490,7 +629,7 @@ class DockerSession(EnvironmentSession):
                         # the 'tar' filter refuses names and links that would land outside ``local``
                         tar.extract(member, local, filter="tar")
 
-        await _in_thread(fetch)
+        await self._call("copying files out", fetch)
 
     # --- network -----------------------------------------------------------------------
 
@@ -513,14 +652,14 @@ class DockerSession(EnvironmentSession):
             elif self.config.network not in self._attached():
                 self.client.networks.get(self.config.network).connect(self.container)
 
-        await _in_thread(switch)
+        await self._call("switching networks", switch)
         self._mode = policy.mode
 
     async def endpoint(self, port: int) -> str:
         """``IP:port`` on the container's network; under ``none``, a relay on the host's 127.0.0.1."""
         if self._mode == "none":
-            return await _in_thread(self._relay_address, port)
-        attached = await _in_thread(self._attached)
+            return await self._call("opening a relay", self._relay_address, port)
+        attached = await self._call("looking up the container's address", self._attached)
         address = (attached.get(self.config.network) or {}).get("IPAddress")
         if not address:
             raise RuntimeError(f"docker environment: the container has no address on network {self.config.network!r}")
@@ -539,7 +678,7 @@ class DockerSession(EnvironmentSession):
         Nothing runs in the container for it, so any image works; it lives in the
         container's own namespace, so it survives a network switch.
         """
-        return await _in_thread(self._socket_relay_address, Path(socket_path))
+        return await self._call("opening a relay", self._socket_relay_address, Path(socket_path))
 
     def _socket_relay_address(self, socket_path: Path) -> str:
         if self._netns_fd is None:
@@ -580,7 +719,7 @@ class DockerSession(EnvironmentSession):
             self._netns_fd = None
         keep = keeps(retain, self.config.keep, failed)
         try:
-            await _in_thread(self._finish, keep)
+            await self._call("removing the container", self._finish, keep)
         finally:
             self.client.close()
 
@@ -616,7 +755,10 @@ class DockerEnvironment(BaseEnvironment):
         config = self.build_config(spec)
         client = await _in_thread(_engine)
         try:
-            container, workdir = await _in_thread(self._start, client, config, label)
+            container, workdir = await _in_thread(
+                _translated, functools.partial(_opening_fault, doing="starting a container"),
+                self._start, client, config, label,
+            )
         except BaseException:
             client.close()
             raise

@@ -29,7 +29,8 @@ from agentcompass.runtime import (
     ExecResult,
     NetworkPolicy,
 )
-from agentcompass.runtime.base import InfrastructureError, keeps
+from agentcompass.aio import child_running
+from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns
@@ -143,6 +144,7 @@ class HostProcessSession(EnvironmentSession):
         argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)
         if not os.path.isdir(workdir):
             raise FileNotFoundError(f"exec: working directory {workdir} does not exist")
+        self._check_network()
         try:
             proc = await self._start(argv, workdir, full_env, stdin=stdin)
         except (FileNotFoundError, PermissionError) as exc:
@@ -177,12 +179,24 @@ class HostProcessSession(EnvironmentSession):
         if not _group_alive(proc.pid):
             # nothing left in the group: forget it, so close() never signals a reused id
             self._groups.discard(proc.pid)
+        if proc.returncode < 0 and not timed_out:
+            # killed by a signal: by the agent, or with the whole session (its holder too)
+            self._check_network()
         return ExecResult(
             returncode=proc.returncode,
             stdout=out.decode(errors="replace"),
             stderr=err.decode(errors="replace"),
             timed_out=timed_out,
         )
+
+    def _check_network(self) -> None:
+        """Raise ``SandboxDiedError`` if the isolated network's holder died: the session was
+        ended from outside (its processes killed, as ``agentcompass clean --all`` does)."""
+        if self._isolated is not None and not child_running(self._isolated.holder):
+            raise SandboxDiedError(
+                f"host_process: the network namespace holder of session {self.label} died mid-attempt: "
+                "its processes were killed from outside"
+            )
 
     async def _start(self, argv: list[str], cwd: str, env: dict[str, str], stdin) -> asyncio.subprocess.Process:
         """``argv`` in the session's network, in a process group of its own that close() ends."""
@@ -211,7 +225,7 @@ class HostProcessSession(EnvironmentSession):
         if not line.strip().isdigit():
             _kill_group(relay.pid)
             err = (await relay.stderr.read()).decode(errors="replace").strip()
-            raise InfrastructureError(f"host_process: the relay to {socket_path} did not start: {err or 'no output'}")
+            raise EnvironmentUnavailableError(f"host_process: the relay to {socket_path} did not start: {err or 'no output'}")
         return f"127.0.0.1:{int(line)}"
 
     async def _reap_relays(self) -> None:

@@ -28,6 +28,7 @@ import subprocess
 import threading
 from typing import Callable
 
+from agentcompass.aio import kill_child
 from agentcompass.runtime.config import ConfigError
 
 CLONE_NEWNET = 0x40000000
@@ -285,9 +286,6 @@ class IsolatedNetwork:
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        try:
-            proc.kill()
-        except ProcessLookupError:
-            pass
+    # the session's close has often killed the holder already, by its markers
+    kill_child(proc)
     await proc.wait()

@@ -140,9 +140,8 @@ class Tools:
             raise ToolError(f"unknown tool {call.name!r}; the tools are {', '.join(ARGUMENTS)}")
         _check_arguments(call)
         try:
+            # a sandbox fault (InfrastructureError) is no OSError: it reaches the run stage, which retries it
             return await handler(**call.arguments)
-        except ConnectionError:
-            raise  # the sandbox's fault, not the model's: the run stage retries it
         except (OSError, ValueError) as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 

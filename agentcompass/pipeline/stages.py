@@ -29,8 +29,8 @@ from agentcompass.runtime.base import (
     EnvironmentSession,
     HarnessContext,
     HarnessFreeBenchmark,
-    InfrastructureError,
     error_result,
+    retryable,
 )
 from agentcompass.runtime.models import (
     ExecutionPlan,
@@ -298,13 +298,6 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
             await closing
 
 
-def is_infrastructure_fault(exc: BaseException) -> bool:
-    """A dead sandbox, an unreachable engine, a dropped connection: worth a runtime retry."""
-    if isinstance(exc, (InfrastructureError, ConnectionError)):
-        return True
-    return type(exc).__module__.startswith(("docker.errors", "requests.exceptions"))
-
-
 def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int, prepared_out) -> None:
     """Write the attempt's PreparedTask (+ the prepared workspace)."""
     plan = plan_for(req, plans_path, segment, attempt)
@@ -374,7 +367,7 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
             result = error_result(plan.task_id, plan.attempt, "run", f"timed out after {plan.execution.task_timeout} s")
             break
         except Exception as exc:
-            if not is_infrastructure_fault(exc):
+            if not retryable(exc):
                 result = error_result(plan.task_id, plan.attempt, "run", exc)  # the agent's failure is a status
                 break
             if retries < plan.execution.max_retries:

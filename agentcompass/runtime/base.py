@@ -325,7 +325,55 @@ class EnvironmentSession(abc.ABC):
 
 
 class InfrastructureError(RuntimeError):
-    """A fault of the sandbox or the connection, not of the agent: retried up to max_retries."""
+    """A fault of the sandbox or of the way to it, not of the agent.
+
+    Providers raise one of the subclasses below, translated from what their
+    engine or their processes report; ``retryable`` says which of them the run
+    stage retries under ``execution.max_retries``. This class itself, raised
+    by a provider that has no finer type for a fault, is retried.
+    """
+
+
+class EnvironmentUnavailableError(InfrastructureError):
+    """The engine cannot be reached, or cannot open a sandbox now: retried."""
+
+
+class SandboxDiedError(InfrastructureError):
+    """The sandbox died or vanished mid-attempt (its container, or a host_process session's network holder): retried."""
+
+
+class SandboxConnectionError(InfrastructureError):
+    """The connection to an open sandbox dropped (a call to its engine was cut off): retried."""
+
+
+class ImageBuildError(InfrastructureError):
+    """The sandbox's image could not be built from its Dockerfile: NOT retried.
+
+    A failing ``RUN`` step or a Dockerfile the engine cannot parse fails the
+    same way on every try, so a retry would only repeat the build; the error
+    carries the end of the build log instead. An engine that cannot be reached
+    during a build raises ``EnvironmentUnavailableError``, which is retried.
+    """
+
+
+# Whether the run stage retries a fault, by its type; the most specific entry
+# in the exception's class hierarchy decides. Any other exception is the
+# attempt's own failure, never retried.
+_RETRIED: dict[type[InfrastructureError], bool] = {
+    InfrastructureError: True,
+    EnvironmentUnavailableError: True,
+    SandboxDiedError: True,
+    SandboxConnectionError: True,
+    ImageBuildError: False,
+}
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether the run stage retries an attempt that raised ``exc`` (under ``execution.max_retries``)."""
+    for cls in type(exc).__mro__:
+        if cls in _RETRIED:
+            return _RETRIED[cls]
+    return False
 
 
 def keeps(retain: str | None, default: str, failed: bool) -> bool:

@@ -65,6 +65,14 @@ def require_docker() -> None:
         pytest.skip(reason)
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a workflow run in a child: no Snakemake state, no user config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    env["AGENTCOMPASS_USER_CONFIG"] = ""
+    env.update(extra)
+    return env
+
+
 def unique_label(kind: str = "ctest") -> str:
     return f"{kind}{uuid.uuid4().hex[:10]}-task-1-run"
 

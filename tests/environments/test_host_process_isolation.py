@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -157,3 +160,34 @@ def test_clean_leaves_the_processes_of_a_live_owner_alone(host):
     assert cleaned.returncode == 0
     assert "nothing to clean" in cleaned.stdout
     assert len(alive) >= 2  # the holder and the command
+
+
+def test_every_exit_status_survives_many_isolated_sessions_at_once(host, caplog):
+    """HumanEval's evaluation, many attempts at once: each in its own thread's event loop, as
+    Snakemake's job threads run them, opens a 'none' session, runs a program and closes it.
+
+    Each program exits with its own status, and each namespace holder is killed at close: both
+    must come back as they were. Were a child reaped by anything but asyncio's child watcher,
+    the watcher would log "Unknown child process" and report 255 in its place.
+    """
+    codes = list(range(96))
+
+    def attempt(code: int) -> tuple[int, int]:
+        async def main():
+            session = await host.open("none")
+            try:
+                ran = await session.exec([sys.executable, "-"], input=f"import sys; sys.exit({code})", timeout=60)
+                holder = session._isolated.holder
+            finally:
+                await session.close()
+            return ran.returncode, holder.returncode
+
+        return asyncio.run(main())
+
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(attempt, codes))
+    assert [ran for ran, _ in outcomes] == codes
+    lost = {code: holder for code, (_, holder) in zip(codes, outcomes) if holder != -signal.SIGKILL}
+    assert lost == {}, "these sessions' holders, killed at close, came back with another status"
+    assert [r.getMessage() for r in caplog.records if "child process" in r.getMessage()] == []

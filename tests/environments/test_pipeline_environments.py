@@ -22,7 +22,7 @@ import yaml
 from agentcompass.environments.leftovers import LABEL_VAR, environment_markers
 from agentcompass.environments.netns import network_isolation
 
-from .envkit import TEST_IMAGE, require_docker
+from .envkit import TEST_IMAGE, clean_env, require_docker
 
 DRIVER = Path(__file__).resolve().parent / "workflow_driver.py"
 
@@ -34,12 +34,6 @@ def environment_of(provider: str) -> dict:
     if not network_isolation()[0]:
         pytest.skip(f"host_process cannot isolate here: {network_isolation()[1]}")
     return {"id": "host_process"}
-
-
-def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    env["AGENTCOMPASS_USER_CONFIG"] = ""
-    return env
 
 
 def driver_argv(workdir: Path, config: Path, *extra: str) -> list[str]:

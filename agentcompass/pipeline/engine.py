@@ -126,6 +126,7 @@ def requested_threads(workflow, rule_name: str) -> int | None:
     """The threads ``--set-threads`` (or a profile's ``set-threads``) gives a rule, before
     Snakemake cuts them to the cores it has (inside a cluster job: the job's CPUs)."""
     value = workflow.resource_settings._parsed_overwrite_threads.get(rule_name)
+    value = getattr(value, "value", value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

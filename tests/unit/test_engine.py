@@ -51,6 +51,8 @@ def first(wildcards):
     note("cores", engine.cores(workflow))
     note("widgets", engine.global_resource(workflow, "widgets"))
     note("code", engine.rule_code(workflow, "a"))
+    note("threads", engine.requested_threads(workflow, "a"))
+    note("resources", engine.rule_resources(workflow, "a", wildcards, ["widgets"]))
     if config.get("nolock"):
         engine.leave_directory_unlocked(workflow)
     return []
@@ -112,7 +114,8 @@ def observed(flow: Path) -> dict:
 
 
 def test_settings_the_workflow_reads(flow: Path):
-    done = snakemake(flow, "--cores", "3", "--configfile", "cfg.yaml", "--forcerun", "a", "--config", "cap=1")
+    done = snakemake(flow, "--cores", "3", "--configfile", "cfg.yaml", "--forcerun", "a", "--set-threads", "a=7",
+                     "--config", "cap=1")
     assert done.returncode == 0, done.stderr[-3000:]
     seen = observed(flow)
     assert seen["config_files"] == [str(flow / "cfg.yaml")] or Path(seen["config_files"][0]).name == "cfg.yaml"
@@ -123,6 +126,8 @@ def test_settings_the_workflow_reads(flow: Path):
     assert seen["forcing"] == [False, ["a"], False]
     assert seen["cores"] == 3 and seen["widgets"] == 3
     assert "write_finished" in seen["code"]
+    assert seen["threads"] == 7  # as asked, before Snakemake cuts a job's threads to its cores
+    assert seen["resources"]["widgets"] == 1 and seen["resources"]["_cores"] == 3
 
     dry = snakemake(flow, "--cores", "1", "-n", "--forceall")
     assert dry.returncode == 0 and observed(flow)["executing"] is False

@@ -31,6 +31,13 @@ def _key_values(pairs: list[str] | None, flag: str) -> dict:
     return out
 
 
+def _cores(value: str) -> str:
+    """``--cores``: a whole number of at least 1, or ``all`` (Snakemake's own two forms)."""
+    if value == "all" or (value.isdigit() and int(value) >= 1):
+        return value
+    raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, or 'all'; got {value!r}")
+
+
 def cmd_list(args) -> int:
     load_builtin_components()
     registry = REGISTRIES[args.kind]
@@ -226,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Arguments after '--' go to Snakemake (e.g. -- --profile profiles/slurm).",
     )
     _add_selection(p)
-    p.add_argument("--cores", default="2", help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
+    p.add_argument("--cores", default="2", type=_cores, help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
     p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved requests; load no tasks")
     p.set_defaults(func=cmd_run)
 
@@ -239,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("retry", help="rerun only the attempts whose result.json holds an error status")
     _add_selection(p)
-    p.add_argument("--cores", default="2")
+    p.add_argument("--cores", default="2", type=_cores)
     p.set_defaults(func=cmd_retry)
     _add_clean_parser(sub)
     return parser

@@ -163,7 +163,13 @@ def test_a_missing_tasks_folder_is_a_clear_error_before_any_job(tmp_path: Path, 
     config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tmp_path / "nowhere")})
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode != 0
-    assert "nowhere" in done.stderr and "is not a folder of Harbor tasks" in done.stderr
+    assert "nowhere" in done.stderr and "does not exist (it should be a folder of Harbor tasks)" in done.stderr
+    assert "benchmark.params.path" in done.stderr
+    assert not (workdir / "results").exists()
+    (tmp_path / "no-tasks" / "just-a-folder").mkdir(parents=True)
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tmp_path / "no-tasks")})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode != 0 and "holds no task folder (a folder with task.toml)" in done.stderr
     assert not (workdir / "results").exists()
 
 

@@ -58,7 +58,7 @@ from agentcompass.runtime import (
     TaskStatus,
 )
 from agentcompass.runtime.base import ScriptReference
-from agentcompass.runtime.config import ConfigError, config_field, env_ref, plan_field
+from agentcompass.runtime.config import ConfigError, ParameterError, config_field, env_ref, plan_field
 from agentcompass.secrets import resolve_secret, scrub
 
 SHIPPED_TASKS = PROJECT_ROOT / "examples" / "task_dir"
@@ -122,8 +122,16 @@ class TaskDirConfig(RuntimeBenchmarkConfig):
                 raise ConfigError(f"verifier_timeout must be positive, got {self.verifier_timeout}")
         self.pass_threshold = _number(self.pass_threshold, "pass_threshold")
         root = tasks_root(self.path)
+        if not root.exists():
+            raise ParameterError(f"path {str(root)!r} does not exist (it should be a folder of Harbor tasks)", ["path"])
         if not root.is_dir():
-            raise ConfigError(f"path {str(root)!r} is not a folder of Harbor tasks (it does not exist)")
+            raise ParameterError(f"path {str(root)!r} is a file, not a folder of Harbor tasks", ["path"])
+        # any() stops at the first task folder: this runs for every build_config, so it must stay cheap
+        if not (root / TASK_TOML).is_file() and not any(_is_task(p) for p in root.iterdir()):
+            raise ParameterError(
+                f"path {str(root)!r} holds no task folder (a folder with {TASK_TOML}); point it at a folder "
+                "of Harbor tasks or at one task", ["path"],
+            )
 
 
 @dataclass(slots=True)
@@ -151,11 +159,15 @@ def tasks_root(path: str | None) -> Path:
     return SHIPPED_TASKS if path is None else Path(path).expanduser().resolve()
 
 
+def _is_task(path: Path) -> bool:
+    return path.is_dir() and (path / TASK_TOML).is_file()
+
+
 def task_folders(root: Path) -> list[Path]:
     """The task folders under ``root`` (or ``root`` itself when it is one), by name."""
     if (root / TASK_TOML).is_file():
         return [root]
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and (p / TASK_TOML).is_file())
+    folders = sorted(p for p in root.iterdir() if _is_task(p))
     if not folders:
         raise ValueError(
             f"task_dir: {root} holds no task folder (a folder with {TASK_TOML}); point `path` at a folder of "

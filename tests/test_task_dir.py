@@ -151,6 +151,40 @@ def test_a_failing_solution_is_a_run_error_and_a_missing_reward_an_eval_error(tm
     assert "exit status 3" in log.read_text()
 
 
+def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_model_call(tmp_path: Path, workdir: Path):
+    from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    for broken in ("bad-toml", "no-prompt"):
+        shutil.copytree(tasks / "hello-file", tasks / broken)
+    (tasks / "bad-toml" / "task.toml").write_text("[verifier\ntimeout_sec = 10\n")
+    (tasks / "no-prompt" / "instruction.md").unlink()
+    with ScriptedEndpoint(lambda body: completion("done")) as endpoint:
+        config = workdir / "tasks.yaml"
+        config.write_text(yaml.safe_dump({"requests": {"tasks": {
+            "benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
+            "harness": "chat", "model": {"id": "scripted", "base_url": endpoint.base_url},
+        }}}))
+        done = agentcompass(workdir, "run", "--config", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = results_of(workdir)
+    assert sorted(results) == sorted([*SHIPPED, "bad-toml", "no-prompt"])
+    assert all(results[task]["status"] == "completed" for task in SHIPPED)
+    bad_toml, no_prompt = results["bad-toml"], results["no-prompt"]
+    assert bad_toml["status"] == no_prompt["status"] == "run_error"
+    assert bad_toml["error_stage"] == no_prompt["error_stage"] == "load"
+    assert bad_toml["error"].startswith(f"task_dir: {tasks / 'bad-toml' / 'task.toml'} is not valid TOML")
+    assert no_prompt["error"] == f"task_dir: {tasks / 'no-prompt'} has no instruction.md (the prompt); add it"
+    # the model answered the loaded tasks only, and no sandbox was opened for the others
+    assert len(endpoint.requests) == len(SHIPPED)
+    attempts = workdir / "results/default/tasks/attempts"
+    assert (attempts / "hello-file/1/workspace").is_dir()
+    assert not (attempts / "bad-toml/1/workspace").exists() and not (attempts / "no-prompt/1/workspace").exists()
+    metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
+    assert metrics["counts"] == {"completed": len(SHIPPED), "run_error": 2}
+
+
 def test_config_docs_document_every_parameter(workdir: Path):
     done = agentcompass(workdir, "config", "docs", "benchmark", "task_dir")
     assert done.returncode == 0, done.stderr

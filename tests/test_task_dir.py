@@ -183,6 +183,11 @@ def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_
     assert not (attempts / "bad-toml/1/workspace").exists() and not (attempts / "no-prompt/1/workspace").exists()
     metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
     assert metrics["counts"] == {"completed": len(SHIPPED), "run_error": 2}
+    status = agentcompass(workdir, "status", "--config", str(config))
+    assert status.returncode == 0, status.stderr
+    assert f"attempts: completed {len(SHIPPED)}, run_error 2" in status.stdout
+    assert f"run_error at load: no-prompt attempt 1: {no_prompt['error']}" in status.stdout
+    assert "run_error at load: bad-toml attempt 1: task_dir: " in status.stdout
 
 
 def test_config_docs_document_every_parameter(workdir: Path):

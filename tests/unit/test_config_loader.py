@@ -516,5 +516,7 @@ def test_a_number_for_a_text_parameter_is_its_text_and_other_types_are_refused()
         keep: bool = config_field(default=False, description="Keep it.")
 
     assert build_component_config(Cfg, {"answer": 42}, "where").answer == "42"
+    # null ('-H answer=') for a parameter that cannot be null: not set, so its default
+    assert build_component_config(Cfg, {"answer": None, "keep": None}, "where") == Cfg()
     with pytest.raises(ConfigError, match="keep must be bool, got 'maybe'"):
         build_component_config(Cfg, {"keep": "maybe"}, "where")

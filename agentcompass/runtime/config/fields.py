@@ -104,17 +104,33 @@ def _is_text(tp: Any) -> bool:
     return str in options
 
 
-def check_containers(config_cls: type, params: dict[str, Any]) -> dict[str, Any]:
+def yaml_list(value: Any) -> str:
+    """The YAML list a value given for a list most likely meant: ``'a,b'`` -> ``[a, b]``."""
+    if isinstance(value, str):
+        return "[" + ", ".join(part.strip() for part in value.split(",") if part.strip()) + "]"
+    return f"[{value}]"
+
+
+def prepare_params(config_cls: type, params: dict[str, Any]) -> dict[str, Any]:
     """Params ready for the config class; a list or mapping given as anything else is refused by name.
 
     Accepting a string for a list would read ``task_ids: "a,b"`` as one id
     named ``a,b``. A number given for a text parameter becomes its text: YAML
     and ``-H answer=42`` read ``42`` as a number where the user meant the text.
+    Null (``-H answer=``, a bare ``answer:``) for a parameter that cannot be
+    null means it is not set: its default applies.
     """
     hints = typing.get_type_hints(config_cls)
+    defaults = {f.name for f in dataclasses.fields(config_cls)
+                if f.default is not _MISSING or f.default_factory is not _MISSING}
     params = dict(params)
-    for name, value in params.items():
+    for name, value in list(params.items()):
         hint = hints.get(name)
+        if hint is None:
+            continue
+        if value is None and name in defaults and not _checker(hint)(None):
+            del params[name]
+            continue
         if _is_text(hint) and isinstance(value, (int, float)) and not isinstance(value, bool):
             params[name] = str(value)
             continue
@@ -122,7 +138,7 @@ def check_containers(config_cls: type, params: dict[str, Any]) -> dict[str, Any]
         if kind is None or value is None or isinstance(value, kind):
             continue
         if kind is list:
-            form = f"[{', '.join(p.strip() for p in value.split(',') if p.strip())}]" if isinstance(value, str) else f"[{value}]"
+            form = yaml_list(value)
             raise ParameterError(
                 f"{name} must be a list, got {value!r}: write it as a YAML list, '{name}: {form}' "
                 f"('{name}={form.replace(' ', '')}' on the command line)", [name],
@@ -152,7 +168,7 @@ def build_component_config(config_cls: type, params: dict[str, Any], where: str)
     if unknown:
         raise ParameterError(f"{where}: unknown parameter(s) {unknown}; known: {names or 'none'}", unknown)
     try:
-        config = config_cls(**check_containers(config_cls, params))
+        config = config_cls(**prepare_params(config_cls, params))
         check_types(config)
     except (ConfigError, ContractError, TypeError, ValueError) as exc:
         # the names travel on, so the error can blame the file that set the parameter

@@ -24,7 +24,7 @@ import yaml
 
 from agentcompass import PROJECT_ROOT
 
-from .fields import ConfigError
+from .fields import ConfigError, yaml_list
 
 USER_CONFIG_ENV = "AGENTCOMPASS_USER_CONFIG"
 PROJECT_CONFIG = Path("configs") / "config.yaml"
@@ -335,11 +335,6 @@ def describe_value(value: Any) -> str:
     if isinstance(value, (list, dict)):
         return f"{_JSON_TYPES['array' if isinstance(value, list) else 'object']} {json.dumps(value)[:60]}"
     return repr(value)
-
-
-def yaml_list(value: str) -> str:
-    """The YAML list a comma-separated string most likely meant: ``'a,b'`` -> ``[a, b]``."""
-    return "[" + ", ".join(part.strip() for part in value.split(",") if part.strip()) + "]"
 
 
 def _type_problem(path: tuple, value: Any, expected: Any, fix: str) -> tuple[str, str]:

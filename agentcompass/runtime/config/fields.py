@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from typing import Any
@@ -104,6 +105,18 @@ def _is_text(tp: Any) -> bool:
     return str in options
 
 
+# Every stage builds its components' configs again (a Benchmark's plan, once per task): read each class once.
+@functools.lru_cache(maxsize=None)
+def _param_hints(config_cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(config_cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_default(config_cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(config_cls)
+                     if f.default is not _MISSING or f.default_factory is not _MISSING)
+
+
 def yaml_list(value: Any) -> str:
     """The YAML list a value given for a list most likely meant: ``'a,b'`` -> ``[a, b]``."""
     if isinstance(value, str):
@@ -120,9 +133,7 @@ def prepare_params(config_cls: type, params: dict[str, Any]) -> dict[str, Any]:
     Null (``-H answer=``, a bare ``answer:``) for a parameter that cannot be
     null means it is not set: its default applies.
     """
-    hints = typing.get_type_hints(config_cls)
-    defaults = {f.name for f in dataclasses.fields(config_cls)
-                if f.default is not _MISSING or f.default_factory is not _MISSING}
+    hints, defaults = _param_hints(config_cls), _has_default(config_cls)
     params = dict(params)
     for name, value in list(params.items()):
         hint = hints.get(name)
@@ -154,7 +165,7 @@ def check_types(config: Any) -> None:
     anything left of another type (``keep_workspace: maybe``) is refused here
     rather than being used as it is.
     """
-    hints = typing.get_type_hints(type(config))
+    hints = _param_hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if f.init and f.name in hints and not _checker(hints[f.name])(value):

@@ -324,7 +324,7 @@ _JSON_TYPES = {
 }
 
 
-def describe_value(value: Any) -> str:
+def _describe_value(value: Any) -> str:
     """A YAML value as a user would name it: ``the string '2'``, ``true``, ``a list``."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -341,7 +341,7 @@ def _type_problem(path: tuple, value: Any, expected: Any, fix: str) -> tuple[str
     """(problem, fix) for a value of the wrong type: the type wanted, and the YAML that gives it."""
     wanted = [expected] if isinstance(expected, str) else list(expected)
     names = " or ".join(_JSON_TYPES.get(t, t) for t in wanted if t != "null")
-    problem = f"must be {names}, got {describe_value(value)}"
+    problem = f"must be {names}, got {_describe_value(value)}"
     key = str(path[-1]) if path else "value"
     if "array" in wanted and isinstance(value, str):
         return problem, f"write it as a YAML list: '{key}: {yaml_list(value)}'"

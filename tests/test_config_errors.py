@@ -39,6 +39,64 @@ BAD_FILES = {
         GOOD + "benchmarks:\n  example_exact_match: {case_sensitiv: true}\n",
         "benchmarks.example_exact_match.case_sensitiv", "unknown parameter",
     ),
+    "base_url with another scheme": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: chat, model: {id: m, base_url: 'ftp://x'}}\n",
+        "requests.r1.model.base_url", "http:// or https://",
+    ),
+    "base_url without a scheme": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: chat, model: {id: m, base_url: 'localhost:8000'}}\n",
+        "requests.r1.model.base_url", "'localhost:8000'",
+    ),
+    "base_url that is no URL": (
+        "defaults:\n  model: {id: m, base_url: not a url}\nrequests:\n  r1: {benchmark: example_exact_match, harness: chat}\n",
+        "defaults.model.base_url", "'not a url'",
+    ),
+    "a harness that calls a model without base_url": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: chat, model: {id: m}}\n",
+        "requests.r1.model", "base_url is not set",
+    ),
+    "a key repeated in a mapping": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none}}\n"
+        "  r1: {benchmark: example_exact_match, harness: fixed_answer, model: {id: none}}\n",
+        "line 3", "key 'r1' appears twice",
+    ),
+    "a string for a benchmark's list": (
+        GOOD + "benchmarks:\n  example_exact_match: {task_ids: 'a,b'}\n",
+        "benchmarks.example_exact_match.task_ids", "task_ids: [a, b]",
+    ),
+    "a string for enabled_recipes": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none}, "
+        "execution: {enabled_recipes: x}}\n",
+        "requests.r1.execution.enabled_recipes", "enabled_recipes: [x]",
+    ),
+    "limit 0": (
+        GOOD + "benchmarks:\n  example_exact_match: {limit: 0}\n",
+        "benchmarks.example_exact_match.limit", "at least 1",
+    ),
+    "attempts as a string": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none}, execution: {attempts: '2'}}\n",
+        "requests.r1.execution.attempts", "write it without quotes: 'attempts: 2'",
+    ),
+    "attempts as a boolean": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none}, execution: {attempts: true}}\n",
+        "requests.r1.execution.attempts", "must be a whole number, got true",
+    ),
+    "a component table that is not a mapping": (
+        GOOD + "harnesses:\n  oracle: [1]\n",
+        "harnesses.oracle", "must be a mapping",
+    ),
+    "a request that is a string": (
+        "requests:\n  r1: example_exact_match\n",
+        "requests.r1", "must be a mapping",
+    ),
+    "a parameter of the wrong type": (
+        GOOD + "environments:\n  host_process: {keep_workspace: maybe}\n",
+        "environments.host_process.keep_workspace", "must be bool",
+    ),
+    "a task_dir path that does not exist": (
+        "requests:\n  r1: {benchmark: {id: task_dir, params: {path: /nonexistent/tasks}}, harness: oracle, model: {id: none}}\n",
+        "requests.r1.benchmark.params.path", "does not exist",
+    ),
 }
 
 
@@ -46,6 +104,7 @@ def assert_refused(done, workdir: Path, source: str, field: str, problem: str) -
     assert done.returncode != 0
     message = done.stderr
     assert source in message and field in message and problem in message and "Fix:" in message, message
+    assert "Traceback" not in message, message
     assert not (workdir / "results").exists()
     assert "Finished jobid" not in message
 
@@ -76,6 +135,61 @@ def test_bad_configfile_is_refused_by_the_cli_before_any_job(workdir: Path, case
     path.write_text(text)
     done = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "--config", str(path))
     assert_refused(done, workdir, str(path), field, problem)
+
+
+# Snakemake reads each --configfile itself before the Snakefile, and refuses these with its own
+# message; through the CLI, the run config loader names the file and the fix.
+NOT_A_MAPPING = {
+    "empty": ("", "the config file is empty"),
+    "only comments": ("# nothing yet\n", "the config file is empty"),
+    "a list": ("- requests\n", "this one is a list"),
+    "a scalar": ("requests\n", "this one is a string"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_A_MAPPING))
+def test_a_config_file_that_is_not_a_mapping_is_refused_naming_it(workdir: Path, case: str):
+    text, problem = NOT_A_MAPPING[case]
+    path = workdir / "bad.yaml"
+    path.write_text(text)
+    done = agentcompass(workdir, "run", "--config", str(path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("agentcompass: invalid run config: ")
+    assert_refused(done, workdir, str(path), "", problem)
+    plain = snakemake(workdir, "--configfile", str(path))
+    assert plain.returncode != 0 and "Traceback" not in plain.stderr
+    assert not (workdir / "results").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "retry"])
+@pytest.mark.parametrize("cores", ["abc", "0", "-2"])
+def test_bad_cores_is_a_usage_error(workdir: Path, command: str, cores: str):
+    done = agentcompass(workdir, command, "example_exact_match", "oracle", "none", "--cores", cores)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: agentcompass " + command), done.stderr
+    assert "argument --cores: must be a whole number of at least 1, or 'all'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (workdir / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "args, field, problem",
+    [
+        (["--base-url", "ftp://x"], "model.base_url", "'ftp://x'"),
+        (["-b", "limit=0"], "benchmark.params.limit", "limit must be at least 1"),
+        (["-b", "limit=-3"], "benchmark.params.limit", "limit must be at least 1"),
+        (["-b", "task_ids=a,b"], "benchmark.params.task_ids", "'task_ids=[a,b]' on the command line"),
+        (["-b", "limit"], "--benchmark-param 'limit'", "expected KEY=VALUE"),
+        (["-e", "nope"], "environment", "unknown environment id 'nope'"),
+        (["-b", "path=/nonexistent/tasks"], "benchmark.params.path", "does not exist"),
+    ],
+)
+def test_bad_command_line_values_are_refused_before_any_job(workdir: Path, args: list, field: str, problem: str):
+    benchmark = "task_dir" if any("path=" in a for a in args) else "example_exact_match"
+    done = agentcompass(workdir, "run", benchmark, "oracle", "none", *args)
+    assert done.returncode == 2
+    assert done.stderr.startswith("agentcompass: invalid run config: ")
+    assert_refused(done, workdir, "", field, problem)
 
 
 @pytest.mark.parametrize(

@@ -142,7 +142,7 @@ def test_a_refused_request_is_not_retried():
 
 def test_params_and_key_reach_the_endpoint(monkeypatch):
     monkeypatch.setenv("AC_CLIENT_TEST_KEY", "sk-client-test-123")
-    model = ModelSpec(id="my-model", base_url="", api_key="${AC_CLIENT_TEST_KEY}",
+    model = ModelSpec(id="my-model", base_url=None, api_key="${AC_CLIENT_TEST_KEY}",
                       params={"temperature": 0.2, "max_tokens": 7, "model": "not-this", "seed": 1})
     with ScriptedEndpoint() as endpoint:
         model.base_url = endpoint.base_url + "/"

@@ -151,6 +151,46 @@ def test_a_failing_solution_is_a_run_error_and_a_missing_reward_an_eval_error(tm
     assert "exit status 3" in log.read_text()
 
 
+def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_model_call(tmp_path: Path, workdir: Path):
+    from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    for broken in ("bad-toml", "no-prompt"):
+        shutil.copytree(tasks / "hello-file", tasks / broken)
+    (tasks / "bad-toml" / "task.toml").write_text("[verifier\ntimeout_sec = 10\n")
+    (tasks / "no-prompt" / "instruction.md").unlink()
+    with ScriptedEndpoint(lambda body: completion("done")) as endpoint:
+        config = workdir / "tasks.yaml"
+        config.write_text(yaml.safe_dump({"requests": {"tasks": {
+            "benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
+            "harness": "chat", "model": {"id": "scripted", "base_url": endpoint.base_url},
+        }}}))
+        done = agentcompass(workdir, "run", "--config", str(config))
+    # the run went to its end (its exit status is the CLI's account of the failed attempts)
+    assert "Traceback" not in done.stderr and "metrics.json" in done.stdout, done.stderr[-3000:]
+    results = results_of(workdir)
+    assert sorted(results) == sorted([*SHIPPED, "bad-toml", "no-prompt"])
+    assert all(results[task]["status"] == "completed" for task in SHIPPED)
+    bad_toml, no_prompt = results["bad-toml"], results["no-prompt"]
+    assert bad_toml["status"] == no_prompt["status"] == "run_error"
+    assert bad_toml["error_stage"] == no_prompt["error_stage"] == "load"
+    assert bad_toml["error"].startswith(f"task_dir: {tasks / 'bad-toml' / 'task.toml'} is not valid TOML")
+    assert no_prompt["error"] == f"task_dir: {tasks / 'no-prompt'} has no instruction.md (the prompt); add it"
+    # the model answered the loaded tasks only, and no sandbox was opened for the others
+    assert len(endpoint.requests) == len(SHIPPED)
+    attempts = workdir / "results/default/tasks/attempts"
+    assert (attempts / "hello-file/1/workspace").is_dir()
+    assert not (attempts / "bad-toml/1/workspace").exists() and not (attempts / "no-prompt/1/workspace").exists()
+    metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
+    assert metrics["counts"] == {"completed": len(SHIPPED), "run_error": 2}
+    status = agentcompass(workdir, "status", "--config", str(config))
+    assert status.returncode == 0, status.stderr
+    assert f"attempts: completed {len(SHIPPED)}, run_error 2" in status.stdout
+    assert f"run_error at load: no-prompt attempt 1: {no_prompt['error']}" in status.stdout
+    assert "run_error at load: bad-toml attempt 1: task_dir: " in status.stdout
+
+
 def test_config_docs_document_every_parameter(workdir: Path):
     done = agentcompass(workdir, "config", "docs", "benchmark", "task_dir")
     assert done.returncode == 0, done.stderr
@@ -163,7 +203,13 @@ def test_a_missing_tasks_folder_is_a_clear_error_before_any_job(tmp_path: Path, 
     config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tmp_path / "nowhere")})
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode != 0
-    assert "nowhere" in done.stderr and "is not a folder of Harbor tasks" in done.stderr
+    assert "nowhere" in done.stderr and "does not exist (it should be a folder of Harbor tasks)" in done.stderr
+    assert "benchmark.params.path" in done.stderr
+    assert not (workdir / "results").exists()
+    (tmp_path / "no-tasks" / "just-a-folder").mkdir(parents=True)
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tmp_path / "no-tasks")})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode != 0 and "holds no task folder (a folder with task.toml)" in done.stderr
     assert not (workdir / "results").exists()
 
 

@@ -58,7 +58,7 @@ from agentcompass.runtime import (
     TaskStatus,
 )
 from agentcompass.runtime.base import ScriptReference
-from agentcompass.runtime.config import ConfigError, config_field, env_ref, plan_field
+from agentcompass.runtime.config import ConfigError, ParameterError, config_field, env_ref, plan_field
 from agentcompass.secrets import resolve_secret, scrub
 
 SHIPPED_TASKS = PROJECT_ROOT / "examples" / "task_dir"
@@ -122,8 +122,16 @@ class TaskDirConfig(RuntimeBenchmarkConfig):
                 raise ConfigError(f"verifier_timeout must be positive, got {self.verifier_timeout}")
         self.pass_threshold = _number(self.pass_threshold, "pass_threshold")
         root = tasks_root(self.path)
+        if not root.exists():
+            raise ParameterError(f"path {str(root)!r} does not exist (it should be a folder of Harbor tasks)", ["path"])
         if not root.is_dir():
-            raise ConfigError(f"path {str(root)!r} is not a folder of Harbor tasks (it does not exist)")
+            raise ParameterError(f"path {str(root)!r} is a file, not a folder of Harbor tasks", ["path"])
+        # any() stops at the first task folder: this runs for every build_config, so it must stay cheap
+        if not (root / TASK_TOML).is_file() and not any(_is_task(p) for p in root.iterdir()):
+            raise ParameterError(
+                f"path {str(root)!r} holds no task folder (a folder with {TASK_TOML}); point it at a folder "
+                "of Harbor tasks or at one task", ["path"],
+            )
 
 
 @dataclass(slots=True)
@@ -151,11 +159,15 @@ def tasks_root(path: str | None) -> Path:
     return SHIPPED_TASKS if path is None else Path(path).expanduser().resolve()
 
 
+def _is_task(path: Path) -> bool:
+    return path.is_dir() and (path / TASK_TOML).is_file()
+
+
 def task_folders(root: Path) -> list[Path]:
     """The task folders under ``root`` (or ``root`` itself when it is one), by name."""
     if (root / TASK_TOML).is_file():
         return [root]
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and (p / TASK_TOML).is_file())
+    folders = sorted(p for p in root.iterdir() if _is_task(p))
     if not folders:
         raise ValueError(
             f"task_dir: {root} holds no task folder (a folder with {TASK_TOML}); point `path` at a folder of "
@@ -270,12 +282,28 @@ def _json_safe(value: Any) -> Any:
 
 
 def load_task(folder: Path) -> TaskSpec:
+    """The task of one folder; a folder that cannot be loaded is a task whose ``load_error`` says why."""
+    try:
+        return _load_task(folder)
+    except (ValueError, TypeError, OSError) as exc:  # TOML and UTF-8 errors are ValueErrors
+        message = str(exc) or type(exc).__name__
+        if str(folder) not in message:  # a setting's error names the setting: add the file
+            message = f"task_dir: {folder / TASK_TOML}: {message.removeprefix('task_dir: ')}"
+        return TaskSpec(task_id=folder.name, metadata={"task_dir": str(folder)}, load_error=message)
+
+
+def _load_task(folder: Path) -> TaskSpec:
     config = read_task_toml(folder)
     instruction = folder / INSTRUCTION
     if not instruction.is_file():
         raise ValueError(f"task_dir: {folder} has no {INSTRUCTION} (the prompt); add it")
     if not (folder / TESTS / TEST_SCRIPT).is_file():
         raise ValueError(f"task_dir: {folder} has no {TESTS}/{TEST_SCRIPT} (the verifier); add it")
+    for section in ("verifier", "agent", "solution"):
+        if not isinstance(config.get(section) or {}, dict):
+            raise ValueError(f"task_dir: {folder / TASK_TOML}: [{section}] must be a table")
+    # what planning reads of task.toml, checked now: planning fails for the whole request
+    _plan_settings(config)
     metadata = config.get("metadata") or {}
     dockerfile = folder / ENVIRONMENT / DOCKERFILE
     category = metadata.get("category")
@@ -385,13 +413,26 @@ class HarborSolution(ScriptReference):
                 await session.exec(["rm", "-rf", HOST_HARBOR_DIR])
 
 
-def _env_table(env: dict[str, Any], where: str) -> dict[str, str]:
+def _env_table(env: Any, where: str) -> dict[str, str]:
+    if not isinstance(env, dict):
+        raise ValueError(f"task_dir: {where}.env must be a table of names and values, got {env!r}")
     values = {}
     for key, value in env.items():
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ValueError(f"task_dir: {where}.env.{key} must be a string, got {value!r}")
         values[str(key)] = str(value)
     return values
+
+
+def _plan_settings(toml: dict[str, Any]) -> dict[str, Any]:
+    """The timeouts and env tables of task.toml that a plan holds."""
+    verifier, agent, solution = (toml.get(s) or {} for s in ("verifier", "agent", "solution"))
+    return {
+        "verifier_timeout": _seconds(verifier, "[verifier]"),
+        "verifier_env": _env_table(verifier.get("env") or {}, "[verifier]"),
+        "solution_env": _env_table(solution.get("env") or {}, "[solution]"),
+        "agent_timeout": _seconds(agent, "[agent]"),
+    }
 
 
 def read_rewards(verifier_files: dict[str, str | None]) -> dict[str, float]:
@@ -448,8 +489,7 @@ class TaskDirBenchmark(BaseBenchmark):
     def build_plan(self, task: TaskSpec, req: RunRequest, environment: EnvironmentSpec) -> TaskDirPlan:
         config = self.build_config(req)
         folder = Path(task.metadata["task_dir"])
-        toml = read_task_toml(folder)
-        verifier, agent, solution = (toml.get(s) or {} for s in ("verifier", "agent", "solution"))
+        settings = _plan_settings(read_task_toml(folder))
         has_solution = (folder / SOLUTION / SOLVE_SCRIPT).is_file()
         native = environment.id == "docker"
         return TaskDirPlan(
@@ -458,12 +498,12 @@ class TaskDirBenchmark(BaseBenchmark):
             workdir=task.metadata.get("workdir"),
             copy_environment=not native,
             tests_digest=tree_digest(folder / TESTS),
-            verifier_timeout=config.verifier_timeout or _seconds(verifier, "[verifier]") or VERIFIER_TIMEOUT,
-            verifier_env=_env_table(verifier.get("env") or {}, "[verifier]"),
+            verifier_timeout=config.verifier_timeout or settings["verifier_timeout"] or VERIFIER_TIMEOUT,
+            verifier_env=settings["verifier_env"],
             pass_threshold=config.pass_threshold,
             solution_digest=tree_digest(folder / SOLUTION) if has_solution else None,
-            solution_env=_env_table(solution.get("env") or {}, "[solution]"),
-            agent_timeout=_seconds(agent, "[agent]"),
+            solution_env=settings["solution_env"],
+            agent_timeout=settings["agent_timeout"],
         )
 
     async def prepare_task(self, task, env, req, plan) -> PreparedTask:
@@ -485,7 +525,9 @@ class TaskDirBenchmark(BaseBenchmark):
             metadata={"harbor_task": task.metadata["harbor"]["name"] or task.task_id},
         )
 
-    def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> HarborSolution:
+    def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> HarborSolution | None:
+        if task.load_error is not None:
+            return None  # a folder that could not be loaded has no solution; its attempt never runs
         plan = self._require_plan(plan)
         if plan.solution_digest is None:
             raise ValueError(

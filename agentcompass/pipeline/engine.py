@@ -11,6 +11,7 @@ version, so an upgrade that changes one breaks one loud test, not a run.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import logging
 import os
@@ -158,6 +159,16 @@ class Record:
     code: str | None
     input: tuple[str, ...] | None
 
+    def param_values(self) -> list[Any] | None:
+        """The recorded params as the values they were (Snakemake records each one's ``repr``);
+        None when there are none or one is not a plain value."""
+        if self.params is None:
+            return None
+        try:
+            return [ast.literal_eval(text) for text in self.params]
+        except (ValueError, SyntaxError):
+            return None
+
 
 def _record_of(meta) -> Record | None:
     if meta is None:
@@ -197,7 +208,13 @@ class Records:
         return cls(FilePersistence(nolock=True, dag=None, path=root))
 
     def record(self, path: str | Path) -> Record | None:
+        """What Snakemake recorded for the output ``path``, named exactly as the workflow names it:
+        a relative path (relative to the working directory) or an absolute one, as written."""
         return _record_of(self.persistence.metadata(_iofile(path)))
+
+    def params_of(self, values: Iterable[Any]) -> tuple[str, ...]:
+        """``values`` as Snakemake would record them as a job's params: compare with ``Record.params``."""
+        return tuple(record_params(self.persistence, values))
 
     def incomplete(self, paths: Iterable[str | Path]) -> set[str]:
         """Those of ``paths`` that carry Snakemake's incomplete marker (a job that started and did not finish)."""

@@ -79,7 +79,11 @@ def plan_view(plan: ExecutionPlan, stage: str) -> dict[str, Any]:
 
 
 def task_fingerprint(task: TaskSpec) -> str:
-    return digest(task.to_dict())
+    data = task.to_dict()
+    if data["load_error"] is None:
+        # a task that loaded digests as it did before TaskSpec had load_error: its results stay current
+        del data["load_error"]
+    return digest(data)
 
 
 def request_record(req: RunRequest) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from agentcompass.runtime.models import (
     PreparedTask,
     RunRequest,
     RunResult,
+    TaskInput,
     TaskSpec,
     TaskStatus,
 )
@@ -305,6 +306,9 @@ def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int,
     attempt_dir = Path(prepared_out).parent
     saved = attempt_dir / WORKSPACE_DIR
     shutil.rmtree(saved, ignore_errors=True)
+    if task.load_error is not None:  # nothing to prepare: the run stage reports the error
+        write_file("prepared", prepared_out, PreparedTask(task_id=task.task_id, input=TaskInput(prompt="")))
+        return
     benchmark = benchmark_for(req)
 
     async def go() -> PreparedTask:
@@ -360,6 +364,9 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         trajectory.unlink(missing_ok=True)  # written by the harness, if it keeps one
         for stale in (outputs, final_workspace):
             shutil.rmtree(stale, ignore_errors=True)
+        if task.load_error is not None:  # the task's own error: no sandbox, no model call
+            result = RunResult(task_id=task.task_id, status=TaskStatus.RUN_ERROR, error=task.load_error, error_stage="load")
+            break
         try:
             result = run_coroutine(once())
             break

@@ -208,6 +208,13 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
         needs_model = harness.requires_model
     if needs_model and req.model.is_none:
         raise fail("model", f"harness {req.harness.id!r} needs a model, but model.id is 'none'", "set model: {id: MODEL, base_url: URL, api_key: ${VAR}}")
+    if needs_model and not req.model.base_url:
+        caller = f"harness {req.harness.id!r}" if not req.harness.is_none else f"benchmark {req.benchmark.id!r}"
+        raise fail(
+            "model", f"{caller} calls the model {req.model.id!r}, but model.base_url is not set",
+            "set model.base_url to its OpenAI-compatible endpoint, e.g. 'base_url: http://127.0.0.1:8000/v1' "
+            "(--base-url on the command line)",
+        )
     from .recipes import build_run_recipe_registry
     from .registry import ANALYZERS
 
@@ -222,6 +229,9 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
     environment = ENVIRONMENTS.get(req.environment.id)()
     try:
         environment.build_config(req.environment)
+    except (ConfigError, ContractError) as exc:
+        raise _param_error(config, name, "environment", "environments", req.environment.id, exc, fail)
+    try:
         for phase in ("baseline", "run", "evaluation"):
             policy = getattr(req.environment, f"{phase}_network")
             if policy is not None:
@@ -235,10 +245,12 @@ def _param_error(config: RunConfig, name: str, kind: str, table: str, cid: str, 
     fix = f"correct or remove it (see 'agentcompass config docs {kind} {cid}')"
     for key in getattr(exc, "names", []):
         in_request = config.data["requests"][name].get(kind)
-        if not (isinstance(in_request, dict) and key in (in_request.get("params") or {})):
-            path = (table, cid, key)
-            if config.source_of(path) and key in (config.data.get(table, {}).get(cid) or {}):
-                return config_error(config.source_of(path), path, str(exc), fix)
+        if isinstance(in_request, dict) and key in (in_request.get("params") or {}):
+            path = ("requests", name, kind, "params", key)
+            return config_error(config.source_of(path), path, str(exc), fix)
+        path = (table, cid, key)
+        if key in (config.data.get(table, {}).get(cid) or {}):
+            return config_error(config.source_of(path), path, str(exc), fix)
     return fail(kind, str(exc), fix)
 
 

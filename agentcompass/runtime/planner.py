@@ -32,6 +32,8 @@ class Planner:
         self._recipe_instances = {rid: cls() for rid, cls in recipes.items()}
 
     def plan(self, req: RunRequest, task: TaskSpec, attempt: int) -> ExecutionPlan:
+        if task.load_error is not None:
+            return self._unloaded(req, task, attempt)
         # 1. The evaluation mode: request > task hint > Benchmark default.
         mode = (
             req.environment.evaluation_environment_mode
@@ -102,3 +104,25 @@ class Planner:
                 policy = getattr(plan, f"{phase}_network")
                 setattr(plan, f"{phase}_network", self.environment.resolve_network_policy(policy, phase))
         return plan
+
+    def _unloaded(self, req: RunRequest, task: TaskSpec, attempt: int) -> ExecutionPlan:
+        """The plan of a task the Benchmark could not load: the request's settings and nothing of the task.
+
+        Its attempt ends with the load error before anything reads the plan, so
+        no Benchmark, Harness, Recipe or Environment code sees the broken task
+        (each would fail on it, and fail the whole request's planning).
+        """
+        return ExecutionPlan(
+            task_id=task.task_id,
+            attempt=attempt,
+            benchmark_id=self.benchmark.id,
+            task_environment=req.environment.copy(),
+            evaluation_environment=None,
+            evaluation_environment_mode=req.environment.evaluation_environment_mode or "task",
+            baseline_network=None,
+            run_network=None,
+            evaluation_network=None,
+            benchmark_plan=self.benchmark.plan_class(),
+            harness_plan=HarnessPlan(harness_id=self.harness.id if self.harness else "none"),
+            execution=copy.deepcopy(req.execution),
+        )

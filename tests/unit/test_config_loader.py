@@ -127,14 +127,17 @@ def test_config_field_choices_are_enforced():
 
 
 def test_runtime_benchmark_config_normalizes_selection():
-    cfg = RuntimeBenchmarkConfig(task_ids="only", categories=[1, "b"], limit="2")
+    cfg = RuntimeBenchmarkConfig(task_ids=["only"], categories=[1, "b"], limit="2")
     assert cfg.task_ids == ["only"]
     assert cfg.categories == ["1", "b"]
     assert cfg.limit == 2
-    with pytest.raises(ConfigError, match="limit"):
-        RuntimeBenchmarkConfig(limit=-1)
+    for limit in (0, -1):
+        with pytest.raises(ConfigError, match="limit must be at least 1"):
+            RuntimeBenchmarkConfig(limit=limit)
     with pytest.raises(ConfigError, match="task_ids"):
         RuntimeBenchmarkConfig(task_ids=[{"a": 1}])
+    with pytest.raises(ConfigError, match="task_ids must be a list"):
+        RuntimeBenchmarkConfig(task_ids="only")
 
 
 def test_build_component_config_names_unknown_parameters():
@@ -407,3 +410,113 @@ def test_literal_api_key_error_does_not_echo_the_key(isolated, tmp_path):
     })}})
     message = _error([path], start=isolated)
     assert "sk-verysecret123" not in message
+
+
+def test_a_key_repeated_in_a_mapping_names_the_file_line_and_key(isolated, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "requests:\n"
+        "  r: {benchmark: example_exact_match, harness: oracle, model: {id: none}}\n"
+        "benchmarks:\n"
+        "  example_exact_match:\n"
+        "    limit: 1\n"
+        "    case_sensitive: true\n"
+        "    limit: 2\n"
+    )
+    message = _error([path], start=isolated)
+    assert message.startswith(f"{path}: line 7: key 'limit' appears twice in the same mapping (first on line 5)")
+    assert "Fix:" in message
+
+
+def test_the_same_key_in_two_mappings_and_a_yaml_merge_are_not_repeats(isolated, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "requests:\n"
+        "  a: &base {benchmark: example_exact_match, harness: oracle, model: {id: none}}\n"
+        "  b:\n"
+        "    <<: *base\n"
+        "    harness: fixed_answer\n"
+    )
+    requests = load_run_config([path], start=isolated).data["requests"]
+    assert requests["b"]["harness"] == "fixed_answer" and requests["a"]["harness"] == "oracle"
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "the config file is empty"),
+    ("# only a comment\n", "the config file is empty"),
+    ("[a, b]\n", "a run config is a mapping of keys, but this one is a list"),
+    ("42\n", "a run config is a mapping of keys, but this one is a number"),
+])
+def test_an_empty_or_non_mapping_file_names_the_file(isolated, tmp_path, text, problem):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    message = _error([path], start=isolated)
+    assert message.startswith(str(path)) and problem in message and "Fix:" in message
+
+
+def test_a_folder_or_a_binary_file_as_config_is_a_config_error(isolated, tmp_path):
+    binary = tmp_path / "c.yaml"
+    binary.write_bytes(b"\xff\xfe\x00requests")
+    assert _error([binary], start=isolated).startswith(f"{binary}: not a text file")
+    assert _error([tmp_path], start=isolated).startswith(f"{tmp_path}: is a folder, not a config file")
+
+
+@pytest.mark.parametrize("execution, field, problem, fix", [
+    ({"attempts": "2"}, "execution.attempts", "must be a whole number, got the string '2'",
+     "write it without quotes: 'attempts: 2'"),
+    ({"attempts": True}, "execution.attempts", "must be a whole number, got true", "expected: Semantic attempts"),
+    ({"task_timeout": "soon"}, "execution.task_timeout", "must be a number, got the string 'soon'", "expected: Seconds"),
+    ({"enabled_recipes": "a, b"}, "execution.enabled_recipes", "must be a list, got the string 'a, b'",
+     "write it as a YAML list: 'enabled_recipes: [a, b]'"),
+])
+def test_a_value_of_the_wrong_type_says_the_type_and_the_yaml_that_gives_it(isolated, tmp_path, execution, field, problem, fix):
+    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request()}, "execution": execution})
+    assert _error([path], start=isolated).startswith(f"{path}: field '{field}': {problem}. Fix: {fix}")
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "localhost:8000", "not a url", "http://", "https:// spaced"])
+def test_base_url_must_be_an_http_url(isolated, tmp_path, url):
+    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request(model={"id": "m", "base_url": url})}})
+    message = _error([path], start=isolated)
+    assert f"{path}: field 'requests.r.model.base_url': {url!r}" in message and "http:// or https://" in message
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "https://api.example.com/v1", "http://localhost"])
+def test_http_base_urls_are_accepted(isolated, tmp_path, url):
+    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request(model={"id": "m", "base_url": url})}})
+    assert load_run_config([path], start=isolated).data["requests"]["r"]["model"]["base_url"] == url
+
+
+def test_config_paths_are_absolute_whichever_way_the_file_is_named(isolated, tmp_path, monkeypatch):
+    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request()}})
+    monkeypatch.chdir(tmp_path)
+    named = [load_run_config([name], start=isolated).config_paths for name in ("c.yaml", "./c.yaml", str(path))]
+    assert named == [[str(path.resolve())]] * 3
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"task_ids": "a,b"}, "task_ids must be a list, got 'a,b': write it as a YAML list, 'task_ids: [a, b]'"),
+    ({"categories": 3}, "categories must be a list, got 3"),
+    ({"limit": 0}, "limit must be at least 1, got 0"),
+    ({"limit": True}, "limit must be an integer, got True"),
+])
+def test_component_params_of_the_wrong_shape_are_refused_by_name(params, message):
+    with pytest.raises(ConfigError) as info:
+        build_component_config(RuntimeBenchmarkConfig, params, "benchmark 'x' params")
+    assert str(info.value).startswith(f"benchmark 'x' params: {message}")
+    assert info.value.names == list(params)
+
+
+def test_a_number_for_a_text_parameter_is_its_text_and_other_types_are_refused():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        answer: str = config_field(default="", description="An answer.")
+        keep: bool = config_field(default=False, description="Keep it.")
+
+    assert build_component_config(Cfg, {"answer": 42}, "where").answer == "42"
+    # null ('-H answer=') for a parameter that cannot be null: not set, so its default
+    assert build_component_config(Cfg, {"answer": None, "keep": None}, "where") == Cfg()
+    with pytest.raises(ConfigError, match="keep must be bool, got 'maybe'"):
+        build_component_config(Cfg, {"keep": "maybe"}, "where")

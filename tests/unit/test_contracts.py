@@ -500,3 +500,10 @@ def test_int_in_float_field_serializes_identically_after_round_trip():
     result = RunResult(task_id="t", usage={"calls": 1})
     rebuilt = RunResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert json.dumps(rebuilt.to_dict(), sort_keys=True) == json.dumps(result.to_dict(), sort_keys=True)
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "localhost:8000", "not a url", ""])
+def test_model_spec_base_url_must_be_an_http_url(url):
+    with pytest.raises(ContractError, match="ModelSpec.base_url must be an http:// or https:// URL"):
+        ModelSpec(id="m", base_url=url)
+    assert ModelSpec(id="m", base_url="http://127.0.0.1:8000/v1").base_url == "http://127.0.0.1:8000/v1"

@@ -227,8 +227,13 @@ def test_harness_that_needs_no_model_accepts_model_none():
 
 
 def test_chat_harness_with_a_model_is_accepted():
-    req = resolve_one({"requests": {"r": request(harness="chat", model={"id": "gpt-test"})}})
+    req = resolve_one({"requests": {"r": request(harness="chat", model={"id": "gpt-test", "base_url": "http://127.0.0.1:9/v1"})}})
     assert req.model.id == "gpt-test"
+
+
+def test_a_harness_that_calls_a_model_needs_its_base_url():
+    message = config_error({"requests": {"r": request(harness="chat", model={"id": "gpt-test"})}})
+    assert "requests.r.model" in message and "base_url is not set" in message and "Fix:" in message
 
 
 def test_harness_none_requires_a_harness_free_benchmark():

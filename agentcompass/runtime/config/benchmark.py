@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fields import ConfigError, config_field, parse_int
+from .fields import ParameterError, config_field, parse_int
 
 
 @dataclass(slots=True)
@@ -23,7 +23,8 @@ class RuntimeBenchmarkConfig:
     )
     limit: int | None = config_field(
         default=None,
-        description="Run at most this many tasks, the first ones after id and category selection.",
+        description="Run at most this many tasks (at least 1), the first ones after id and category selection; "
+        "null runs all.",
         stage="tasks",
     )
 
@@ -32,10 +33,12 @@ class RuntimeBenchmarkConfig:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list) or not all(isinstance(v, (str, int)) for v in value):
-                raise ConfigError(f"{name} must be a list of strings, got {value!r}")
+            if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+                raise ParameterError(f"{name} must be a list of strings such as [a, b], got {value!r}", [name])
             setattr(self, name, [str(v) for v in value])
         if self.limit is not None:
-            self.limit = parse_int(self.limit, "limit", minimum=0)
+            # 0 would select no task at all: a request with nothing to run is a mistake, not a choice
+            limit = parse_int(self.limit, "limit")
+            if limit < 1:
+                raise ParameterError(f"limit must be at least 1, got {limit} (null, the default, runs every task)", ["limit"])
+            self.limit = limit

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
 import typing
 from typing import Any
 
-from ..models.codec import ContractError, _type_name
+from ..models.codec import ContractError, _checker, _type_name
 
 _MISSING = dataclasses.MISSING
 
@@ -71,7 +73,7 @@ def parse_bool(value: Any, name: str) -> bool:
         return False
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    raise ConfigError(f"{name} must be true or false, got {value!r}")
+    raise ParameterError(f"{name} must be true or false, got {value!r}", [name])
 
 
 def parse_int(value: Any, name: str, minimum: int | None = None) -> int:
@@ -82,10 +84,92 @@ def parse_int(value: Any, name: str, minimum: int | None = None) -> int:
         if isinstance(value, float) and number != value:
             raise ValueError
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+        raise ParameterError(f"{name} must be an integer, got {value!r}", [name]) from None
     if minimum is not None and number < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {number}")
+        raise ParameterError(f"{name} must be at least {minimum}, got {number}", [name])
     return number
+
+
+def _container(tp: Any) -> type | None:
+    """``list`` or ``dict`` when the type hint ``tp`` is one (or one or None), else None."""
+    options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if origin in (list, dict):
+            return origin
+    return None
+
+
+def _is_text(tp: Any) -> bool:
+    options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    return str in options
+
+
+# Every stage builds its components' configs again (a Benchmark's plan, once per task): read each class once.
+@functools.lru_cache(maxsize=None)
+def _param_hints(config_cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(config_cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_default(config_cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(config_cls)
+                     if f.default is not _MISSING or f.default_factory is not _MISSING)
+
+
+def yaml_list(value: Any) -> str:
+    """The YAML list a value given for a list most likely meant: ``'a,b'`` -> ``[a, b]``."""
+    if isinstance(value, str):
+        return "[" + ", ".join(part.strip() for part in value.split(",") if part.strip()) + "]"
+    return f"[{value}]"
+
+
+def prepare_params(config_cls: type, params: dict[str, Any]) -> dict[str, Any]:
+    """Params ready for the config class; a list or mapping given as anything else is refused by name.
+
+    Accepting a string for a list would read ``task_ids: "a,b"`` as one id
+    named ``a,b``. A number given for a text parameter becomes its text: YAML
+    and ``-H answer=42`` read ``42`` as a number where the user meant the text.
+    Null (``-H answer=``, a bare ``answer:``) for a parameter that cannot be
+    null means it is not set: its default applies.
+    """
+    hints, defaults = _param_hints(config_cls), _has_default(config_cls)
+    params = dict(params)
+    for name, value in list(params.items()):
+        hint = hints.get(name)
+        if hint is None:
+            continue
+        if value is None and name in defaults and not _checker(hint)(None):
+            del params[name]
+            continue
+        if _is_text(hint) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            params[name] = str(value)
+            continue
+        kind = _container(hint)
+        if kind is None or value is None or isinstance(value, kind):
+            continue
+        if kind is list:
+            form = yaml_list(value)
+            raise ParameterError(
+                f"{name} must be a list, got {value!r}: write it as a YAML list, '{name}: {form}' "
+                f"('{name}={form.replace(' ', '')}' on the command line)", [name],
+            )
+        raise ParameterError(f"{name} must be a mapping such as {{key: value}}, got {value!r}", [name])
+    return params
+
+
+def check_types(config: Any) -> None:
+    """Every parameter, after the config class has read it, has its declared type.
+
+    A class reads the spellings it accepts (``parse_bool``, ``parse_int``);
+    anything left of another type (``keep_workspace: maybe``) is refused here
+    rather than being used as it is.
+    """
+    hints = _param_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.init and f.name in hints and not _checker(hints[f.name])(value):
+            raise ParameterError(f"{f.name} must be {_type_name(hints[f.name])}, got {value!r}", [f.name])
 
 
 def build_component_config(config_cls: type, params: dict[str, Any], where: str):
@@ -95,15 +179,15 @@ def build_component_config(config_cls: type, params: dict[str, Any], where: str)
     if unknown:
         raise ParameterError(f"{where}: unknown parameter(s) {unknown}; known: {names or 'none'}", unknown)
     try:
-        config = config_cls(**params)
-    except (ConfigError, ContractError) as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        config = config_cls(**prepare_params(config_cls, params))
+        check_types(config)
+    except (ConfigError, ContractError, TypeError, ValueError) as exc:
+        # the names travel on, so the error can blame the file that set the parameter
+        raise ParameterError(f"{where}: {exc}", getattr(exc, "names", [])) from None
     for f in dataclasses.fields(config_cls):
         choices = f.metadata.get("choices")
         if choices is not None and getattr(config, f.name) not in choices:
-            raise ConfigError(f"{where}: {f.name} must be one of {choices}, got {getattr(config, f.name)!r}")
+            raise ParameterError(f"{where}: {f.name} must be one of {choices}, got {getattr(config, f.name)!r}", [f.name])
     return config
 
 

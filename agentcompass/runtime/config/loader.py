@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import yaml
 
 from agentcompass import PROJECT_ROOT
 
-from .fields import ConfigError
+from .fields import ConfigError, yaml_list
 
 USER_CONFIG_ENV = "AGENTCOMPASS_USER_CONFIG"
 PROJECT_CONFIG = Path("configs") / "config.yaml"
@@ -93,7 +94,9 @@ class RunConfig:
 
     @property
     def config_paths(self) -> list[str]:
-        return [layer.source for layer in self.layers if Path(layer.source).is_file()]
+        """The config files read, absolute and resolved: a request records them, so the same
+        file named two ways (``x.yaml``, ``$PWD/x.yaml``) is the same request."""
+        return [str(Path(layer.source).resolve()) for layer in self.layers if Path(layer.source).is_file()]
 
 
 def dotted(path: tuple | list) -> str:
@@ -128,21 +131,77 @@ def _resolve_refs(node: Any, source: str, path: tuple = ()) -> Any:
     return node if is_secret_key(str(key)) else os.environ[name]
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        super().__init__(key)
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error.
+
+    YAML forbids repeated keys, but PyYAML keeps the last one silently: a
+    second ``r1:`` under ``requests:`` would replace the first request unseen.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # '<<' merges keys in; an explicit key may override them
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: PyYAML reports it itself
+                    continue
+                if first is not None:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false"}
+
+
 def read_layer(path: str | Path) -> ConfigLayer:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found. Fix: check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a config file. Fix: name the YAML file in it") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (it is not UTF-8). Fix: give a YAML config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}). Fix: check the path and its permissions") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as dup:
+        raise ConfigError(
+            f"{path}: line {dup.line}: key {dup.key!r} appears twice in the same mapping (first on line "
+            f"{dup.first_line}), and YAML would keep only the last one. Fix: keep one {dup.key!r} "
+            f"(merge the two, or rename one)"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc}). Fix: correct the syntax") from None
+    if data is None:
+        raise ConfigError(
+            f"{path}: the config file is empty. Fix: add the settings (e.g. 'requests: {{NAME: {{benchmark: ..., "
+            f"harness: ..., model: {{id: ...}}}}}}'), or leave the file out"
+        )
     return ConfigLayer(str(path), data)
 
 
 def prepare_layer(layer: ConfigLayer) -> ConfigLayer:
     """Check one layer on its own (so errors name its file) and resolve its references."""
     if not isinstance(layer.data, dict):
-        raise config_error(layer.source, (), "a run config must be a mapping", "start the file with keys such as 'requests:'")
+        kind = _KINDS.get(type(layer.data), type(layer.data).__name__)
+        raise config_error(
+            layer.source, (), f"a run config is a mapping of keys, but this one is {kind}",
+            "start the file with keys such as 'requests:' (see schemas/config.schema.yaml)",
+        )
     if "models" in layer.data:
         raise config_error(
             layer.source, ("models",), "a 'models' section is not allowed: a Model is a value in a request",
@@ -222,7 +281,7 @@ def load_run_config(
 def load_schema(name: str) -> dict[str, Any]:
     path = SCHEMA_DIR / name
     text = path.read_text()
-    return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else __import__("json").loads(text)
+    return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
 
 
 def validate_config(config: RunConfig) -> None:
@@ -235,7 +294,7 @@ def validate_config(config: RunConfig) -> None:
     error = jsonschema.exceptions.best_match(errors)
     path = tuple(error.absolute_path)
     if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
         known = sorted(error.schema.get("properties", {}))
         path = path + (extra[0],) if extra else path
         raise config_error(
@@ -252,4 +311,48 @@ def validate_config(config: RunConfig) -> None:
         )
     description = error.schema.get("description", "")
     fix = f"expected: {description}" if description else "see schemas/config.schema.yaml"
+    if error.validator == "type":
+        raise config_error(config.source_of(path), path, *_type_problem(path, error.instance, error.validator_value, fix))
+    if error.validator == "pattern":
+        raise config_error(config.source_of(path), path, f"{error.instance!r} is not of the expected form", fix)
     raise config_error(config.source_of(path), path, error.message, fix)
+
+
+_JSON_TYPES = {
+    "object": "a mapping", "array": "a list", "string": "a string", "integer": "a whole number",
+    "number": "a number", "boolean": "true or false", "null": "null",
+}
+
+
+def _describe_value(value: Any) -> str:
+    """A YAML value as a user would name it: ``the string '2'``, ``true``, ``a list``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null (nothing)"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, (list, dict)):
+        return f"{_JSON_TYPES['array' if isinstance(value, list) else 'object']} {json.dumps(value)[:60]}"
+    return repr(value)
+
+
+def _type_problem(path: tuple, value: Any, expected: Any, fix: str) -> tuple[str, str]:
+    """(problem, fix) for a value of the wrong type: the type wanted, and the YAML that gives it."""
+    wanted = [expected] if isinstance(expected, str) else list(expected)
+    names = " or ".join(_JSON_TYPES.get(t, t) for t in wanted if t != "null")
+    problem = f"must be {names}, got {_describe_value(value)}"
+    key = str(path[-1]) if path else "value"
+    if "array" in wanted and isinstance(value, str):
+        return problem, f"write it as a YAML list: '{key}: {yaml_list(value)}'"
+    if isinstance(value, str) and ({"integer", "number", "boolean"} & set(wanted)):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            parsed = None
+        checks = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+                  "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+                  "boolean": lambda v: isinstance(v, bool)}
+        if any(t in checks and checks[t](parsed) for t in wanted):
+            return problem, f"write it without quotes: '{key}: {value.strip()}'"
+    return problem, fix

@@ -14,6 +14,8 @@ EvaluationMode = Literal["task", "fresh"]
 Retention = Literal["never", "on_failure", "always"]
 
 ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+# http:// or https://, a host, then anything without spaces (the same pattern as config.schema.yaml)
+BASE_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -47,6 +49,11 @@ class ModelSpec(Contract):
         super().__post_init__()
         if not self.id:
             raise ContractError("ModelSpec.id must not be empty (use 'none' for no model)")
+        if self.base_url is not None and not BASE_URL.match(self.base_url):
+            raise ContractError(
+                f"ModelSpec.base_url must be an http:// or https:// URL with a host, such as "
+                f"http://127.0.0.1:8000/v1, got {self.base_url!r}"
+            )
         if self.api_key is not None and not ENV_REF.match(self.api_key):
             raise ContractError(
                 "ModelSpec.api_key must name an environment variable as '${VAR}'; "

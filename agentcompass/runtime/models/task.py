@@ -12,7 +12,15 @@ from .request import EnvironmentSpec, EvaluationMode, ExecutionSpec, NetworkPoli
 
 @dataclass
 class TaskSpec(Contract):
-    """One task as the Benchmark loaded it: stable id, question, ground truth, hints."""
+    """One task as the Benchmark loaded it: stable id, question, ground truth, hints.
+
+    ``load_error`` is set, instead of the rest, for a task the Benchmark found
+    but could not load (a task folder without its prompt, say): that task is
+    planned without Benchmark, Harness or Recipe code and ends as ``run_error``
+    with ``error_stage`` 'load' before any sandbox opens or any model is
+    called, while the request's other tasks run. A Benchmark that sets it
+    returns None from ``reference_solution`` for that task.
+    """
 
     task_id: str
     question: str = ""
@@ -23,11 +31,14 @@ class TaskSpec(Contract):
     baseline_network: NetworkPolicy | None = None
     run_network: NetworkPolicy | None = None
     evaluation_network: NetworkPolicy | None = None
+    load_error: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.task_id:
             raise ContractError("TaskSpec.task_id must not be empty")
+        if self.load_error is not None and not self.load_error:
+            raise ContractError("TaskSpec.load_error must say what is wrong (or be None)")
 
 
 @dataclass

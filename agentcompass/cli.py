@@ -193,12 +193,11 @@ def cmd_retry(args) -> int:
     return _build(orchestration, layer, args, [*args.snakemake_args, "--forcerun", *targets])
 
 
-def _add_selection(p: argparse.ArgumentParser, positional: bool = True) -> None:
+def _add_selection(p: argparse.ArgumentParser) -> None:
     """The arguments that say which requests: B H M, or config files."""
-    if positional:
-        p.add_argument("benchmark", nargs="?")
-        p.add_argument("harness", nargs="?")
-        p.add_argument("model", nargs="?", help="model id sent to the endpoint; 'none' for a harness that needs no model")
+    p.add_argument("benchmark", nargs="?")
+    p.add_argument("harness", nargs="?")
+    p.add_argument("model", nargs="?", help="model id sent to the endpoint; 'none' for a harness that needs no model")
     p.add_argument("--config", "-c", action="append", metavar="FILE", help="run config file (repeatable); its requests run when no BENCHMARK HARNESS MODEL is given")
     p.add_argument("--environment", "-e", help="environment id (default host_process)")
     p.add_argument("--benchmark-param", "-b", action="append", metavar="K=V")

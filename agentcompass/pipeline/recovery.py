@@ -78,7 +78,7 @@ def recover(workflow, records: engine.Records, outputs: Iterable[Output]) -> Rec
             continue
         record = records.record(path)
         try:
-            now = tuple(engine.record_params(records.persistence, output.params()))
+            now = records.params_of(output.params())
         except Exception:  # its params cannot be known before a checkpoint reruns: build it again
             now = None
         if record is not None and now is not None and record.params == now \

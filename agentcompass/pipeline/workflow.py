@@ -92,8 +92,9 @@ class EvaluationWorkflow:
             evaluation = cls(resolve_orchestration(config))
         except ConfigError as exc:
             print(f"agentcompass: invalid run config: {exc}", file=sys.stderr)
-            # Raising inside the Snakefile stops Snakemake before any job or file exists.
-            raise SystemExit(1) from None
+            # Raising inside the Snakefile stops Snakemake before any job or file exists;
+            # the status is the CLI's for bad input (README, Exit status).
+            raise SystemExit(2) from None
         level = evaluation.inv.runtime.log_level
         logs.configure(level)
         engine.set_console_level(level)

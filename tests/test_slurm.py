@@ -161,12 +161,18 @@ def stop(run: subprocess.Popen, log: Path) -> list[str]:
     return jobs
 
 
-def run_driver(argv: list[str], workdir: Path, name: str, timeout: float = 600) -> SimpleNamespace:
-    """Run a driver (the outer Snakemake) to its end, its output in ``workdir/name``."""
+def start_driver(argv: list[str], workdir: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    """Start a driver (the outer Snakemake) with its output in ``workdir/name``."""
     log = workdir / name
     with open(log, "w") as out:
         run = subprocess.Popen(argv, cwd=workdir, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
                                start_new_session=True)
+    return run, log
+
+
+def run_driver(argv: list[str], workdir: Path, name: str, timeout: float = 600) -> SimpleNamespace:
+    """Run a driver (the outer Snakemake) to its end, its output in ``workdir/name``."""
+    run, log = start_driver(argv, workdir, name)
     try:
         watch(run, log, timeout)
     finally:
@@ -258,12 +264,9 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
 
     work = tmp_path / "slurm"
     work.mkdir()
-    out = work / "first.log"
     with ScriptedEndpoint(lambda body: answer(body, 1.0)) as endpoint:
         config = write_config(work, endpoint.base_url)
-        with open(out, "w") as log:
-            run = subprocess.Popen(slurm_argv(work, config), cwd=work, env=clean_env(), stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        run, out = start_driver(slurm_argv(work, config), work, "first.log")
         try:
             watch(run, out, 300, until=lambda: len(results(work)) >= 6)
             assert run.poll() is None, f"the run ended before it was killed:\n{out.read_text()[-4000:]}"
@@ -303,12 +306,9 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
 def test_a_slurm_driver_stopped_with_sigterm_cancels_its_jobs_and_the_next_run_continues(cluster, tmp_path: Path):
     work = tmp_path / "slurm"
     work.mkdir()
-    log = work / "first.log"
     with ScriptedEndpoint(lambda body: answer(body, 1.0)) as endpoint:
         config = write_config(work, endpoint.base_url)
-        with open(log, "w") as out:
-            run = subprocess.Popen(slurm_argv(work, config), cwd=work, env=clean_env(), stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        run, log = start_driver(slurm_argv(work, config), work, "first.log")
         try:
             watch(run, log, 300, until=lambda: len(results(work)) >= 2)
             assert run.poll() is None, f"the run ended before it was stopped:\n{log.read_text()[-4000:]}"

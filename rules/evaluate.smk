@@ -13,4 +13,4 @@ rule evaluate:
     resources:
         **EVAL.resources.attempt_job("evaluate"),
     run:
-        EVAL.jobs.evaluate(wildcards, input, output, params, log)
+        EVAL.evaluate(wildcards, input, output, log)

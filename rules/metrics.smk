@@ -11,4 +11,4 @@ rule metrics:
         versions=EVAL.params.metrics,
     localrule: True
     run:
-        EVAL.jobs.metrics(wildcards, input, output, params, log)
+        EVAL.metrics(wildcards, input, output, log)

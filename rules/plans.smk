@@ -13,4 +13,4 @@ checkpoint plans:
         record=EVAL.params.run_info,
     localrule: True
     run:
-        EVAL.jobs.write_plans(wildcards, input, output, params, log)
+        EVAL.write_plans(wildcards, input, output, log)

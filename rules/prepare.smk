@@ -16,4 +16,4 @@ rule prepare:
     resources:
         **EVAL.resources.attempt_job("prepare"),
     run:
-        EVAL.jobs.prepare(wildcards, input, output, params, log)
+        EVAL.prepare(wildcards, input, output, log)

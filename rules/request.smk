@@ -8,4 +8,4 @@ rule request:
         request=EVAL.params.request,
     localrule: True
     run:
-        EVAL.jobs.write_request(wildcards, output, params, log)
+        EVAL.write_request(wildcards, output, log)

@@ -12,4 +12,4 @@ rule run:
         # task_concurrency, environment_<id> and model_endpoint_<slug>: caps (agentcompass.pipeline.resources)
         **EVAL.resources.attempt_job("run"),
     run:
-        EVAL.jobs.run(wildcards, input, output, params, log)
+        EVAL.run(wildcards, input, output, log)

@@ -17,4 +17,4 @@ rule shard:
     resources:
         **EVAL.resources.shard_job(),
     run:
-        EVAL.jobs.shard(wildcards, input, threads, resources, params, output, log)
+        EVAL.run_shard(wildcards, threads, resources, params, output, log)

@@ -8,4 +8,4 @@ checkpoint tasks:
         benchmark=EVAL.params.tasks,
     localrule: True
     run:
-        EVAL.jobs.write_tasks(wildcards, output, params, log)
+        EVAL.write_tasks(wildcards, output, log)

@@ -11,6 +11,7 @@ Around every stage call:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import traceback
@@ -44,12 +45,15 @@ class Jobs:
         if reason is not None:
             raise aio.Stopped(reason)
         req = self.inv.request(w)
-        where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
-        LOG.debug(f"{rule} {where}: started")
-        started = time.monotonic()
+        debug = LOG.isEnabledFor(logging.DEBUG)  # runtime.log_level: debug
+        if debug:
+            where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
+            LOG.debug(f"{rule} {where}: started")
+            started = time.monotonic()
         with stage_log(log, rule, w, req), jsonio.publishing(self._recorder(rule, input, output, params, log)):
             yield req
-        LOG.debug(f"{rule} {where}: done in {time.monotonic() - started:.3f} s")
+        if debug:
+            LOG.debug(f"{rule} {where}: done in {time.monotonic() - started:.3f} s")
 
     def _recorder(self, rule: str, input, output, params, log):
         workflow = self.inv.snakemake

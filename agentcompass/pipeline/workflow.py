@@ -106,6 +106,35 @@ class EvaluationWorkflow:
         if workflow is not None:
             self.resources.apply_caps()
 
+    # -- the rules' run: blocks ------------------------------------------------------------
+    # Their text is each rule's ``code``, which Snakemake records and compares: it stays as
+    # it was, so an upgrade of agentcompass does not rebuild results it would build the same.
+    # The params a job records are computed again here, as Snakemake computed them.
+
+    def write_request(self, w, output, log) -> None:
+        self.jobs.write_request(w, output, (self.params.request(w),), log)
+
+    def write_tasks(self, w, output, log) -> None:
+        self.jobs.write_tasks(w, output, (self.params.tasks(w),), log)
+
+    def write_plans(self, w, input, output, log) -> None:
+        self.jobs.write_plans(w, input, output, (self.params.plans(w), self.params.run_info(w)), log)
+
+    def prepare(self, w, input, output, log) -> None:
+        self.jobs.prepare(w, input, output, (self.attempt_params.prepare(w),), log)
+
+    def run(self, w, input, output, log) -> None:
+        self.jobs.run(w, input, output, (self.attempt_params.run(w),), log)
+
+    def evaluate(self, w, input, output, log) -> None:
+        self.jobs.evaluate(w, input, output, (self.attempt_params.evaluate(w),), log)
+
+    def metrics(self, w, input, output, log) -> None:
+        self.jobs.metrics(w, input, output, (self.params.metrics(w),), log)
+
+    def run_shard(self, w, threads, resources, params, output, log) -> None:
+        self.jobs.shard(w, self.shards.inputs(w), threads, resources, params, output, log)
+
     # -- the first call of a DAG build, the start and the end of a run ---------------------
 
     def _begin(self) -> None:

@@ -243,6 +243,13 @@ def _add_clean_parser(sub) -> None:
     p.set_defaults(func=cmd_clean)
 
 
+def _dollars(cost: float | None) -> str:
+    """Cents from a dollar up; below, four significant digits (a small run costs a fraction of a cent)."""
+    if cost is None:
+        return "-"
+    return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4g}"
+
+
 def _runs_table(overviews: list[dict]) -> str:
     """One aligned line per run, under a header."""
     header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "accuracy", "cost",
@@ -254,7 +261,7 @@ def _runs_table(overviews: list[dict]) -> str:
         lines.append([o["namespace"], o["run_id"], o["benchmark"], o["harness"], o["model"],
                       f"{o['attempts_done']}/{total}", str(o["errors"]),
                       "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
-                      "-" if o["cost_usd"] is None else f"${o['cost_usd']:.4f}", changed])
+                      _dollars(o["cost_usd"]), changed])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 

@@ -208,7 +208,8 @@ def cost_usd(prompt_tokens: float, completion_tokens: float, pricing: Mapping[st
     """What the tokens cost at ``pricing`` ({input_per_million, output_per_million}); None without prices."""
     if not pricing:
         return None
-    return (prompt_tokens * pricing["input_per_million"] + completion_tokens * pricing["output_per_million"]) / 1e6
+    cost = (prompt_tokens * pricing["input_per_million"] + completion_tokens * pricing["output_per_million"]) / 1e6
+    return round(cost, 9)  # to a billionth of a dollar: no float noise such as 0.0005700000000000001
 
 
 def _pass_at_k(table: list[dict[str, Any]]) -> dict[str, float]:

@@ -319,18 +319,24 @@ def cmd_export(args) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"agentcompass export: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.format == "parquet":
-        frame.to_parquet(args.output, index=False)
-    else:
-        if args.format == "csv":
-            text = frame.to_csv(index=False)
-        else:  # pandas' own to_json writes every / as \/
-            records = frame.astype(object).where(frame.notna(), None).to_dict("records")
-            text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-        if not args.output:
-            sys.stdout.write(text)
-            return 0
-        write_text_atomic(args.output, text)
+    if args.format == "csv":
+        text = frame.to_csv(index=False)
+    elif args.format == "jsonl":  # pandas' own to_json writes every / as \/
+        records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+        text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    try:
+        if args.format == "parquet":
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            frame.to_parquet(args.output, index=False)
+        else:
+            write_text_atomic(args.output, text)
+    except OSError as exc:
+        print(f"agentcompass export: cannot write {args.output}: {exc.strerror or exc}. Fix: choose a file "
+              "in a folder you can write to", file=sys.stderr)
+        return EXIT_USAGE
     runs = frame.groupby(["namespace", "run_id"]).ngroups if len(frame) else 0
     print(f"{args.output}: {len(frame)} attempts of {runs} run(s), one row each ({args.format})")
     return 0

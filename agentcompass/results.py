@@ -71,10 +71,19 @@ class Run:
         tasks_file = self.path / "tasks.json"
         if not tasks_file.exists():
             return []
-        tasks = json.loads(tasks_file.read_text())["tasks"]
+        tasks = _read(tasks_file)["tasks"]
         per_task = int((self.request.get("execution") or {}).get("attempts") or 1)
         return [(task, n, self.path / "attempts" / task_segment(task["task_id"]) / str(n))
                 for task in tasks for n in range(1, per_task + 1)]
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        # agentcompass writes whole files by rename: this one was edited or cut by something else
+        raise ValueError(f"{path} is not valid JSON ({exc}). Fix: delete it; the same run command "
+                         f"builds it again") from None
 
 
 def open_run(path: str | Path) -> Run:
@@ -84,7 +93,7 @@ def open_run(path: str | Path) -> Run:
     if not request_file.exists():
         raise FileNotFoundError(f"{path} holds no request.json: it is not a run's folder "
                                 f"(results/<namespace>/<run_id>/). Fix: name a run's folder or a results root")
-    return Run(path, json.loads(request_file.read_text()))
+    return Run(path, _read(request_file))
 
 
 def find_runs(*paths: str | Path) -> list[Run]:
@@ -122,7 +131,7 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
             result = results.get((task["task_id"], attempt))
         else:
             result_file = folder / "result.json"
-            result = json.loads(result_file.read_text()) if result_file.exists() else None
+            result = _read(result_file) if result_file.exists() else None
         if result is None:
             row.update({"status": MISSING, "retries_used": 0})
         else:

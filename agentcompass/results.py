@@ -7,27 +7,41 @@
 
 A row is one attempt the run's ``tasks.json`` lists; an attempt that has not
 finished yet has status ``missing`` and no score. The columns are ``COLUMNS``.
+
+``summary(rows, pricing)`` is what metrics.json's ``summary`` holds, computed
+from the same rows: the metrics stage, ``agentcompass runs`` and the report
+count attempts one way.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from agentcompass.paths import task_segment
+from agentcompass.runtime.models.result import TaskStatus
 
 # identity, what was run, the verdict, what it cost, how long it took, where it ran
 COLUMNS = [
     "namespace", "run_id", "request", "benchmark", "harness", "model", "environment",
     "task_id", "attempt", "category", "status", "score", "correct", "error", "error_stage", "retries_used",
-    "calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds",
+    "calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds", "cost_usd",
     "run_seconds", "evaluate_seconds", "host", "slurm_job_id", "attempt_dir",
 ]
 MISSING = "missing"
 _USAGE = ("calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds")
 _TIMINGS = ("run_seconds", "evaluate_seconds")
+_ERROR_STATUSES = frozenset(s.value for s in TaskStatus if s.is_error)
+# pass@k is reported for these k (and for the attempts per task), those the attempts allow
+PASS_AT_K = (1, 2, 5, 10, 20, 50, 100)
+# the two-sided 95% quantile of the standard normal distribution
+Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)
@@ -57,10 +71,19 @@ class Run:
         tasks_file = self.path / "tasks.json"
         if not tasks_file.exists():
             return []
-        tasks = json.loads(tasks_file.read_text())["tasks"]
+        tasks = _read(tasks_file)["tasks"]
         per_task = int((self.request.get("execution") or {}).get("attempts") or 1)
         return [(task, n, self.path / "attempts" / task_segment(task["task_id"]) / str(n))
                 for task in tasks for n in range(1, per_task + 1)]
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        # agentcompass writes whole files by rename: this one was edited or cut by something else
+        raise ValueError(f"{path} is not valid JSON ({exc}). Fix: delete it; the same run command "
+                         f"builds it again") from None
 
 
 def open_run(path: str | Path) -> Run:
@@ -70,7 +93,7 @@ def open_run(path: str | Path) -> Run:
     if not request_file.exists():
         raise FileNotFoundError(f"{path} holds no request.json: it is not a run's folder "
                                 f"(results/<namespace>/<run_id>/). Fix: name a run's folder or a results root")
-    return Run(path, json.loads(request_file.read_text()))
+    return Run(path, _read(request_file))
 
 
 def find_runs(*paths: str | Path) -> list[Run]:
@@ -89,8 +112,13 @@ def find_runs(*paths: str | Path) -> list[Run]:
     return runs
 
 
-def rows(run: Run) -> Iterator[dict[str, Any]]:
-    """One dict per attempt of ``run``, with the keys of ``COLUMNS``."""
+def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Iterator[dict[str, Any]]:
+    """One dict per attempt of ``run``, with the keys of ``COLUMNS``.
+
+    ``results`` (result.json objects by task id and attempt) stands for the
+    files when the caller has read them already: the metrics stage has.
+    """
+    pricing = (run.request.get("model") or {}).get("pricing")
     base = {
         "namespace": run.namespace, "run_id": run.run_id, "request": run.name,
         "benchmark": run.component("benchmark"), "harness": run.component("harness"),
@@ -99,8 +127,11 @@ def rows(run: Run) -> Iterator[dict[str, Any]]:
     for task, attempt, folder in run.attempts():
         row = {**base, "task_id": task["task_id"], "attempt": attempt, "category": task.get("category"),
                "attempt_dir": str(folder)}
-        result_file = folder / "result.json"
-        result = json.loads(result_file.read_text()) if result_file.exists() else None
+        if results is not None:
+            result = results.get((task["task_id"], attempt))
+        else:
+            result_file = folder / "result.json"
+            result = _read(result_file) if result_file.exists() else None
         if result is None:
             row.update({"status": MISSING, "retries_used": 0})
         else:
@@ -111,14 +142,171 @@ def rows(run: Run) -> Iterator[dict[str, Any]]:
                 "retries_used": result.get("retries_used", 0),
                 **{key: usage.get(key) for key in _USAGE},
                 **{key: timings.get(key) for key in _TIMINGS},
+                "cost_usd": cost_usd(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, pricing),
                 "host": where.get("host"), "slurm_job_id": where.get("slurm_job_id"),
             })
         yield {column: row.get(column) for column in COLUMNS}
 
 
+def to_frame(table: Iterable[dict[str, Any]]):
+    """Rows (``rows``) as a pandas DataFrame with the columns ``COLUMNS``, in order."""
+    import pandas as pd  # imported when asked for: it costs a second
+
+    return pd.DataFrame(list(table), columns=COLUMNS)
+
+
 def load(*paths: str | Path):
     """Every attempt of the runs in ``paths`` (run folders or results roots; default ``results``)."""
-    import pandas as pd
-
     runs = find_runs(*(paths or ("results",)))
-    return pd.DataFrame([row for run in runs for row in rows(run)], columns=COLUMNS)
+    return to_frame(row for run in runs for row in rows(run))
+
+
+# --- the summary: what metrics.json's ``summary`` holds -----------------------------------
+
+
+def error_kind(status: Any, error: str | None) -> str:
+    """An attempt's error, grouped with its likes: the status and the error's first line, numbers as N."""
+    lines = (error or "").strip().splitlines()
+    text = re.sub(r"\d+(?:\.\d+)?", "N", lines[0] if lines else "no message")
+    return f"{getattr(status, 'value', status)}: {text[:100]}"
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator 1 - C(n-c, k) / C(n, k) of the chance that k of n samples hold a correct one."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> list[float] | None:
+    """The Wilson score interval of a proportion, [low, high] to 6 decimals; None for no trials.
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at
+    0 or n successes, which small runs hit often.
+    """
+    if n <= 0:
+        return None
+    p = successes / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    # the bounds are exact at 0 and n successes; rounding drops float noise such as 5e-17 there
+    low = 0.0 if successes == 0 else round(center - half, 6)
+    high = 1.0 if successes == n else round(center + half, 6)
+    return [low, high]
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The q-quantile (0..1) of sorted values, interpolating linearly between the nearest ranks."""
+    position = (len(ordered) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def spread(values: Iterable[float]) -> dict[str, float] | None:
+    """Mean, p50 and p95 of ``values`` (rounded to the microsecond); None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return {"mean": round(sum(ordered) / len(ordered), 6),
+            "p50": round(percentile(ordered, 0.5), 6), "p95": round(percentile(ordered, 0.95), 6)}
+
+
+def cost_usd(prompt_tokens: float, completion_tokens: float, pricing: Mapping[str, float] | None) -> float | None:
+    """What the tokens cost at ``pricing`` ({input_per_million, output_per_million}); None without prices."""
+    if not pricing:
+        return None
+    cost = (prompt_tokens * pricing["input_per_million"] + completion_tokens * pricing["output_per_million"]) / 1e6
+    return round(cost, 9)  # to a billionth of a dollar: no float noise such as 0.0005700000000000001
+
+
+def _pass_at_k(table: list[dict[str, Any]]) -> dict[str, float]:
+    samples: dict[str, list[bool]] = {}
+    for row in table:
+        samples.setdefault(row["task_id"], []).append(row["correct"] is True)
+    fewest = min((len(s) for s in samples.values()), default=0)
+    return {
+        str(k): sum(pass_at_k(len(s), sum(s), k) for s in samples.values()) / len(samples)
+        for k in sorted({*PASS_AT_K, fewest}) if 1 <= k <= fewest
+    }
+
+
+def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The summary of rows (``rows``) of finished attempts: the fields of ``MetricStats``."""
+    table = [row for row in table if row["status"] != MISSING]
+    counts: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for row in table:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        if row["status"] in _ERROR_STATUSES:
+            kind = error_kind(row["status"], row["error"])
+            errors[kind] = errors.get(kind, 0) + 1
+    verdicts = [row["correct"] for row in table if row["correct"] is not None]
+    right = sum(1 for v in verdicts if v)
+    prompt = sum(row["prompt_tokens"] or 0 for row in table)
+    completion = sum(row["completion_tokens"] or 0 for row in table)
+    walls = [(row["run_seconds"] or 0) + (row["evaluate_seconds"] or 0) for row in table
+             if row["run_seconds"] is not None or row["evaluate_seconds"] is not None]
+    return {
+        "attempts": len(table),
+        "counts": dict(sorted(counts.items())),
+        # the most frequent first, as the run's summary line lists them
+        "errors": dict(sorted(errors.items(), key=lambda item: (-item[1], item[0]))),
+        "accuracy": right / len(verdicts) if verdicts else None,
+        "accuracy_ci95": wilson_interval(right, len(verdicts)),
+        "pass_at_k": _pass_at_k(table),
+        "calls": int(sum(row["calls"] or 0 for row in table)),
+        "prompt_tokens": int(round(prompt)),
+        "completion_tokens": int(round(completion)),
+        "latency_seconds": spread(row["latency_seconds"] for row in table
+                                  if row["latency_seconds"] is not None and (row["calls"] or 0) > 0),
+        "wall_seconds": spread(walls),
+        "cost_usd": cost_usd(prompt, completion, pricing),
+    }
+
+
+def summary(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """``stats`` of every finished attempt, and of those of each task category: metrics.json's ``summary``."""
+    table = list(table)
+    by_category: dict[str, list[dict[str, Any]]] = {}
+    for row in table:
+        if row["category"] is not None:
+            by_category.setdefault(str(row["category"]), []).append(row)
+    return {"overall": stats(table, pricing),
+            "by_category": {category: stats(part, pricing) for category, part in sorted(by_category.items())}}
+
+
+# --- one line per run: ``agentcompass runs`` -----------------------------------------------
+
+
+def last_change(path: Path) -> float | None:
+    """The newest modification time (seconds since the epoch) of the files under ``path``."""
+    newest = None
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                stamp = os.stat(os.path.join(folder, name)).st_mtime
+            except FileNotFoundError:  # a file replaced while we walk: its new version is counted when seen
+                continue
+            newest = stamp if newest is None else max(newest, stamp)
+    return newest
+
+
+def overview(run: Run) -> dict[str, Any]:
+    """What ``agentcompass runs`` shows of one run: who ran what, how far it got, how it scored, what it cost."""
+    table = list(rows(run))
+    finished = stats(table, (run.request.get("model") or {}).get("pricing"))
+    changed = last_change(run.path)
+    return {
+        "namespace": run.namespace, "run_id": run.run_id, "request": run.name, "path": str(run.path),
+        "benchmark": run.component("benchmark"), "harness": run.component("harness"),
+        "model": (run.request.get("model") or {}).get("id", ""),
+        "attempts_done": finished["attempts"],
+        # unknown until tasks.json is written
+        "attempts_total": len(table) if (run.path / "tasks.json").exists() else None,
+        "errors": sum(finished["errors"].values()),
+        "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
+        "last_change": None if changed is None else
+        datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
+    }

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import gc
 import json
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
 from agentcompass import PROJECT_ROOT, aio
 from agentcompass.pipeline import locks
+from agentcompass.results import error_kind
 from agentcompass.runtime.config import load_run_config
 from agentcompass.runtime.models import (
     Orchestration,
@@ -94,13 +94,6 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
     return outcomes(orchestration, ok, workdir, dry_run=dry_run, reason=aio.stopping(), targets=bool(args.targets))
 
 
-def _error_kind(result: dict) -> str:
-    """An attempt's error, grouped with its likes: the status and the error's first line, numbers as N."""
-    error = (result.get("error") or "").strip().splitlines()
-    text = re.sub(r"\d+(?:\.\d+)?", "N", error[0] if error else "no message")
-    return f"{result.get('status')}: {text[:100]}"
-
-
 def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None = None, *,
              dry_run: bool = False, reason: str | None = None, targets: bool = False) -> OrchestrationResult:
     """Each request's terminal state, in declaration order.
@@ -130,7 +123,7 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
             if failed:
                 outcome.state = "completed_with_errors"
                 results = (json.loads(path.read_text()) for _, _, path in attempts if path.exists())
-                kinds = Counter(_error_kind(r) for r in results if TaskStatus(r["status"]).is_error)
+                kinds = Counter(error_kind(r.get("status"), r.get("error")) for r in results if TaskStatus(r["status"]).is_error)
                 outcome.errors = dict(kinds.most_common())
             else:
                 outcome.state = "completed"

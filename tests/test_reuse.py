@@ -60,16 +60,17 @@ def model():
 
 
 def write_config(workdir: Path, endpoint, *, temperature=0.0, case_sensitive=False, prompt="{question}", attempts=1,
-                 reuse=True, shard_size=0) -> Path:
+                 reuse=True, shard_size=0, pricing=None, analyzers=()) -> Path:
     path = workdir / "eval.yaml"
+    model = {"id": "scripted", "base_url": endpoint.base_url, "params": {"temperature": temperature}}
     path.write_text(json.dumps({
         "runtime": {"shard_size": shard_size},
         "requests": {
             "chat-run": {
                 "benchmark": "example_exact_match",
                 "harness": "chat",
-                "model": {"id": "scripted", "base_url": endpoint.base_url, "params": {"temperature": temperature}},
-                "execution": {"attempts": attempts},
+                "model": {**model, "pricing": pricing} if pricing else model,
+                "execution": {"attempts": attempts, "analyzers": list(analyzers)},
                 "runtime": {"reuse": reuse},
             }
         },
@@ -122,6 +123,28 @@ def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, mod
     assert model.requests == []
     plan = json.loads((workdir / "results/default/chat-run/attempts/capital-france/1/plan.json").read_text())
     assert plan["benchmark_plan"]["case_sensitive"] is True
+
+
+def test_prices_and_analyzers_rerun_metrics_only(workdir: Path, model, shard_size):
+    run(workdir, write_config(workdir, model, shard_size=shard_size))
+    metrics_file = workdir / "results/default/chat-run/metrics.json"
+    assert json.loads(metrics_file.read_text())["summary"]["overall"]["cost_usd"] is None
+    results_before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("result.json")}
+    model.requests.clear()
+    pricing = {"input_per_million": 3.0, "output_per_million": 15.0}
+    ran = run(workdir, write_config(workdir, model, pricing=pricing, shard_size=shard_size))
+    # metrics.json and the request record; no shard, no attempt file, no model call
+    assert ran == {"metrics": 1, "request": 1}
+    assert model.requests == []
+    assert {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("result.json")} == results_before
+    # the scripted endpoint reports 10 prompt and 2 completion tokens a call
+    cost = json.loads(metrics_file.read_text())["summary"]["overall"]["cost_usd"]
+    assert cost == pytest.approx(N * (10 * 3.0 + 2 * 15.0) / 1e6)
+    assert run(workdir, write_config(workdir, model, pricing=pricing, shard_size=shard_size)) == {}
+    # an analyzer likewise: it runs with metrics.json
+    ran = run(workdir, write_config(workdir, model, pricing=pricing, analyzers=["results_table"], shard_size=shard_size))
+    assert ran == {"metrics": 1, "request": 1} and model.requests == []
+    assert (workdir / "results/default/chat-run/reports/results_table/results.csv").exists()
 
 
 def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(workdir: Path, model, shard_size):

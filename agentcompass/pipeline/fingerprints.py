@@ -23,7 +23,7 @@ from .invocation import Invocation
 
 # Bump a stage's version when its behaviour changes: Snakemake then reruns it.
 STAGE_VERSIONS = {
-    "tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "1", "shard": "1",
+    "tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "2", "shard": "1",
 }
 
 
@@ -119,6 +119,7 @@ class Fingerprints:
             "stage": STAGE_VERSIONS["metrics"], "benchmark": benchmark.version,
             "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("metrics",)),
             "analyzers": req.execution.analyzers,
+            "pricing": req.model.pricing.to_dict() if req.model.pricing else None,
             **self.recompute(req),
         })
 
@@ -195,7 +196,7 @@ class AttemptFingerprints:
         recompute = self.fingerprints.recompute(req)
         benchmark = stages.benchmark_for(req)
         harness = stages.harness_for(req)
-        model = req.model.to_dict()
+        model = reuse.model_view(req)
         tasks_seen: dict[str, str] = {}
         table = {}
         for segment, attempt in stages.raw_plans(plans_file) if attempts is None else attempts:
@@ -245,8 +246,11 @@ class AttemptFingerprints:
         harness = stages.harness_for(req)
         forced = {"forced": self.inv.nonce} if shards.forced_rules(self.inv.snakemake) else {}
         return as_param({
-            "stage": STAGE_VERSIONS["shard"], "stages": STAGE_VERSIONS, "versions": self.fingerprints.components(req),
-            "model": req.model.to_dict(), "oracle": bool(harness and harness.is_oracle),
+            "stage": STAGE_VERSIONS["shard"],
+            # the stages its inner run builds: a new metrics stage reruns metrics.json, not the shards
+            "stages": {stage: STAGE_VERSIONS[stage] for stage in ("prepare", "run", "evaluate")},
+            "versions": self.fingerprints.components(req),
+            "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
             "attempts": reuse.digest([[tasks[s], plans[(s, a)]] for s, a in attempts]),
             **self.fingerprints.recompute(req), **forced,
         })

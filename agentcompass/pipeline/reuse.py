@@ -86,6 +86,13 @@ def task_fingerprint(task: TaskSpec) -> str:
     return digest(data)
 
 
+def model_view(req: RunRequest) -> dict[str, Any]:
+    """The Model as the run stage reads it: its prices are read by the metrics stage alone."""
+    data = req.model.to_dict()
+    data.pop("pricing")
+    return data
+
+
 def request_record(req: RunRequest) -> dict[str, Any]:
     """The request as recorded in request.json's params: how fast is never a reason to rerun."""
     data = req.to_dict()

@@ -19,6 +19,7 @@ from typing import Any
 
 import agentcompass
 from agentcompass import aio
+from agentcompass import results as results_data
 from agentcompass.aio import run_coroutine
 from agentcompass.jsonio import read_json, write_text_atomic
 from agentcompass.logs import LOG
@@ -35,6 +36,7 @@ from agentcompass.runtime.base import (
 from agentcompass.runtime.models import (
     ExecutionPlan,
     HarnessPlan,
+    MetricSummary,
     PreparedTask,
     RunRequest,
     RunResult,
@@ -448,12 +450,21 @@ def evaluate(
 
 
 def metrics(req: RunRequest, result_paths: list, out) -> None:
-    results = [read_result(p) for p in result_paths]
+    """metrics.json: the Benchmark's own metrics, and the summary every Benchmark gets (results.summary)."""
+    raw = [read_json(p) for p in result_paths]
+    results = [from_dict(RunResult, data, str(p)) for data, p in zip(raw, result_paths)]
     results.sort(key=lambda r: (r.task_id, r.attempt))
     metric = benchmark_for(req).aggregate_metrics(results, req)
+    # request.json is not this rule's input, so the run is described by the request in hand
+    run = results_data.Run(Path(out).parent, req.to_dict())
+    table = list(results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in raw}))
+    pricing = req.model.pricing.to_dict() if req.model.pricing else None
+    metric.summary = from_dict(MetricSummary, results_data.summary(table, pricing), "metrics summary")
     write_file("metrics", out, metric)
-    for analyzer_id in req.execution.analyzers:
-        ANALYZERS.get(analyzer_id)().analyze(req, results, Path(out).parent / "reports" / analyzer_id)
+    if req.execution.analyzers:
+        frame = results_data.to_frame(table)
+        for analyzer_id in req.execution.analyzers:
+            ANALYZERS.get(analyzer_id)().analyze(req, frame, Path(out).parent / "reports" / analyzer_id)
 
 
 def run_info(req: RunRequest, plans_path, out) -> None:

@@ -419,8 +419,12 @@ class BaseAnalyzer(_Component, abc.ABC):
     """Reads finished results and writes reports."""
 
     @abc.abstractmethod
-    def analyze(self, req: RunRequest, results: list[RunResult], out_dir: Path) -> list[Path]:
-        """Write report files into ``out_dir`` and return their paths."""
+    def analyze(self, req: RunRequest, results: "pandas.DataFrame", out_dir: Path) -> list[Path]:
+        """Write report files into ``out_dir`` (``results/<ns>/<run_id>/reports/<id>/``); return their paths.
+
+        ``results`` holds every attempt of the request, one row each, with the
+        columns ``agentcompass.results.load`` returns (``agentcompass.results.COLUMNS``).
+        """
 
 
 def error_result(task_id: str, attempt: int, stage: str, exc: BaseException | str) -> RunResult:

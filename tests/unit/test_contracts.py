@@ -18,7 +18,11 @@ from agentcompass.runtime.models import (
     HarnessPlan,
     HarnessSpec,
     MetricResult,
+    MetricStats,
+    MetricSummary,
+    ModelPricing,
     ModelSpec,
+    Spread,
     NetworkPolicy,
     OrchestratedRun,
     Orchestration,
@@ -142,6 +146,19 @@ def _result() -> RunResult:
     )
 
 
+SUMMARY = MetricSummary(
+    overall=MetricStats(
+        attempts=2, counts={"completed": 1, "run_error": 1}, errors={"run_error: boom": 1},
+        accuracy=1.0, accuracy_ci95=[0.206543, 1.0], pass_at_k={"1": 0.5}, calls=3, prompt_tokens=30,
+        completion_tokens=6, latency_seconds=Spread(mean=0.5, p50=0.5, p95=0.9),
+        wall_seconds=Spread(mean=1, p50=1, p95=1.5), cost_usd=0.00012,
+    ),
+    by_category={"geo": MetricStats(
+        attempts=1, counts={"completed": 1}, errors={}, accuracy=None, accuracy_ci95=None, pass_at_k={},
+        calls=0, prompt_tokens=0, completion_tokens=0, latency_seconds=None, wall_seconds=None, cost_usd=None,
+    )},
+)
+
 EXAMPLES = {
     # RunRequest and its eight sections
     "RunRequest": _request(),
@@ -197,6 +214,14 @@ EXAMPLES = {
         num_attempts=4,
         details={"per_category": {"geo": 1.0}},
     ),
+    "MetricResult-summary": MetricResult(
+        benchmark_id="example_exact_match", metrics={"accuracy": 0.5}, counts={"completed": 1, "run_error": 1},
+        num_tasks=2, num_attempts=2, summary=SUMMARY,
+    ),
+    "MetricSummary": SUMMARY,
+    "MetricStats": SUMMARY.overall,
+    "Spread": SUMMARY.overall.latency_seconds,
+    "ModelPricing": ModelPricing(input_per_million=2.5, output_per_million=10),
     # orchestration
     "ResolvedRuntimeOptions": ResolvedRuntimeOptions(
         results_dir="out",
@@ -326,6 +351,11 @@ def test_execution_plan_attempt_counts_from_one():
         pytest.param(lambda: RunResult(task_id="t", status=5), id="RunResult(task_id='t', status=5)"),
         pytest.param(lambda: MetricResult(benchmark_id="b", metrics={}, counts={"completed": 2}, num_tasks=1, num_attempts=3), id="MetricResult(benchmark_id='b', metrics={}, counts={'completed': 2},..."),
         pytest.param(lambda: MetricResult(benchmark_id="b", metrics={}, counts={"finished": 1}, num_tasks=1, num_attempts=1), id="MetricResult(benchmark_id='b', metrics={}, counts={'finished': 1}, ..."),
+        pytest.param(lambda: ModelPricing(input_per_million=-1, output_per_million=1), id="ModelPricing(input_per_million=-1, ...)"),
+        pytest.param(lambda: ModelPricing(input_per_million=1, output_per_million=float("nan")), id="ModelPricing(output_per_million=nan)"),
+        pytest.param(lambda: ModelSpec(id="m", pricing={"input_per_million": 1}), id="ModelSpec(pricing={'input_per_million': 1})"),
+        pytest.param(lambda: MetricStats(attempts=2, counts={"completed": 1}, errors={}, accuracy=None, accuracy_ci95=None, pass_at_k={}, calls=0, prompt_tokens=0, completion_tokens=0, latency_seconds=None, wall_seconds=None, cost_usd=None), id="MetricStats(attempts=2, counts={'completed': 1}, ...)"),
+        pytest.param(lambda: MetricStats(attempts=1, counts={"completed": 1}, errors={}, accuracy=None, accuracy_ci95=None, pass_at_k={}, calls=0, prompt_tokens=1.5, completion_tokens=0, latency_seconds=None, wall_seconds=None, cost_usd=None), id="MetricStats(prompt_tokens=1.5, ...)"),
         pytest.param(lambda: ResolvedRuntimeOptions(results_dir=""), id="ResolvedRuntimeOptions(results_dir='')"),
         pytest.param(lambda: ResolvedRuntimeOptions(log_level="trace"), id="ResolvedRuntimeOptions(log_level='trace')"),
         pytest.param(lambda: RequestOutcome(name="r", key="k", state="running"), id="RequestOutcome(name='r', key='k', state='running')"),

@@ -13,9 +13,9 @@ from agentcompass.benchmarks.humaneval import (
     HumanEvalConfig,
     HumanEvalPlan,
     completion_program,
-    pass_at_k,
 )
 from agentcompass.environments.host_process import HostProcessEnvironment
+from agentcompass.results import pass_at_k
 from agentcompass.runtime import BenchmarkSpec, HarnessSpec, ModelSpec, RunRequest, RunResult
 from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy

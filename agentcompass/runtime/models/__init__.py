@@ -13,6 +13,7 @@ from .request import (
     EnvironmentSpec,
     ExecutionSpec,
     HarnessSpec,
+    ModelPricing,
     ModelSpec,
     NetworkPolicy,
     OutputSpec,
@@ -20,7 +21,7 @@ from .request import (
     RunRequest,
     RunRuntimeSpec,
 )
-from .result import MetricResult, RunResult, TaskStatus
+from .result import MetricResult, MetricStats, MetricSummary, RunResult, Spread, TaskStatus
 from .task import (
     BenchmarkPlan,
     ExecutionPlan,
@@ -34,8 +35,8 @@ from .task import (
 __all__ = [
     "BenchmarkPlan", "BenchmarkSpec", "Contract", "ContractError", "EnvironmentSpec",
     "ExecutionPlan", "ExecutionSpec", "HarnessPlan", "HarnessSpec", "MetricResult",
-    "ModelSpec", "NetworkPolicy", "OrchestratedRun", "Orchestration", "OrchestrationResult",
+    "MetricStats", "MetricSummary", "ModelPricing", "ModelSpec", "NetworkPolicy", "OrchestratedRun", "Orchestration", "OrchestrationResult",
     "OutputSpec", "PreparedTask", "RequestOutcome", "ResolvedRuntimeOptions", "RunMetadata",
     "RunRequest", "RunResult", "RunRuntimeSpec", "TaskInput", "TaskOutput", "TaskSpec",
-    "TaskStatus",
+    "Spread", "TaskStatus",
 ]

@@ -167,6 +167,8 @@ def _decoder(tp: Any) -> Callable[[Any, str], Any]:
         def union(data, label):
             if data is None and nullable:
                 return None
+            if len(options) == 1:  # X | None: X's own error says what is wrong
+                return options[0](data, label)
             for option in options:
                 try:
                     return option(data, label)

@@ -35,6 +35,21 @@ class NetworkPolicy(Contract):
 
 
 @dataclass
+class ModelPricing(Contract):
+    """What the Model's tokens cost, in US dollars per million; read only by the metrics stage."""
+
+    input_per_million: float
+    output_per_million: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("input_per_million", "output_per_million"):
+            value = getattr(self, name)
+            if not (0 <= value < float("inf")):
+                raise ContractError(f"model.pricing.{name} must be a number of US dollars of at least 0, got {value!r}")
+
+
+@dataclass
 class ModelSpec(Contract):
     """An OpenAI-compatible endpoint. A value in a request, never a registry entry."""
 
@@ -44,6 +59,8 @@ class ModelSpec(Contract):
     protocol: Literal["openai_chat"] = "openai_chat"
     params: dict[str, Any] = field(default_factory=dict)
     key_wrapping: bool = False
+    # prices change the cost in metrics.json and nothing else (agentcompass.pipeline.reuse.model_view)
+    pricing: ModelPricing | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -61,6 +61,60 @@ class RunResult(Contract):
             raise ContractError(f"RunResult with status {self.status.value} needs an error message")
 
 
+def _describe(text: str) -> dict[str, str]:
+    return {"description": text}
+
+
+@dataclass
+class Spread(Contract):
+    """Mean, median and 95th percentile (linear interpolation between the nearest ranks) of a quantity."""
+
+    mean: float
+    p50: float
+    p95: float
+
+
+@dataclass
+class MetricStats(Contract):
+    """What a set of attempts scored, failed on, used and cost (agentcompass.results.stats)."""
+
+    attempts: int = field(metadata=_describe("Attempts counted (every attempt with a result.json)."))
+    counts: dict[str, int] = field(metadata=_describe("Attempts by status."))
+    errors: dict[str, int] = field(metadata=_describe(
+        "Failed attempts by kind: the status and the error's first line with numbers written N."))
+    accuracy: float | None = field(metadata=_describe(
+        "Correct attempts over the attempts with a verdict (correct true or false); errors have none. "
+        "Null when no attempt has one."))
+    accuracy_ci95: list[float] | None = field(metadata=_describe(
+        "The Wilson score 95% interval of accuracy, [low, high]; null with accuracy."))
+    pass_at_k: dict[str, float] = field(metadata=_describe(
+        "pass@k by k (unbiased estimator, averaged over tasks; an error is a failed sample) for k in "
+        "1, 2, 5, 10, 20, 50, 100 and the attempts per task, up to the fewest attempts any task has."))
+    calls: int = field(metadata=_describe("Model calls (HTTP requests, failed ones included)."))
+    prompt_tokens: int = field(metadata=_describe("Prompt tokens, as the model's replies reported them."))
+    completion_tokens: int = field(metadata=_describe("Completion tokens, as the model's replies reported them."))
+    latency_seconds: Spread | None = field(metadata=_describe(
+        "Per attempt that called the model: seconds waiting on it (usage.latency_seconds). Null when none did."))
+    wall_seconds: Spread | None = field(metadata=_describe(
+        "Per attempt: seconds of its run and evaluate stages (timings.run_seconds + evaluate_seconds)."))
+    cost_usd: float | None = field(metadata=_describe(
+        "Token cost in US dollars at the Model's declared prices (model.pricing); null when it declares none."))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if sum(self.counts.values()) != self.attempts:
+            raise ContractError("MetricStats.counts must add up to attempts")
+
+
+@dataclass
+class MetricSummary(Contract):
+    """The request's attempts summarized overall and per task category."""
+
+    overall: MetricStats
+    by_category: dict[str, MetricStats] = field(default_factory=dict, metadata=_describe(
+        "The same per task category (tasks without one are counted only overall)."))
+
+
 @dataclass
 class MetricResult(Contract):
     """Request-level metrics with counts by status."""
@@ -71,6 +125,10 @@ class MetricResult(Contract):
     num_tasks: int
     num_attempts: int
     details: dict[str, Any] = field(default_factory=dict)
+    # the same for every Benchmark, computed by the metrics stage (None only in metrics.json of older versions)
+    summary: MetricSummary | None = field(default=None, metadata=_describe(
+        "Accuracy with its 95% interval, pass@k, counts by status and error kind, tokens, latency, wall time "
+        "and cost, overall and per category; the same for every Benchmark."))
 
     def __post_init__(self) -> None:
         super().__post_init__()

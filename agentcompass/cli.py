@@ -243,6 +243,32 @@ def _add_clean_parser(sub) -> None:
     p.set_defaults(func=cmd_clean)
 
 
+def cmd_diff(args) -> int:
+    from agentcompass import plan_diff
+
+    try:
+        found = plan_diff.diff(args.a, args.b)
+    except plan_diff.DiffError as exc:
+        print(f"agentcompass diff: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(found.to_json(), indent=2, sort_keys=True) if args.json else plan_diff.render(found, args.verbose))
+    return 0
+
+
+def _add_diff_parser(sub) -> None:
+    p = sub.add_parser(
+        "diff", help="the plan fields that differ between two plans, attempts or runs, and which files that reruns",
+        description="A and B are two plan.json files, two attempt folders or two run folders. Prints the fields "
+        "that differ, grouped by the stage that reads them, and which files building A's folder with B's settings "
+        "would rebuild, by the reuse rule (README, Files and reuse). Exit status 0, or 2 when A or B cannot be read.",
+    )
+    p.add_argument("a", metavar="A", help="plan.json, attempt folder or run folder")
+    p.add_argument("b", metavar="B", help="the same kind as A")
+    p.add_argument("--verbose", "-v", action="store_true", help="every attempt's differences and reruns")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.set_defaults(func=cmd_diff)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentcompass", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -284,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cores", default="2", type=_cores)
     p.set_defaults(func=cmd_retry)
     _add_clean_parser(sub)
+    _add_diff_parser(sub)
     return parser
 
 

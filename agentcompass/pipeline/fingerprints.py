@@ -75,6 +75,11 @@ def plans_param(req: RunRequest) -> dict[str, Any]:
     }
 
 
+def run_info_param(req: RunRequest) -> dict[str, Any]:
+    """The plans rule's second param: what run_info.json records besides the plans."""
+    return {"model": req.model.id, "versions": component_versions(req)}
+
+
 def metrics_param(req: RunRequest) -> dict[str, Any]:
     benchmark = stages.benchmark_for(req)
     return {
@@ -163,8 +168,7 @@ class Fingerprints:
 
     @engine.signature_once
     def run_info(self, w) -> str:
-        req = self.inv.request(w)
-        return as_param({"model": req.model.id, "versions": self.components(req)})
+        return as_param(run_info_param(self.inv.request(w)))
 
     @engine.signature_once
     def metrics(self, w) -> str:

@@ -170,35 +170,46 @@ def _open_run(path: Path) -> results.Run:
                         f"Fix: run the request again to rewrite it") from None
 
 
-def load_side(path: str | Path) -> Side:
-    """A plan.json, an attempt folder or a run folder, read for diffing."""
+def kind_of(path: str | Path) -> str:
+    """'plan', 'attempt' or 'run': what ``path`` is, by its place and name (its files are read later)."""
     path = Path(path)
     if not path.exists():
         raise DiffError(f"{path} does not exist. {FIX}")
     if path.is_file():
+        return "plan"
+    if (path / "request.json").exists():
+        return "run"
+    if path.parent.parent.name == "attempts" and (path.parent.parent.parent / "request.json").exists() \
+            and path.name.isdigit():
+        return "attempt"
+    raise DiffError(f"{path} is not a run, an attempt or a plan: it holds no request.json and is not "
+                    f"<run>/attempts/<task>/<n>. {FIX}")
+
+
+def load_side(path: str | Path) -> Side:
+    """A plan.json, an attempt folder or a run folder, read for diffing."""
+    path = Path(path)
+    kind = kind_of(path)
+    if kind == "plan":
         data = _read(path, "a plan")
         if not _is_plan(data):
             raise DiffError(f"{path} is not a plan: it holds no ExecutionPlan (task_id, attempt, benchmark_plan, "
                             f"harness_plan). {FIX}")
         return Side(str(path), "plan", None, {}, {_plan_key(data): data})
-    if (path / "request.json").exists():
+    if kind == "run":
         run = _open_run(path)
         tasks, plans = _run_files(run)
         return Side(str(path), "run", run.request, tasks, plans)
     run_path = path.parent.parent.parent
-    if path.parent.parent.name == "attempts" and (run_path / "request.json").exists() and path.name.isdigit():
-        run = _open_run(run_path)
-        tasks, plans = _run_files(run)
-        key = next((k for k in plans if task_segment(k[0]) == path.parent.name and k[1] == int(path.name)), None)
-        if key is None:
-            raise DiffError(f"{path} is an attempt folder its run no longer plans ({run_path / 'plans.json'} has no "
-                            f"attempt {path.name} of task {path.parent.name}). {FIX}")
-        # the plan the attempt was built with, when it has been evaluated; else the one it would be built with
-        plan = _read(path / "plan.json", "the attempt's plan") if (path / "plan.json").exists() else plans[key]
-        return Side(str(path), "attempt", run.request, {key[0]: tasks[key[0]]} if key[0] in tasks else {},
-                    {key: plan})
-    raise DiffError(f"{path} is not a run, an attempt or a plan: it holds no request.json and is not "
-                    f"<run>/attempts/<task>/<n>. {FIX}")
+    run = _open_run(run_path)
+    tasks, plans = _run_files(run)
+    key = next((k for k in plans if task_segment(k[0]) == path.parent.name and k[1] == int(path.name)), None)
+    if key is None:
+        raise DiffError(f"{path} is an attempt folder its run no longer plans ({run_path / 'plans.json'} has no "
+                        f"attempt {path.name} of task {path.parent.name}). {FIX}")
+    # the plan the attempt was built with, when it has been evaluated; else the one it would be built with
+    plan = _read(path / "plan.json", "the attempt's plan") if (path / "plan.json").exists() else plans[key]
+    return Side(str(path), "attempt", run.request, {key[0]: tasks[key[0]]} if key[0] in tasks else {}, {key: plan})
 
 
 # --- computing what each stage reads ---------------------------------------------------------------
@@ -407,10 +418,10 @@ def _why(stage: str, reads: list[Change]) -> str:
 def diff(a: str | Path, b: str | Path) -> Diff:
     """What differs between A and B, which stage reads it, and what B's settings would rebuild in A's folder."""
     load_builtin_components()
+    kind_a, kind_b = kind_of(a), kind_of(b)
+    if kind_a != kind_b:
+        raise DiffError(f"{a} is {_article(kind_a)} and {b} is {_article(kind_b)}: diff compares two of a kind. {FIX}")
     side_a, side_b = load_side(a), load_side(b)
-    if side_a.kind != side_b.kind:
-        raise DiffError(f"{side_a.label} is {_article(side_a.kind)} and {side_b.label} is {_article(side_b.kind)}: "
-                        f"diff compares two of a kind. {FIX}")
     notes: list[str] = []
     if side_a.kind == "plan":
         [plan_a], [plan_b] = side_a.plans.values(), side_b.plans.values()

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from agentcompass import PROJECT_ROOT, sdk, status
+from agentcompass.jsonio import canonical_json, write_text_atomic
 from agentcompass.pipeline import locks
 from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_USAGE
 from agentcompass.runtime.config import ConfigError, describe_config, load_run_config
@@ -251,8 +252,52 @@ def cmd_diff(args) -> int:
     except plan_diff.DiffError as exc:
         print(f"agentcompass diff: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(found.to_json(), indent=2, sort_keys=True) if args.json else plan_diff.render(found, args.verbose))
+    if args.json:
+        sys.stdout.write(canonical_json(found.to_json()))
+    else:
+        print(plan_diff.render(found, args.verbose))
     return 0
+
+
+def cmd_compare(args) -> int:
+    from agentcompass import compare
+
+    try:
+        found = compare.compare(args.runs, resamples=args.resamples, seed=args.seed)
+    except compare.CompareError as exc:
+        print(f"agentcompass compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.html:
+        try:
+            page = write_text_atomic(args.html, compare.render_html(found))
+        except OSError as exc:
+            print(f"agentcompass compare: cannot write {args.html} ({exc.strerror}). Fix: name a file in a folder "
+                  "you can write to", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"wrote {page}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(canonical_json(compare.to_json(found)))
+    else:
+        print(compare.render(found))
+    return 0
+
+
+def _add_compare_parser(sub) -> None:
+    from agentcompass.compare import RESAMPLES, SEED
+
+    p = sub.add_parser(
+        "compare", help="a paired comparison of runs over the same tasks: deltas, intervals, tests, flipped tasks",
+        description="Compares each run after the first with the first (B - A), pairing attempts by task id and "
+        "attempt number: accuracy (McNemar's exact test) and mean score (paired bootstrap) with 95%% intervals "
+        "(paired bootstrap over tasks, seeded), the tasks that flipped each way, tokens and cost, and the "
+        "request.json keys that differ. Exit status 0, or 2 when a path is not a run or the runs share no attempt.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run folders, results/<namespace>/<run_id>; the first is A")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    p.add_argument("--html", metavar="OUT", help="also write a self-contained page to OUT")
+    p.add_argument("--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples (default {RESAMPLES})")
+    p.add_argument("--seed", type=int, default=SEED, help=f"bootstrap seed (default {SEED})")
+    p.set_defaults(func=cmd_compare)
 
 
 def _add_diff_parser(sub) -> None:
@@ -311,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_retry)
     _add_clean_parser(sub)
     _add_diff_parser(sub)
+    _add_compare_parser(sub)
     return parser
 
 

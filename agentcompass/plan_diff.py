@@ -17,14 +17,13 @@ from what Snakemake does.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agentcompass import results
+from agentcompass import keypaths, results
 from agentcompass.paths import task_segment
 from agentcompass.pipeline import fingerprints, reuse, stages
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
@@ -52,70 +51,8 @@ class DiffError(ValueError):
     """A, B or the pair cannot be compared; the message says what, where and the fix."""
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "(absent)"
-
-
-ABSENT = _Absent()
-Path_ = tuple[str, ...]
-
-
-# --- key paths ------------------------------------------------------------------------------
-
-
-def _same(a: Any, b: Any) -> bool:
-    # as Snakemake compares params: by their JSON text (0 and 0.0, 1 and true differ)
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def key_path_changes(a: Any, b: Any, prefix: Path_ = ()) -> list[tuple[Path_, Any, Any]]:
-    """Every key path where ``a`` and ``b`` (JSON values) differ, with both values (``ABSENT`` if missing).
-
-    Mappings are walked key by key; anything else (lists too) is one value.
-    """
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for key in sorted(set(a) | set(b), key=str):
-            out += key_path_changes(a.get(key, ABSENT), b.get(key, ABSENT), (*prefix, str(key)))
-        return out
-    if a is ABSENT or b is ABSENT:
-        return [] if a is b else [(prefix, a, b)]
-    return [] if _same(a, b) else [(prefix, a, b)]
-
-
-def path_text(path: Path_) -> str:
-    """``model.params.temperature``; a key that is not a plain word is quoted: ``params["a.b"]``."""
-    out = ""
-    for key in path:
-        plain = key.replace("_", "a").replace("-", "a").isalnum()
-        out += (f".{key}" if out else key) if plain else f"[{json.dumps(key)}]"
-    return out
-
-
-def value_text(value: Any, width: int | None = 60) -> str:
-    text = "(absent)" if value is ABSENT else json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return text if width is None or len(text) <= width else text[: width - 3] + "..."
-
-
-def _with(data: Any, path: Path_, value: Any) -> Any:
-    """A copy of ``data`` with ``path`` set to ``value`` (removed for ``ABSENT``)."""
-    data = copy.deepcopy(data)
-    node = data
-    for key in path[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    if value is ABSENT:
-        node.pop(path[-1], None)
-    else:
-        node[path[-1]] = copy.deepcopy(value)
-    return data
-
-
-def _json_values(a: Any, b: Any) -> dict:
-    """``{"a": ..., "b": ...}``, without the key of a side that does not have the field."""
-    return {side: value for side, value in (("a", a), ("b", b)) if value is not ABSENT}
+ABSENT = keypaths.ABSENT
+Path_ = keypaths.KeyPath
 
 
 # --- the two sides -----------------------------------------------------------------------------
@@ -270,7 +207,7 @@ def _task(raw: dict | None, plan: dict) -> TaskSpec:
 
 
 def _moved(base: dict[str, Any], other: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(stage for stage in STAGES if stage in base and not _same(base[stage], other.get(stage)))
+    return tuple(stage for stage in STAGES if stage in base and not keypaths.same(base[stage], other.get(stage)))
 
 
 # --- the diff ---------------------------------------------------------------------------------------
@@ -290,10 +227,10 @@ class Change:
 
     @property
     def name(self) -> str:
-        return path_text(self.path)
+        return keypaths.text(self.path)
 
     def to_json(self) -> dict:
-        return {"source": self.source, "path": self.name, **_json_values(self.a, self.b),
+        return {"source": self.source, "path": self.name, **keypaths.values_json(self.a, self.b),
                 "stages": list(self.stages), "assumed": self.assumed}
 
 
@@ -356,12 +293,12 @@ class Diff:
         """The differing fields by the first stage that reads them (None: no stage), with counts."""
         rows: dict[tuple[str, Path_], dict] = {}
         for change in self.request_changes:
-            rows[("request", change.path)] = {"change": change, "attempts": None, "values": {(value_text(change.a, None), value_text(change.b, None))}}
+            rows[("request", change.path)] = {"change": change, "attempts": None, "values": {(keypaths.value_text(change.a, None), keypaths.value_text(change.b, None))}}
         for attempt in self.attempts:
             for change in attempt.changes:
                 row = rows.setdefault((change.source, change.path), {"change": change, "attempts": 0, "values": set()})
                 row["attempts"] += 1
-                row["values"].add((value_text(change.a, None), value_text(change.b, None)))
+                row["values"].add((keypaths.value_text(change.a, None), keypaths.value_text(change.b, None)))
         groups: dict[str | None, list[dict]] = {}
         for row in rows.values():
             readers = [s for s in row["change"].stages if s != "request"] or list(row["change"].stages)
@@ -431,7 +368,7 @@ def diff(a: str | Path, b: str | Path) -> Diff:
     else:
         request_b = dict(side_b.request)
         for path in IDENTITY:  # B's settings, built in A's folder
-            request_b = _with(request_b, path, _get(side_a.request, path))
+            request_b = keypaths.with_value(request_b, path, keypaths.get(side_a.request, path))
         side_b.request = request_b
         ctx_a, ctx_b = _context(side_a.request, side_a.label), _context(side_b.request, side_b.label)
     if side_a.kind == "run":
@@ -463,10 +400,10 @@ def diff(a: str | Path, b: str | Path) -> Diff:
             base = {**ctx_a.bulk(), **(base_first or {})}
 
             def with_request(path, value):
-                ctx = Context(RunRequest.from_dict(_with(side_a.request, path, value)))
+                ctx = Context(RunRequest.from_dict(keypaths.with_value(side_a.request, path, value)))
                 return {**ctx.bulk(), **(ctx.attempt(task0, plan0) if first is not None else {})}
 
-            request_changes = _attribute("request", key_path_changes(side_a.request, side_b.request), base,
+            request_changes = _attribute("request", keypaths.changes(side_a.request, side_b.request), base,
                                          with_request, cache)
 
         attempts: list[AttemptDiff] = []
@@ -476,12 +413,12 @@ def diff(a: str | Path, b: str | Path) -> Diff:
             task_raw_b, plan_raw_b, task_b, plan_b_ = attempt_inputs(side_b, ctx_b, key_b)
             params_a, params_b = ctx_a.attempt(task_a, plan_a_), ctx_b.attempt(task_b, plan_b_)
             changes = _attribute(
-                "plan", key_path_changes(plan_raw_a, plan_raw_b), params_a,
-                lambda path, value: ctx_a.attempt(task_a, ctx_a.plan(_with(plan_raw_a, path, value))), cache)
+                "plan", keypaths.changes(plan_raw_a, plan_raw_b), params_a,
+                lambda path, value: ctx_a.attempt(task_a, ctx_a.plan(keypaths.with_value(plan_raw_a, path, value))), cache)
             if task_raw_a is not None and task_raw_b is not None:
                 changes = _attribute(
-                    "task", key_path_changes(task_raw_a, task_raw_b), params_a,
-                    lambda path, value: ctx_a.attempt(TaskSpec.from_dict(_with(task_raw_a, path, value)), plan_a_),
+                    "task", keypaths.changes(task_raw_a, task_raw_b), params_a,
+                    lambda path, value: ctx_a.attempt(TaskSpec.from_dict(keypaths.with_value(task_raw_a, path, value)), plan_a_),
                     cache) + changes
             record = AttemptDiff(key_b[0], key_b[1], "both", changes)
             known = request_changes + changes
@@ -489,7 +426,7 @@ def diff(a: str | Path, b: str | Path) -> Diff:
                 upstream = BUILT_FROM.get(stage)
                 if reuse_off:
                     record.reruns[stage] = "runtime.reuse is false in B: every file is rebuilt, every time"
-                elif not _same(params_a[stage], params_b[stage]):
+                elif not keypaths.same(params_a[stage], params_b[stage]):
                     record.reruns[stage] = _why(stage, [c for c in known if stage in c.stages])
                 elif upstream and upstream in record.reruns:
                     record.reruns[stage] = f"built from {FILES[upstream]}, which is rebuilt"
@@ -520,15 +457,15 @@ def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, req
     bulk_a, bulk_b = ctx_a.bulk(), ctx_b.bulk()
     out: dict[str, str] = {}
     for stage in (*REQUEST_STAGES, "metrics"):
-        if not _same(bulk_a[stage], bulk_b[stage]):
+        if not keypaths.same(bulk_a[stage], bulk_b[stage]):
             out[stage] = _why(stage, [c for c in request_changes if stage in c.stages])
-    if "tasks" not in out and not _same(side_a.tasks, side_b.tasks):
+    if "tasks" not in out and not keypaths.same(side_a.tasks, side_b.tasks):
         # tasks.json is computed from the request's task settings and the Benchmark's task files only
         out["tasks"] = "the task lists differ while the request's task settings do not: the Benchmark's task files changed"
     if "plans" not in out:
         if "tasks" in out:
             out["plans"] = "built from tasks.json, which is rebuilt"
-        elif not _same(sorted(side_a.plans.items()), sorted(side_b.plans.items())):
+        elif not keypaths.same(sorted(side_a.plans.items()), sorted(side_b.plans.items())):
             out["plans"] = "the plans differ while the request does not: the Benchmark's task files changed"
     if "metrics" not in out:
         if any(x.side != "both" for x in attempts):
@@ -536,14 +473,6 @@ def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, req
         elif any("evaluate" in x.reruns for x in attempts):
             out["metrics"] = "built from result.json, which is rebuilt"
     return {stage: out[stage] for stage in STAGES if stage in out}
-
-
-def _get(data: dict, path: Path_) -> Any:
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return ABSENT
-        data = data[key]
-    return data
 
 
 def _article(kind: str) -> str:
@@ -579,7 +508,7 @@ def render(d: Diff, verbose: bool = False) -> str:
                 where = "request.json" if change.source == "request" else change.source
                 if row["attempts"] is not None and d.kind == "run":
                     where += f", {row['attempts']} attempt(s)"
-                values = (f"{value_text(change.a)} -> {value_text(change.b)}" if len(row["values"]) == 1
+                values = (f"{keypaths.value_text(change.a)} -> {keypaths.value_text(change.b)}" if len(row["values"]) == 1
                           else "values differ by attempt (-v)")
                 also = [s for s in change.stages if s not in (stage, "request")]
                 extra = f"; also read by {', '.join(also)}" if also else ""
@@ -612,8 +541,8 @@ def render(d: Diff, verbose: bool = False) -> str:
             files = ", ".join(FILES[s] for s in x.reruns) or "nothing reruns"
             lines.append(f"  {x.task_id} #{x.attempt}{head}: {files}")
             for change in x.changes:
-                lines.append(f"    {change.source} {change.name}: {value_text(change.a, None)} -> "
-                             f"{value_text(change.b, None)}  [read by {', '.join(change.stages) or 'no stage'}]")
+                lines.append(f"    {change.source} {change.name}: {keypaths.value_text(change.a, None)} -> "
+                             f"{keypaths.value_text(change.b, None)}  [read by {', '.join(change.stages) or 'no stage'}]")
     elif d.kind == "run" and any(x.changes for x in d.attempts):
         lines.append("(-v: every attempt's differences)")
     return "\n".join(lines)

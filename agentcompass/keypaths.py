@@ -19,7 +19,8 @@ KeyPath = tuple[str, ...]
 
 def same(a: Any, b: Any) -> bool:
     """Equal as JSON text, as Snakemake compares params: 0 and 0.0 differ, and so do 1 and true."""
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    # Python's == first (in C, and false for most differences); the text only for what it calls equal
+    return a == b and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def changes(a: Any, b: Any, prefix: KeyPath = ()) -> list[tuple[KeyPath, Any, Any]]:
@@ -28,6 +29,8 @@ def changes(a: Any, b: Any, prefix: KeyPath = ()) -> list[tuple[KeyPath, Any, An
     Mappings are walked key by key; anything else (a list too) is one value.
     """
     if isinstance(a, dict) and isinstance(b, dict):
+        if same(a, b):
+            return []
         out = []
         for key in sorted(set(a) | set(b), key=str):
             out += changes(a.get(key, ABSENT), b.get(key, ABSENT), (*prefix, str(key)))

@@ -382,9 +382,12 @@ def diff(a: str | Path, b: str | Path) -> Diff:
     cache: dict = {}
     first = pairs[0] if pairs else None
 
-    def attempt_inputs(side: Side, ctx: Context, key):
-        plan_raw = side.plans[key]
-        return side.tasks.get(key[0]), plan_raw, _task(side.tasks.get(key[0]), plan_raw), ctx.plan(plan_raw)
+    def attempt_inputs(side: Side, ctx: Context, key, like=None):
+        """The raw and decoded task and plan; decoded once when B's are A's (``like``), as most are."""
+        plan_raw, task_raw = side.plans[key], side.tasks.get(key[0])
+        if like is not None and keypaths.same(task_raw, like[0]) and keypaths.same(plan_raw, like[1]):
+            return like  # the same benchmark and harness ids, so the same plan classes
+        return task_raw, plan_raw, _task(task_raw, plan_raw), ctx.plan(plan_raw)
 
     try:
         base_first = None
@@ -409,8 +412,9 @@ def diff(a: str | Path, b: str | Path) -> Diff:
         attempts: list[AttemptDiff] = []
         reuse_off = side_b.request is not None and not ctx_b.request.runtime.reuse
         for key_a, key_b in pairs:
-            task_raw_a, plan_raw_a, task_a, plan_a_ = attempt_inputs(side_a, ctx_a, key_a)
-            task_raw_b, plan_raw_b, task_b, plan_b_ = attempt_inputs(side_b, ctx_b, key_b)
+            inputs_a = attempt_inputs(side_a, ctx_a, key_a)
+            task_raw_a, plan_raw_a, task_a, plan_a_ = inputs_a
+            task_raw_b, plan_raw_b, task_b, plan_b_ = attempt_inputs(side_b, ctx_b, key_b, like=inputs_a)
             params_a, params_b = ctx_a.attempt(task_a, plan_a_), ctx_b.attempt(task_b, plan_b_)
             changes = _attribute(
                 "plan", keypaths.changes(plan_raw_a, plan_raw_b), params_a,

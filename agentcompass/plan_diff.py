@@ -43,6 +43,7 @@ BUILT_FROM = {"run": "prepare", "evaluate": "run"}
 # Where a run's files go: its folder, never a setting that makes it build anything else.
 IDENTITY = (("output", "namespace"), ("output", "run_id"))
 
+REUSE_OFF = "runtime.reuse is false in B: rebuilt every time"
 RULE_WORDS = ("a file is rebuilt when something its stage reads changed, "
               "and so is every file built from it; everything else is reused")
 
@@ -162,21 +163,26 @@ class Context:
         self.benchmark = stages.benchmark_for(self.request)
         self.harness = stages.harness_for(self.request)
         self.versions = fingerprints.component_versions(self.request)
+        # one stand-in for every invocation's nonce: equal on both sides, so reuse off
+        # twice is no difference here (diff says so on its own), but turning it off is
+        self.recompute = fingerprints.recompute_param(self.request, "each invocation")
 
     def plan(self, raw: dict) -> ExecutionPlan:
         harness_plan = self.harness.plan_class if self.harness else HarnessPlan
         return ExecutionPlan.from_dict(raw, self.benchmark.plan_class, harness_plan)
 
     def attempt(self, task: TaskSpec, plan: ExecutionPlan) -> dict[str, Any]:
-        return fingerprints.attempt_params(self.request, task, plan, versions=self.versions,
-                                           benchmark=self.benchmark, harness=self.harness)
+        params = fingerprints.attempt_params(self.request, task, plan, versions=self.versions,
+                                             benchmark=self.benchmark, harness=self.harness)
+        return {stage: {**value, **self.recompute} for stage, value in params.items()}
 
     def bulk(self) -> dict[str, Any]:
         req = self.request
         return {
-            "request": reuse.request_record(req), "tasks": fingerprints.tasks_param(req),
-            "plans": [fingerprints.plans_param(req), fingerprints.run_info_param(req)],
-            "metrics": fingerprints.metrics_param(req),
+            # the request rule records the request as it is: reuse off shows in it already
+            "request": reuse.request_record(req), "tasks": {**fingerprints.tasks_param(req), **self.recompute},
+            "plans": [{**fingerprints.plans_param(req), **self.recompute}, fingerprints.run_info_param(req)],
+            "metrics": {**fingerprints.metrics_param(req), **self.recompute},
         }
 
 
@@ -429,7 +435,7 @@ def diff(a: str | Path, b: str | Path) -> Diff:
             for stage in ATTEMPT_STAGES:
                 upstream = BUILT_FROM.get(stage)
                 if reuse_off:
-                    record.reruns[stage] = "runtime.reuse is false in B: every file is rebuilt, every time"
+                    record.reruns[stage] = REUSE_OFF
                 elif not keypaths.same(params_a[stage], params_b[stage]):
                     record.reruns[stage] = _why(stage, [c for c in known if stage in c.stages])
                 elif upstream and upstream in record.reruns:
@@ -456,12 +462,12 @@ def diff(a: str | Path, b: str | Path) -> Diff:
 
 def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, request_changes: list[Change],
                  attempts: list[AttemptDiff], reuse_off: bool) -> dict[str, str]:
-    if reuse_off:
-        return {s: "runtime.reuse is false in B: every file is rebuilt, every time" for s in (*REQUEST_STAGES, "metrics")}
     bulk_a, bulk_b = ctx_a.bulk(), ctx_b.bulk()
     out: dict[str, str] = {}
     for stage in (*REQUEST_STAGES, "metrics"):
-        if not keypaths.same(bulk_a[stage], bulk_b[stage]):
+        if reuse_off and stage != "request":  # request.json is the record of the request, rewritten when it changes
+            out[stage] = REUSE_OFF
+        elif not keypaths.same(bulk_a[stage], bulk_b[stage]):
             out[stage] = _why(stage, [c for c in request_changes if stage in c.stages])
     if "tasks" not in out and not keypaths.same(side_a.tasks, side_b.tasks):
         # tasks.json is computed from the request's task settings and the Benchmark's task files only

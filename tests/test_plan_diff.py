@@ -21,7 +21,7 @@ def reply(body) -> tuple[int, dict]:
 
 
 def write_config(workdir: Path, base_url: str, run_id: str, *, temperature=0.0, case_sensitive=False,
-                 prompt="{question}", attempts=1, limit=None) -> Path:
+                 prompt="{question}", attempts=1, limit=None, reuse=True) -> Path:
     benchmark = {"case_sensitive": case_sensitive, "prompt_template": prompt, **({"limit": limit} if limit else {})}
     path = workdir / "eval.yaml"  # one path: request.json records it, and a new path is a change of its own
     path.write_text(json.dumps({
@@ -30,6 +30,7 @@ def write_config(workdir: Path, base_url: str, run_id: str, *, temperature=0.0, 
             "model": {"id": "scripted", "base_url": base_url, "params": {"temperature": temperature}},
             "execution": {"attempts": attempts},
             "output": {"run_id": run_id},
+            "runtime": {"reuse": reuse},
         }},
         "benchmarks": {"example_exact_match": benchmark},
     }))
@@ -49,6 +50,7 @@ def predicted(workdir: Path, a: str, b: str) -> dict:
 def test_diff_predicts_the_jobs_the_next_run_runs(workdir: Path):
     """Each step: B's settings built in a folder of their own, diff A against it, then B's settings built in
     A's folder: the jobs that run are the ones diff named, stage by stage."""
+    selection = {"temperature": 0.7, "case_sensitive": True, "prompt": "Q: {question}", "limit": 3, "attempts": 2}
     steps = [
         ("temperature", {"temperature": 0.7}, {"request": 1, "run": 5, "evaluate": 5, "metrics": 1}),
         ("a scoring parameter", {"temperature": 0.7, "case_sensitive": True},
@@ -56,20 +58,25 @@ def test_diff_predicts_the_jobs_the_next_run_runs(workdir: Path):
         ("a prompt template", {"temperature": 0.7, "case_sensitive": True, "prompt": "Q: {question}"},
          {"request": 1, "plans": 1, "prepare": 5, "run": 5, "evaluate": 5, "metrics": 1}),
         # 3 tasks of 2 attempts: attempt 2 of each is new, 2 tasks of A are no longer asked for
-        ("the task selection and attempts", {"temperature": 0.7, "case_sensitive": True, "prompt": "Q: {question}",
-                                             "limit": 3, "attempts": 2},
+        ("the task selection and attempts", selection,
          {"request": 1, "tasks": 1, "plans": 1, "prepare": 3, "run": 3, "evaluate": 3, "metrics": 1}),
+        ("reuse off", {**selection, "reuse": False},
+         {"request": 1, "tasks": 1, "plans": 1, "prepare": 6, "run": 6, "evaluate": 6, "metrics": 1}),
     ]
+    found = {}
     with ScriptedEndpoint(reply) as endpoint:
         build(workdir, write_config(workdir, endpoint.base_url, "a"))
         for n, (what, settings, expected) in enumerate(steps):
             build(workdir, write_config(workdir, endpoint.base_url, f"b{n}", **settings))
-            found = predicted(workdir, "a", f"b{n}")
-            assert found["reruns"] == expected, what
+            found[what] = predicted(workdir, "a", f"b{n}")
+            assert found[what]["reruns"] == expected, what
             ran = build(workdir, write_config(workdir, endpoint.base_url, "a", **settings))
-            assert ran == found["reruns"], what
-            assert predicted(workdir, "a", f"b{n}")["reruns"] == {}, what
-    # the last step, in words: who reads what, and the unpaired attempts
+            assert ran == expected, what
+            # once built, nothing is left to do; with reuse off, all but the request's record, every time
+            stays = {} if settings.get("reuse", True) else {k: v for k, v in expected.items() if k != "request"}
+            assert predicted(workdir, "a", f"b{n}")["reruns"] == stays, what
+    # the selection step, in words: who reads what, and the unpaired attempts
+    found = found["the task selection and attempts"]
     assert found["attempts"] == {"both": 3, "a": 2, "b": 3}
     fields = {(f["source"], f["path"]): f["stages"] for group in found["by_stage"] for f in group["fields"]}
     assert fields[("request", "benchmark.params.limit")] == ["request", "tasks", "plans"]

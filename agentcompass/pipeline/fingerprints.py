@@ -36,7 +36,12 @@ def as_param(value: Any) -> str:
 # -- what each stage reads, as pure functions of a request, its task and its plan ------------
 # The rules' params below and ``agentcompass diff`` (agentcompass.plan_diff) both call these,
 # so what diff says a change reruns is what Snakemake reruns. None of them holds the task
-# source or the reuse-off nonce: those are not in the files a run leaves.
+# source (it is not in the files a run leaves) or the reuse-off nonce (recompute_param).
+
+
+def recompute_param(req: RunRequest, nonce: str) -> dict[str, str]:
+    """Added to every param of a request with reuse off: ``nonce`` is new with each invocation."""
+    return {} if req.runtime.reuse else {"recompute": nonce}
 
 
 def component_versions(req: RunRequest) -> dict[str, str]:
@@ -133,8 +138,7 @@ class Fingerprints:
         return component_versions(req)
 
     def recompute(self, req: RunRequest) -> dict[str, str]:
-        # reuse off: every param of the request changes with each invocation
-        return {} if req.runtime.reuse else {"recompute": self.inv.nonce}
+        return recompute_param(req, self.inv.nonce)
 
     def source(self, req: RunRequest) -> dict[str, str]:
         """The Benchmark's task files on disk, if it reads any: an edit loads and plans the tasks again.

@@ -288,7 +288,7 @@ def _add_compare_parser(sub) -> None:
     p = sub.add_parser(
         "compare", help="a paired comparison of runs over the same tasks: deltas, intervals, tests, flipped tasks",
         description="Compares each run after the first with the first (B - A), pairing attempts by task id and "
-        "attempt number: accuracy (McNemar's exact test) and mean score (paired bootstrap) with 95%% intervals "
+        "attempt number: accuracy (McNemar's exact test) and mean score (paired bootstrap) with 95% intervals "
         "(paired bootstrap over tasks, seeded), the tasks that flipped each way, tokens and cost, and the "
         "request.json keys that differ. Exit status 0, or 2 when a path is not a run or the runs share no attempt.",
     )

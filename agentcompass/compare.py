@@ -323,6 +323,10 @@ def _p(value: float | None) -> str:
     return f"p={value:.3f}" if value >= 0.001 else "p<0.001"
 
 
+def _test_text(m: MetricDelta) -> str:
+    return " ".join(x for x in (m.test, f"({m.detail})" if m.detail else None) if x)
+
+
 def _ci(ci: tuple[float, float] | None) -> str:
     return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""
 
@@ -387,7 +391,8 @@ def render(comparisons: list[Comparison]) -> str:
 # --- a page -----------------------------------------------------------------------------------------------
 
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;color:#1d2330}
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:72rem;
+padding:0 1rem;color:#1d2330}
 h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:2rem;border-bottom:1px solid #dde1e8;padding-bottom:.3rem}
 table{border-collapse:collapse;margin:.5rem 0}th,td{padding:.3rem .7rem;text-align:left;border-bottom:1px solid #eef0f4}
 th{background:#f5f6f9;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -413,7 +418,8 @@ def _forest(metrics: list[MetricDelta]) -> str:
     zero = left + bound * scale
     parts = [f'<svg class="forest" role="img" aria-label="B - A with 95% intervals" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}">',
-             f'<line x1="{zero:.1f}" y1="5" x2="{zero:.1f}" y2="{height - 20}" stroke="#9aa3b2" stroke-dasharray="3 3"/>',
+             f'<line x1="{zero:.1f}" y1="5" x2="{zero:.1f}" y2="{height - 20}" stroke="#9aa3b2" '
+             f'stroke-dasharray="3 3"/>',
              f'<text x="{zero:.1f}" y="{height - 5}" text-anchor="middle">0</text>',
              f'<text x="{left:.1f}" y="{height - 5}" text-anchor="start">{-bound:+.3f}</text>',
              f'<text x="{width - 20:.1f}" y="{height - 5}" text-anchor="end">{bound:+.3f} (B - A)</text>']
@@ -421,7 +427,8 @@ def _forest(metrics: list[MetricDelta]) -> str:
         y = 15 + i * row
         low, high, mid = (left + (v + bound) * scale for v in (*m.ci95, m.delta))
         parts += [f'<text x="0" y="{y + 4}">{_e(m.name)}</text>',
-                  f'<line class="ci" x1="{low:.1f}" y1="{y}" x2="{high:.1f}" y2="{y}" stroke="#3558a8" stroke-width="2"/>',
+                  f'<line class="ci" x1="{low:.1f}" y1="{y}" x2="{high:.1f}" y2="{y}" stroke="#3558a8" '
+                  f'stroke-width="2"/>',
                   f'<circle class="delta" cx="{mid:.1f}" cy="{y}" r="4" fill="#3558a8"><title>{_e(m.name)}: '
                   f'{m.delta:+.3f} [{m.ci95[0]:+.3f}, {m.ci95[1]:+.3f}]</title></circle>']
     parts.append("</svg>")
@@ -451,9 +458,9 @@ def render_html(comparisons: list[Comparison]) -> str:
                 f'{_e(c.b.model)}). {c.paired} attempt(s) paired by task id and attempt number; finished in A only: '
                 f'{len(c.only_a)}; in B only: {len(c.only_b)}.</p>',
                 _html_table(["metric", "A", "B", "B - A", "95% CI", "test", "p"], [
-                    [(m.name, ""), (_num(m.a), "num"), (_num(m.b), "num"), (_num(m.delta, signed=True), _sign_class(m.delta)),
-                     (_ci(m.ci95), "num"), (" ".join(x for x in (m.test, f"({m.detail})" if m.detail else None) if x), ""),
-                     (_p(m.p_value), "num")] for m in c.metrics]),
+                    [(m.name, ""), (_num(m.a), "num"), (_num(m.b), "num"),
+                     (_num(m.delta, signed=True), _sign_class(m.delta)), (_ci(m.ci95), "num"),
+                     (_test_text(m), ""), (_p(m.p_value), "num")] for m in c.metrics]),
                 _forest(c.metrics),
                 "<h3>Usage</h3>",
                 _html_table(["", "A", "B", "B - A", ""], [

@@ -94,7 +94,8 @@ def _run_files(run: results.Run) -> tuple[dict, dict]:
     for path in (tasks_file, plans_file):
         if not path.exists():
             raise DiffError(f"{run.path} has no {path.name} yet: the run has not planned its attempts. "
-                            f"Fix: run the request once (its tasks.json and plans.json come first), or diff plan.json files")
+                            f"Fix: run the request once (its tasks.json and plans.json come first), "
+                            f"or diff plan.json files")
     tasks = {t["task_id"]: t for t in _read(tasks_file, "the task list")["tasks"]}
     plans = {_plan_key(p): p for p in _read(plans_file, "the plans")["plans"]}
     return tasks, plans
@@ -235,6 +236,10 @@ class Change:
     def name(self) -> str:
         return keypaths.text(self.path)
 
+    @property
+    def values(self) -> tuple[str, str]:
+        return keypaths.value_text(self.a, None), keypaths.value_text(self.b, None)
+
     def to_json(self) -> dict:
         return {"source": self.source, "path": self.name, **keypaths.values_json(self.a, self.b),
                 "stages": list(self.stages), "assumed": self.assumed}
@@ -299,12 +304,12 @@ class Diff:
         """The differing fields by the first stage that reads them (None: no stage), with counts."""
         rows: dict[tuple[str, Path_], dict] = {}
         for change in self.request_changes:
-            rows[("request", change.path)] = {"change": change, "attempts": None, "values": {(keypaths.value_text(change.a, None), keypaths.value_text(change.b, None))}}
+            rows[("request", change.path)] = {"change": change, "attempts": None, "values": {change.values}}
         for attempt in self.attempts:
             for change in attempt.changes:
                 row = rows.setdefault((change.source, change.path), {"change": change, "attempts": 0, "values": set()})
                 row["attempts"] += 1
-                row["values"].add((keypaths.value_text(change.a, None), keypaths.value_text(change.b, None)))
+                row["values"].add(change.values)
         groups: dict[str | None, list[dict]] = {}
         for row in rows.values():
             readers = [s for s in row["change"].stages if s != "request"] or list(row["change"].stages)
@@ -333,7 +338,7 @@ class Diff:
         }
 
 
-def _attribute(source: str, changes, base: dict[str, Any], compute: Callable[[Any], dict[str, Any]],
+def _attribute(source: str, changes, base: dict[str, Any], compute: Callable[[Path_, Any], dict[str, Any]],
                cache: dict) -> list[Change]:
     """Each change with the stages whose params move when it alone is made in A (``compute(path, b_value)``)."""
     out = []
@@ -342,7 +347,7 @@ def _attribute(source: str, changes, base: dict[str, Any], compute: Callable[[An
         if key not in cache:
             try:
                 cache[key] = (_moved(base, compute(path, b)), False)
-            except Exception:  # noqa: BLE001 - not a valid request/plan on its own: count it for every stage it could reach
+            except Exception:  # noqa: BLE001 - not valid on its own: counted for every stage it could reach
                 cache[key] = (STAGES if source == "request" else ATTEMPT_STAGES, True)
         readers, assumed = cache[key]
         out.append(Change(source, path, a, b, readers, assumed))
@@ -398,7 +403,7 @@ def diff(a: str | Path, b: str | Path) -> Diff:
     try:
         base_first = None
         if first is not None:
-            task_raw0, plan_raw0, task0, plan0 = attempt_inputs(side_a, ctx_a, first[0])
+            _, _, task0, plan0 = attempt_inputs(side_a, ctx_a, first[0])
             base_first = ctx_a.attempt(task0, plan0)
 
         request_changes: list[Change] = []
@@ -422,14 +427,16 @@ def diff(a: str | Path, b: str | Path) -> Diff:
             task_raw_a, plan_raw_a, task_a, plan_a_ = inputs_a
             task_raw_b, plan_raw_b, task_b, plan_b_ = attempt_inputs(side_b, ctx_b, key_b, like=inputs_a)
             params_a, params_b = ctx_a.attempt(task_a, plan_a_), ctx_b.attempt(task_b, plan_b_)
-            changes = _attribute(
-                "plan", keypaths.changes(plan_raw_a, plan_raw_b), params_a,
-                lambda path, value: ctx_a.attempt(task_a, ctx_a.plan(keypaths.with_value(plan_raw_a, path, value))), cache)
+            def with_plan(path, value):
+                return ctx_a.attempt(task_a, ctx_a.plan(keypaths.with_value(plan_raw_a, path, value)))
+
+            def with_task(path, value):
+                return ctx_a.attempt(TaskSpec.from_dict(keypaths.with_value(task_raw_a, path, value)), plan_a_)
+
+            changes = _attribute("plan", keypaths.changes(plan_raw_a, plan_raw_b), params_a, with_plan, cache)
             if task_raw_a is not None and task_raw_b is not None:
-                changes = _attribute(
-                    "task", keypaths.changes(task_raw_a, task_raw_b), params_a,
-                    lambda path, value: ctx_a.attempt(TaskSpec.from_dict(keypaths.with_value(task_raw_a, path, value)), plan_a_),
-                    cache) + changes
+                changes = _attribute("task", keypaths.changes(task_raw_a, task_raw_b), params_a, with_task,
+                                     cache) + changes
             record = AttemptDiff(key_b[0], key_b[1], "both", changes)
             known = request_changes + changes
             for stage in ATTEMPT_STAGES:
@@ -471,7 +478,8 @@ def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, req
             out[stage] = _why(stage, [c for c in request_changes if stage in c.stages])
     if "tasks" not in out and not keypaths.same(side_a.tasks, side_b.tasks):
         # tasks.json is computed from the request's task settings and the Benchmark's task files only
-        out["tasks"] = "the task lists differ while the request's task settings do not: the Benchmark's task files changed"
+        out["tasks"] = ("the task lists differ while the request's task settings do not: "
+                        "the Benchmark's task files changed")
     if "plans" not in out:
         if "tasks" in out:
             out["plans"] = "built from tasks.json, which is rebuilt"
@@ -518,8 +526,9 @@ def render(d: Diff, verbose: bool = False) -> str:
                 where = "request.json" if change.source == "request" else change.source
                 if row["attempts"] is not None and d.kind == "run":
                     where += f", {row['attempts']} attempt(s)"
-                values = (f"{keypaths.value_text(change.a)} -> {keypaths.value_text(change.b)}" if len(row["values"]) == 1
-                          else "values differ by attempt (-v)")
+                values = "values differ by attempt (-v)"
+                if len(row["values"]) == 1:
+                    values = f"{keypaths.value_text(change.a)} -> {keypaths.value_text(change.b)}"
                 also = [s for s in change.stages if s not in (stage, "request")]
                 extra = f"; also read by {', '.join(also)}" if also else ""
                 assumed = "; counted for every stage (not decidable alone)" if change.assumed else ""
@@ -551,8 +560,9 @@ def render(d: Diff, verbose: bool = False) -> str:
             files = ", ".join(FILES[s] for s in x.reruns) or "nothing reruns"
             lines.append(f"  {x.task_id} #{x.attempt}{head}: {files}")
             for change in x.changes:
-                lines.append(f"    {change.source} {change.name}: {keypaths.value_text(change.a, None)} -> "
-                             f"{keypaths.value_text(change.b, None)}  [read by {', '.join(change.stages) or 'no stage'}]")
+                readers = ", ".join(change.stages) or "no stage"
+                lines.append(f"    {change.source} {change.name}: {change.values[0]} -> {change.values[1]}  "
+                             f"[read by {readers}]")
     elif d.kind == "run" and any(x.changes for x in d.attempts):
         lines.append("(-v: every attempt's differences)")
     return "\n".join(lines)

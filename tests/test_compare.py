@@ -146,7 +146,8 @@ def test_the_table_and_the_page(runs: Path, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert "paired: 5 attempt(s) finished in both" in text
-    assert "accuracy    0.800  0.600  -0.200" in text and "McNemar exact p=1.000 (2 passed in A only, 1 in B only)" in text
+    assert "accuracy    0.800  0.600  -0.200" in text
+    assert "McNemar exact p=1.000 (2 passed in A only, 1 in B only)" in text
     assert "passed in A only (2): capital-japan, water-formula" in text
     assert "passed in B only (1): author-hamlet" in text
     assert "model.params.temperature: 0 -> 0.7" in text
@@ -171,7 +172,8 @@ def test_unpaired_attempts_are_left_out_and_named(runs: Path, tmp_path: Path):
     assert c["b"]["finished"] == 4 and c["b"]["attempts"] == 5
     # three runs: each later one against the first
     found = compared(runs, "results/default/cold", "results/default/hot", str(partial))
-    assert [(c["b"]["path"], c["paired"]) for c in found["comparisons"]] == [("results/default/hot", 5), (str(partial), 4)]
+    assert [(c["b"]["path"], c["paired"]) for c in found["comparisons"]] == [
+        ("results/default/hot", 5), (str(partial), 4)]
 
 
 def test_bad_input_exits_2_with_what_where_and_fix(runs: Path, tmp_path: Path):

@@ -1,4 +1,4 @@
-"""``agentcompass diff``: the stage that reads each differing field, and the files that rerun, as Snakemake reruns them."""
+"""``agentcompass diff``: the stage that reads each differing field, and the files that rerun, as Snakemake does."""
 
 from __future__ import annotations
 

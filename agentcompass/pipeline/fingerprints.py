@@ -115,12 +115,14 @@ def attempt_params(req: RunRequest, task: TaskSpec, plan: ExecutionPlan, *, vers
         run["reference"] = reuse.digest(benchmark.reference_solution(task, plan.benchmark_plan))
     return {
         "prepare": {
-            "stage": STAGE_VERSIONS["prepare"], "benchmark": versions["benchmark"], "environment": versions["environment"],
+            "stage": STAGE_VERSIONS["prepare"],
+            "benchmark": versions["benchmark"], "environment": versions["environment"],
             "task": task_digest, "plan": reuse.digest(reuse.plan_view(plan, "prepare")),
         },
         "run": run,
         "evaluate": {
-            "stage": STAGE_VERSIONS["evaluate"], "benchmark": versions["benchmark"], "environment": versions["environment"],
+            "stage": STAGE_VERSIONS["evaluate"],
+            "benchmark": versions["benchmark"], "environment": versions["environment"],
             "task": task_digest, "plan": reuse.digest(reuse.plan_view(plan, "evaluate")),
         },
     }

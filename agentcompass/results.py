@@ -66,6 +66,11 @@ class Run:
     def component(self, kind: str) -> str:
         return (self.request.get(kind) or {}).get("id", "")
 
+    def metrics(self) -> dict[str, Any] | None:
+        """metrics.json as written, or None before the run's metrics stage has written it."""
+        metrics_file = self.path / "metrics.json"
+        return json.loads(metrics_file.read_text()) if metrics_file.exists() else None
+
     def attempts(self) -> list[tuple[dict, int, Path]]:
         """(task, attempt, attempt folder) of every attempt tasks.json lists, in its order."""
         tasks_file = self.path / "tasks.json"

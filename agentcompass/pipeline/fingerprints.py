@@ -13,7 +13,8 @@ import json
 from typing import Any
 
 import agentcompass
-from agentcompass.runtime.models import RunRequest
+from agentcompass.runtime.base import BaseBenchmark, BaseHarness
+from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
 
 from . import engine, reuse, shards, stages
@@ -32,6 +33,102 @@ def as_param(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+# -- what each stage reads, as pure functions of a request, its task and its plan ------------
+# The rules' params below and ``agentcompass diff`` (agentcompass.plan_diff) both call these,
+# so what diff says a change reruns is what Snakemake reruns. None of them holds the task
+# source (it is not in the files a run leaves) or the reuse-off nonce (recompute_param).
+
+
+def recompute_param(req: RunRequest, nonce: str) -> dict[str, str]:
+    """Added to every param of a request with reuse off: ``nonce`` is new with each invocation."""
+    return {} if req.runtime.reuse else {"recompute": nonce}
+
+
+def component_versions(req: RunRequest) -> dict[str, str]:
+    harness = stages.harness_for(req)
+    return {
+        "agentcompass": agentcompass.__version__,
+        "benchmark": stages.benchmark_for(req).version,
+        "harness": harness.version if harness else "none",
+        "environment": ENVIRONMENTS.get(req.environment.id).version,
+    }
+
+
+def tasks_param(req: RunRequest) -> dict[str, Any]:
+    benchmark = stages.benchmark_for(req)
+    return {
+        "stage": STAGE_VERSIONS["tasks"],
+        "benchmark": req.benchmark.id,
+        "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("tasks",)),
+        "version": benchmark.version,
+    }
+
+
+def plans_param(req: RunRequest) -> dict[str, Any]:
+    execution = req.execution.to_dict()
+    execution.pop("task_concurrency")  # how fast, not what: never a reason to rerun
+    execution.pop("analyzers")
+    return {
+        "stage": STAGE_VERSIONS["plans"],
+        "benchmark": req.benchmark.to_dict(),
+        "harness": req.harness.to_dict(),
+        "environment": req.environment.to_dict(),
+        "execution": execution,
+        "recipes": {rid: cls.version for rid, cls in RECIPES.items()},
+        "recipe_dirs": req.metadata.recipe_dirs,
+        "versions": component_versions(req),
+    }
+
+
+def run_info_param(req: RunRequest) -> dict[str, Any]:
+    """The plans rule's second param: what run_info.json records besides the plans."""
+    return {"model": req.model.id, "versions": component_versions(req)}
+
+
+def metrics_param(req: RunRequest) -> dict[str, Any]:
+    benchmark = stages.benchmark_for(req)
+    return {
+        "stage": STAGE_VERSIONS["metrics"], "benchmark": benchmark.version,
+        "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("metrics",)),
+        "analyzers": req.execution.analyzers,
+        "pricing": req.model.pricing.to_dict() if req.model.pricing else None,
+    }
+
+
+def attempt_params(req: RunRequest, task: TaskSpec, plan: ExecutionPlan, *, versions: dict[str, str],
+                   benchmark: BaseBenchmark, harness: BaseHarness | None,
+                   task_digest: str | None = None) -> dict[str, dict[str, Any]]:
+    """What the prepare, run and evaluate stages of one attempt read.
+
+    ``versions``, ``benchmark`` and ``harness`` are ``component_versions(req)`` and the request's
+    components, passed in because a request of 10,000 attempts computes them once.
+    """
+    task_digest = task_digest or reuse.task_fingerprint(task)
+    run = {
+        "stage": STAGE_VERSIONS["run"], "model": reuse.model_view(req),
+        "harness": versions["harness"], "environment": versions["environment"],
+        "plan": reuse.digest(reuse.plan_view(plan, "run")),
+    }
+    if harness is None:  # a harness-free Benchmark runs its own code on the task
+        run["benchmark"] = versions["benchmark"]
+        run["task"] = task_digest
+    elif harness.is_oracle:  # the oracle's answer is the reference, nothing else of the plan
+        run["reference"] = reuse.digest(benchmark.reference_solution(task, plan.benchmark_plan))
+    return {
+        "prepare": {
+            "stage": STAGE_VERSIONS["prepare"],
+            "benchmark": versions["benchmark"], "environment": versions["environment"],
+            "task": task_digest, "plan": reuse.digest(reuse.plan_view(plan, "prepare")),
+        },
+        "run": run,
+        "evaluate": {
+            "stage": STAGE_VERSIONS["evaluate"],
+            "benchmark": versions["benchmark"], "environment": versions["environment"],
+            "task": task_digest, "plan": reuse.digest(reuse.plan_view(plan, "evaluate")),
+        },
+    }
+
+
 class Fingerprints:
     """Params of the per-request rules, and whether the bulk files are current (read at parse time)."""
 
@@ -41,17 +138,10 @@ class Fingerprints:
         self._sources: dict[tuple[str, str], str | None] = {}
 
     def components(self, req: RunRequest) -> dict[str, str]:
-        harness = stages.harness_for(req)
-        return {
-            "agentcompass": agentcompass.__version__,
-            "benchmark": stages.benchmark_for(req).version,
-            "harness": harness.version if harness else "none",
-            "environment": ENVIRONMENTS.get(req.environment.id).version,
-        }
+        return component_versions(req)
 
     def recompute(self, req: RunRequest) -> dict[str, str]:
-        # reuse off: every param of the request changes with each invocation
-        return {} if req.runtime.reuse else {"recompute": self.inv.nonce}
+        return recompute_param(req, self.inv.nonce)
 
     def source(self, req: RunRequest) -> dict[str, str]:
         """The Benchmark's task files on disk, if it reads any: an edit loads and plans the tasks again.
@@ -75,53 +165,23 @@ class Fingerprints:
     def tasks(self, w) -> str:
         self.inv.begin()
         req = self.inv.request(w)
-        benchmark = stages.benchmark_for(req)
-        return as_param({
-            "stage": STAGE_VERSIONS["tasks"],
-            "benchmark": req.benchmark.id,
-            "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("tasks",)),
-            "version": benchmark.version,
-            **self.source(req),
-            **self.recompute(req),
-        })
+        return as_param({**tasks_param(req), **self.source(req), **self.recompute(req)})
 
     @engine.signature_once
     def plans(self, w) -> str:
         self.inv.begin()
         req = self.inv.request(w)
-        execution = req.execution.to_dict()
-        execution.pop("task_concurrency")  # how fast, not what: never a reason to rerun
-        execution.pop("analyzers")
-        return as_param({
-            "stage": STAGE_VERSIONS["plans"],
-            "benchmark": req.benchmark.to_dict(),
-            "harness": req.harness.to_dict(),
-            "environment": req.environment.to_dict(),
-            "execution": execution,
-            "recipes": {rid: cls.version for rid, cls in RECIPES.items()},
-            "recipe_dirs": req.metadata.recipe_dirs,
-            "versions": self.components(req),
-            **self.source(req),
-            **self.recompute(req),
-        })
+        return as_param({**plans_param(req), **self.source(req), **self.recompute(req)})
 
     @engine.signature_once
     def run_info(self, w) -> str:
-        req = self.inv.request(w)
-        return as_param({"model": req.model.id, "versions": self.components(req)})
+        return as_param(run_info_param(self.inv.request(w)))
 
     @engine.signature_once
     def metrics(self, w) -> str:
         self.inv.begin()
         req = self.inv.request(w)
-        benchmark = stages.benchmark_for(req)
-        return as_param({
-            "stage": STAGE_VERSIONS["metrics"], "benchmark": benchmark.version,
-            "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("metrics",)),
-            "analyzers": req.execution.analyzers,
-            "pricing": req.model.pricing.to_dict() if req.model.pricing else None,
-            **self.recompute(req),
-        })
+        return as_param({**metrics_param(req), **self.recompute(req)})
 
     # -- the bulk files, read at parse time once current --------------------------------
 
@@ -192,11 +252,9 @@ class AttemptFingerprints:
         return table
 
     def _table(self, req: RunRequest, tasks_file: str, plans_file: str, attempts=None) -> dict:
-        c = self.fingerprints.components(req)
+        versions = self.fingerprints.components(req)
         recompute = self.fingerprints.recompute(req)
-        benchmark = stages.benchmark_for(req)
-        harness = stages.harness_for(req)
-        model = reuse.model_view(req)
+        benchmark, harness = stages.benchmark_for(req), stages.harness_for(req)
         tasks_seen: dict[str, str] = {}
         table = {}
         for segment, attempt in stages.raw_plans(plans_file) if attempts is None else attempts:
@@ -204,30 +262,9 @@ class AttemptFingerprints:
             task = stages.task_by_segment(tasks_file, segment)
             if segment not in tasks_seen:
                 tasks_seen[segment] = reuse.task_fingerprint(task)
-            run = {
-                "stage": STAGE_VERSIONS["run"], "model": model,
-                "harness": c["harness"], "environment": c["environment"],
-                "plan": reuse.digest(reuse.plan_view(plan, "run")),
-                **recompute,
-            }
-            if harness is None:  # a harness-free Benchmark runs its own code on the task
-                run["benchmark"] = c["benchmark"]
-                run["task"] = tasks_seen[segment]
-            elif harness.is_oracle:  # the oracle's answer is the reference, nothing else of the plan
-                run["reference"] = reuse.digest(benchmark.reference_solution(task, plan.benchmark_plan))
-            table[(segment, attempt)] = {
-                "prepare": as_param({
-                    "stage": STAGE_VERSIONS["prepare"], "benchmark": c["benchmark"], "environment": c["environment"],
-                    "task": tasks_seen[segment], "plan": reuse.digest(reuse.plan_view(plan, "prepare")),
-                    **recompute,
-                }),
-                "run": as_param(run),
-                "evaluate": as_param({
-                    "stage": STAGE_VERSIONS["evaluate"], "benchmark": c["benchmark"], "environment": c["environment"],
-                    "task": tasks_seen[segment], "plan": reuse.digest(reuse.plan_view(plan, "evaluate")),
-                    **recompute,
-                }),
-            }
+            params = attempt_params(req, task, plan, versions=versions, benchmark=benchmark, harness=harness,
+                                    task_digest=tasks_seen[segment])
+            table[(segment, attempt)] = {stage: as_param({**value, **recompute}) for stage, value in params.items()}
         return table
 
     @engine.signature_once

@@ -139,6 +139,7 @@ class ScriptedEndpoint:
     script: list[Step] | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     max_in_flight: int = 0
+    port: int = 0  # 0: any free port (tests); a fixed one for a stand-in model a person points a run at
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -215,7 +216,7 @@ class ScriptedEndpoint:
                 if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
                     super().handle_error(request, client_address)
 
-        self._server = Server(("127.0.0.1", 0), Handler)
+        self._server = Server(("127.0.0.1", self.port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         return self

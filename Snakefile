@@ -41,8 +41,8 @@ onstart:
 
 
 onsuccess:
-    EVAL.finish()
+    EVAL.finish(ok=True)
 
 
 onerror:
-    EVAL.finish()
+    EVAL.finish(ok=False)

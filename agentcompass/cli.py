@@ -117,6 +117,8 @@ def _resolve(args, layer):
 
 
 def _outcome_line(outcome) -> str:
+    from agentcompass import progress
+
     metrics = ", ".join(f"{k} {v}" for k, v in sorted(outcome.metrics.items()))
     if outcome.state == "planned":
         return f"{outcome.name}: dry run: nothing was built"
@@ -127,12 +129,19 @@ def _outcome_line(outcome) -> str:
         return (f"{outcome.name}: stopped before it finished ({outcome.reason}): {outcome.done} of "
                 f"{outcome.total or '?'} attempts done; run the same command again to continue -> {outcome.results_dir}")
     total = sum(outcome.counts.values())
+    # what the attempts cost, as metrics.json's summary has it (a field it lacks is not shown)
+    try:
+        summary = json.loads((Path(outcome.results_dir) / "metrics.json").read_text()).get("summary")
+    except (OSError, ValueError, AttributeError):
+        summary = None
+    usage = progress.usage_summary(summary.get("overall") if isinstance(summary, dict) else None)
+    usage = f"; {usage}" if usage else ""
     if outcome.state == "completed_with_errors":
         failed = sum(outcome.errors.values())
         kinds = "; ".join(f"{kind} x{n}" for kind, n in outcome.errors.items())
         return (f"{outcome.name}: completed with errors: {failed} of {total} attempts failed ({kinds}); "
-                f"{metrics} -> {outcome.results_dir}/metrics.json")
-    return f"{outcome.name}: completed: {total} attempts; {metrics} -> {outcome.results_dir}/metrics.json"
+                f"{metrics}{usage} -> {outcome.results_dir}/metrics.json")
+    return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {outcome.results_dir}/metrics.json"
 
 
 def _build(orchestration, layer, args, extra: list[str]) -> int:

@@ -1,4 +1,5 @@
-"""The one JSON writer: canonical (sorted keys, UTF-8, trailing newline) and atomic."""
+"""The one JSON writer: canonical (sorted keys, UTF-8, trailing newline) and atomic; and the one
+appender of JSON-lines logs (``append_line``)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,24 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def append_line(path: str | Path, payload: Any) -> None:
+    """Append ``payload`` to a JSON-lines log as one line, in one ``write`` with ``O_APPEND``.
+
+    Several processes may append to the same log: the kernel places each such
+    write at the end of the file whole, so lines never interleave (on a local
+    filesystem). No fsync: a log line is worth less than the time it would cost.
+    """
+    data = (json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        view = memoryview(data)
+        while view:  # one write unless the disk is full
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def write_json(path: str | Path, payload: Any) -> Path:

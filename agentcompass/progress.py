@@ -1,4 +1,11 @@
-"""One live line per request while a run goes: attempts done/total, errors, ETA.
+"""One live line per request while a run goes: the attempts this invocation builds, done/total, errors, ETA.
+
+The line reads the request's events (``events.jsonl``, agentcompass.pipeline.events)
+of this invocation only: total is what it builds (``attempts_planned``; the
+whole slice of a shard until the shard's inner run has counted), done is its
+``attempt_finished`` events. Attempts that are reused count in neither, so a
+rerun after a change shows 0/N before anything ran, N being what the change
+reruns.
 
 Shown only on a terminal. There, Snakemake's per-job chatter is held back
 (warnings and errors still print above the lines); anywhere else, nothing
@@ -7,7 +14,6 @@ changes and the log reads as plain Snakemake output.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -15,68 +21,71 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from agentcompass.paths import task_segment
+if TYPE_CHECKING:
+    from agentcompass.pipeline.events import Follower
 
 REFRESH_SECONDS = 0.5
+_ERRORS = frozenset({"run_error", "eval_error", "run_error_or_eval_error"})
 
 
 @dataclass
 class RequestProgress:
+    """One request's count, from its events of one invocation."""
+
     name: str
-    path: Path
-    attempts_per_task: int
-    total: int | None = None
-    done: int = 0
+    events: Follower
+    invocation: str | None = None  # None: whichever invocation starts the request next
+    planned: dict[Any, int] = field(default_factory=dict)  # shard (None: the request) -> attempts
+    finished: set[tuple[str, int]] = field(default_factory=set)
     errors: int = 0
-    done_at_start: int | None = None
-    _results: list[Path] = field(default_factory=list)
-    _status: dict[Path, tuple[int, str]] = field(default_factory=dict)
+    over: bool = False
+
+    @classmethod
+    def of(cls, name: str, run_dir: Path, offset: int | None = None, invocation: str | None = None):
+        from agentcompass.pipeline.events import EVENTS_FILE, Follower
+
+        return cls(name, Follower(Path(run_dir) / EVENTS_FILE, offset), invocation)
 
     def refresh(self) -> None:
-        if self.total is None:
-            tasks_file = self.path / "tasks.json"
-            if not tasks_file.exists():
-                return
-            try:
-                tasks = json.loads(tasks_file.read_text())["tasks"]
-            except (OSError, ValueError, KeyError):
-                return
-            self._results = [
-                self.path / "attempts" / task_segment(t["task_id"]) / str(a) / "result.json"
-                for t in tasks
-                for a in range(1, self.attempts_per_task + 1)
-            ]
-            self.total = len(self._results)
-        done = errors = 0
-        for path in self._results:
-            try:
-                mtime = path.stat().st_mtime_ns
-            except FileNotFoundError:
-                continue
-            cached = self._status.get(path)
-            if cached is None or cached[0] != mtime:
-                try:
-                    status = json.loads(path.read_text())["status"]
-                except (OSError, ValueError, KeyError):
-                    continue
-                cached = self._status[path] = (mtime, status)
-            done += 1
-            errors += cached[1] in ("run_error", "eval_error", "run_error_or_eval_error")
-        self.done, self.errors = done, errors
-        if self.done_at_start is None:
-            self.done_at_start = done
+        for event in self.events.read():
+            self.apply(event)
+
+    def apply(self, event: dict) -> None:
+        if self.invocation is None and event["event"] == "request_started":
+            self.invocation = event.get("invocation")
+        if self.invocation is None or event.get("invocation") != self.invocation:
+            return
+        kind = event["event"]
+        if kind == "attempts_planned":
+            self.planned[event.get("shard")] = int(event.get("attempts", 0))
+        elif kind == "attempt_finished":
+            key = (event.get("task_id"), event.get("attempt"))
+            if key not in self.finished:
+                self.finished.add(key)
+                self.errors += event.get("status") in _ERRORS
+        elif kind == "request_finished":
+            self.over = True
+
+    @property
+    def total(self) -> int | None:
+        if not self.planned:
+            return 0 if self.over else None
+        # an estimate for a whole shard never undercounts what finished
+        return max(sum(self.planned.values()), len(self.finished))
 
     def line(self, elapsed: float) -> str:
-        if self.total is None:
-            return f"{self.name}: loading tasks"
+        total, done = self.total, len(self.finished)
+        if total is None:
+            return f"{self.name}: planning"
+        if total == 0:
+            return f"{self.name}: nothing to build (every attempt is up to date)"
         eta = ""
-        fresh = self.done - (self.done_at_start or 0)
-        if 0 < fresh and self.done < self.total and elapsed > 0:
-            remaining = (self.total - self.done) * elapsed / fresh
+        if 0 < done < total and elapsed > 0:
+            remaining = (total - done) * elapsed / done
             eta = f", ETA {int(remaining // 60)}m{int(remaining % 60):02d}s"
-        percent = 100 * self.done / self.total if self.total else 100
-        return f"{self.name}: {self.done}/{self.total} attempts ({percent:.0f}%), {self.errors} errors{eta}"
+        return f"{self.name}: {done}/{total} attempts ({100 * done / total:.0f}%), {self.errors} errors{eta}"
 
 
 class _Passthrough(logging.Filter):
@@ -103,8 +112,8 @@ class LiveProgress:
         return "\n".join(r.line(elapsed) for r in self.requests)
 
     def draw(self) -> None:
-        text = self.render()
         with self._lock:
+            text = self.render()
             # move up over the lines drawn last time, then clear and redraw them
             prefix = f"\x1b[{self._drawn}F" if self._drawn else ""
             self.stream.write(prefix + "\x1b[J" + text + "\n")
@@ -136,11 +145,12 @@ def start(evaluation, stream=None) -> LiveProgress | None:
         return None
     if not (hasattr(stream, "isatty") and stream.isatty()) or os.environ.get("TERM") == "dumb":
         return None
-    requests = [
-        RequestProgress(run.name, Path(evaluation.results_dir) / run.request.namespace / run.request.run_id,
-                        run.request.execution.attempts)
-        for run in evaluation.orchestration.runs
-    ]
+    events = evaluation.events
+    requests = []
+    for run in evaluation.orchestration.runs:
+        req = run.request
+        requests.append(RequestProgress.of(run.name, Path(events.path(req)).parent,
+                                           events.offsets.get((req.namespace, req.run_id), 0), events.invocation))
     from agentcompass.pipeline import engine
 
     for handler in engine.console_handlers():
@@ -155,3 +165,33 @@ def stop() -> None:
     if _active is not None:
         _active.stop()
         _active = None
+
+
+# -- the summary after a run ------------------------------------------------------------------------
+
+
+def _count(value) -> str:
+    return f"{value:,}"
+
+
+def usage_summary(stats: Any) -> str:
+    """Model calls, tokens and cost of a request, from its metrics.json ``summary.overall``:
+    e.g. ``12 model calls, 1,234 tokens (1,000 in, 234 out), $0.0123``. A field that is
+    missing (or not a number) is left out; nothing at all gives ''."""
+    if not isinstance(stats, dict):
+        return ""
+
+    def number(key):
+        value = stats.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    parts = []
+    calls, prompt, completion, cost = (number(k) for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd"))
+    if calls:
+        parts.append(f"{_count(calls)} model call{'s' if calls != 1 else ''}")
+    if prompt or completion:
+        split = ", ".join(f"{_count(n)} {word}" for n, word in ((prompt, "in"), (completion, "out")) if n is not None)
+        parts.append(f"{_count((prompt or 0) + (completion or 0))} tokens ({split})")
+    if cost is not None:
+        parts.append(f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}")
+    return ", ".join(parts)

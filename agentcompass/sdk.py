@@ -3,6 +3,8 @@
     from agentcompass.sdk import run_evaluation
     result = run_evaluation("example_exact_match", "oracle", "none")
     result.outcomes[0].metrics   # {'accuracy': 1.0, ...}
+
+    run_evaluation(..., on_event=print)   # each progress event (a dict) as the run goes
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import gc
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from agentcompass import PROJECT_ROOT, aio
 from agentcompass.pipeline import locks
@@ -75,20 +77,34 @@ def run_folders(orchestration: Orchestration, workdir: str | Path | None = None)
     return [base / run.request.namespace / run.request.run_id for run in orchestration.runs]
 
 
-def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | None = None) -> OrchestrationResult:
+EventCallback = Callable[[dict], Any]
+
+
+def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | None = None,
+          on_event: EventCallback | None = None) -> OrchestrationResult:
     """Run Snakemake on ``argv`` and read each request's outcome.
 
     A run that builds files first takes the lock of every request's results
     folder (``agentcompass.pipeline.locks``): another live run on one of them
     raises ``Busy`` before anything starts.
+
+    ``on_event`` gets each event the run appends to its requests' ``events.jsonl``
+    (its shards' inner runs' too), as a dict, from a thread that follows the
+    files while the run goes; every event is delivered before this returns.
     """
+    from agentcompass.pipeline.events import Tail
+
     args = _parsed(argv)
     dry_run = bool(args.dryrun)
     folders = [] if dry_run else locks.acquire_all(run_folders(orchestration, workdir))
     aio.reset()
+    # from the files' ends now: this invocation's events come after, as it holds the locks
+    tail = Tail(folders, on_event).start() if on_event is not None and folders else None
     try:
         ok = run_snakemake(argv)
     finally:
+        if tail is not None:
+            tail.stop()
         for folder in folders:  # the workflow's holds too: it may have stopped before its end
             locks.release(folder, entirely=True)
     return outcomes(orchestration, ok, workdir, dry_run=dry_run, reason=aio.stopping(), targets=bool(args.targets))
@@ -148,8 +164,11 @@ def execute(
     snakemake_args: Iterable[str] = (),
     workdir: str | Path | None = None,
     overrides_source: str = "the SDK call",
+    on_event: EventCallback | None = None,
 ) -> OrchestrationResult:
-    """Validate the config (so bad input fails before any job), then build every request."""
+    """Validate the config (so bad input fails before any job), then build every request.
+
+    ``on_event`` is called with each progress event of the run (README, Events), as it happens."""
     config_paths = [str(p) for p in config_paths]
     start = Path(workdir) if workdir else None
     config = load_run_config(config_paths, layer, start=start,
@@ -161,7 +180,8 @@ def execute(
             RequestOutcome(name=r.name, key=r.key, state="planned", results_dir=str(Path(orchestration.runtime.results_dir) / r.key))
             for r in orchestration.runs
         ])
-    return build(orchestration, snakemake_argv(layer, config_paths, cores, snakemake_args, workdir), workdir)
+    return build(orchestration, snakemake_argv(layer, config_paths, cores, snakemake_args, workdir), workdir,
+                 on_event=on_event)
 
 
 def run_evaluation(
@@ -185,8 +205,11 @@ def run_evaluation(
     dry_run: bool = False,
     snakemake_args: Iterable[str] = (),
     workdir: str | Path | None = None,
+    on_event: EventCallback | None = None,
 ) -> OrchestrationResult:
-    """Evaluate ``model`` with ``harness`` on ``benchmark`` (one request) through Snakemake."""
+    """Evaluate ``model`` with ``harness`` on ``benchmark`` (one request) through Snakemake.
+
+    ``on_event`` is called with each progress event of the run (README, Events), as it happens."""
     layer = single_request_layer(
         benchmark, harness, model,
         environment=environment, benchmark_params=benchmark_params, harness_params=harness_params,
@@ -194,7 +217,8 @@ def run_evaluation(
         model_params=model_params, execution=execution,
         output={"namespace": namespace, "run_id": run_id}, reuse=reuse,
     )
-    return execute(layer, config_paths, cores=cores, dry_run=dry_run, snakemake_args=snakemake_args, workdir=workdir)
+    return execute(layer, config_paths, cores=cores, dry_run=dry_run, snakemake_args=snakemake_args, workdir=workdir,
+                   on_event=on_event)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -235,10 +259,11 @@ def run_evaluation_request(
     dry_run: bool = False,
     snakemake_args: Iterable[str] = (),
     workdir: str | Path | None = None,
+    on_event: EventCallback | None = None,
 ) -> OrchestrationResult:
-    """Run a constructed RunRequest through the same workflow."""
+    """Run a constructed RunRequest through the same workflow (``on_event``: as ``run_evaluation``'s)."""
     return execute(request_layer(req), config_paths, cores=cores, dry_run=dry_run,
-                   snakemake_args=snakemake_args, workdir=workdir)
+                   snakemake_args=snakemake_args, workdir=workdir, on_event=on_event)
 
 
 def run_orchestration(
@@ -249,10 +274,12 @@ def run_orchestration(
     dry_run: bool = False,
     snakemake_args: Iterable[str] = (),
     workdir: str | Path | None = None,
+    on_event: EventCallback | None = None,
 ) -> OrchestrationResult:
-    """Build every request of the given config files (and the project config) at once."""
+    """Build every request of the given config files (and the project config) at once
+    (``on_event``: as ``run_evaluation``'s)."""
     return execute(overrides, config_paths, cores=cores, dry_run=dry_run,
-                   snakemake_args=snakemake_args, workdir=workdir)
+                   snakemake_args=snakemake_args, workdir=workdir, on_event=on_event)
 
 
 __all__ = ["run_evaluation", "run_evaluation_request", "run_orchestration"]

@@ -7,6 +7,7 @@ workspace is left), and the same command afterwards builds what is missing.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from agentcompass.environments import leftovers
+from agentcompass.pipeline.events import read_events
 from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, tool_call_reply
 from conftest import clean_env
 
@@ -151,11 +153,18 @@ def test_a_deadline_stops_the_run_and_its_shards_and_the_next_run_continues(work
         assert "its deadline (runtime.deadline_seconds) was reached" in err
         done = len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json")))
         assert done < 12
+        # its events: what it finished, attempts it cancelled started and never finished, and its outcome
+        stopped = read_events(workdir / "results/default/paced")
+        kinds = collections.Counter(e["event"] for e in stopped)
+        assert kinds["attempt_finished"] == done and kinds["attempt_started"] >= done
+        assert stopped[-1]["event"] == "request_finished" and stopped[-1]["outcome"]["state"] == "stopped"
         config = model_config(workdir, endpoint, runtime={"shard_size": shard_size})
         proc = run_cli(workdir, config, cores=4)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
         assert len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json"))) == 12
+        after = read_events(workdir / "results/default/paced")[len(stopped):]
+        assert sum(e["event"] == "attempt_finished" for e in after) == 12 - done
 
 
 def clock_config(workdir: Path, **runtime) -> Path:

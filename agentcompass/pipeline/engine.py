@@ -3,7 +3,8 @@
 agentcompass reads and completes Snakemake's own bookkeeping: the record it
 keeps of each output (the params, code and input it was built with), its
 incomplete markers, its directory lock, the job scheduler's re-selection
-timers, its global resources, its settings and its console logging. Snakemake
+timers, the jobs its DAG plans, its global resources, its settings and its
+console logging. Snakemake
 documents none of these as an API. Each use is a function here, and
 ``tests/unit/test_engine.py`` checks each one against the pinned Snakemake
 version, so an upgrade that changes one breaks one loud test, not a run.
@@ -336,6 +337,42 @@ def console_handlers() -> list[logging.Handler]:
         if handler.get_name() == "DefaultStreamHandler"
         or (isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler))
     ]
+
+
+def named_targets(workflow) -> bool:
+    """Whether files or rules were named on the command line (else the default target is built)."""
+    return bool(workflow.dag_settings.targets)
+
+
+def planned_jobs(workflow) -> list[tuple[str, dict[str, str]]] | None:
+    """(rule name, wildcards) of every job this invocation has run or will run, as its DAG stands now;
+    None before the DAG exists.
+
+    The DAG grows when a checkpoint finishes; Snakemake adds those jobs while it
+    holds its job scheduler's lock, so a reader in another thread (a job, the
+    progress line) takes that lock and sees the DAG before or after such an
+    update, never halfway through it. Never call this from an input, params or
+    resources function: Snakemake may call those while it holds the lock.
+    """
+    dag = getattr(workflow, "dag", None)
+    if dag is None:
+        return None
+    lock = getattr(getattr(workflow, "scheduler", None), "_lock", None)
+    # a DAG update takes seconds at tens of thousands of jobs; past this, read without the lock
+    held = lock.acquire(timeout=300) if lock is not None else False
+    try:
+        for _ in range(100):
+            try:
+                jobs = list(dag._finished | dag._needrun)
+                break
+            except RuntimeError:  # a set changed while it was read (only without the lock)
+                time.sleep(0.01)
+        else:
+            return None
+    finally:
+        if held:
+            lock.release()
+    return [(job.rule.name, dict(job.wildcards_dict)) for job in jobs]
 
 
 def stop_scheduling(workflow) -> bool:

@@ -6,7 +6,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import fastjsonschema
 
@@ -20,9 +20,11 @@ from agentcompass.runtime.models import (
     HarnessPlan,
     MetricResult,
     PreparedTask,
+    RequestOutcome,
     RunRequest,
     RunResult,
     TaskSpec,
+    TaskStatus,
 )
 from agentcompass.runtime.models.codec import json_schema
 
@@ -87,6 +89,102 @@ class ShardRecord(Contract):
     slurm_job_id: str | None = None  # the SLURM job that built the slice; None when run locally
 
 
+# -- events.jsonl: one line per event (agentcompass.pipeline.events) ------------------------------
+
+
+@dataclass(kw_only=True)
+class Event(Contract):
+    """What every event carries: when, which invocation, which process, which request."""
+
+    time: str = field(metadata={"description": "when it happened: ISO 8601, UTC"})
+    invocation: str = field(metadata={"description": "the invocation that wrote it: an outer run, its shards' "
+                                                     "inner runs and its cluster jobs share one id"})
+    host: str
+    pid: int = field(metadata={"description": "the process that wrote it"})
+    request: str = field(metadata={"description": "the request's name"})
+    namespace: str
+    run_id: str
+    shard: int | None = field(default=None, metadata={
+        "description": "the shard whose inner run wrote it (attempts_planned: the shard it counts); "
+                       "null for the outer run"})
+
+
+@dataclass(kw_only=True)
+class RequestStarted(Event):
+    """request_started: the invocation starts building the request (its first job is about to run)."""
+
+    event: Literal["request_started"] = "request_started"
+    benchmark: str
+    harness: str
+    model: str
+    environment: str
+    attempts_per_task: int
+
+
+@dataclass(kw_only=True)
+class AttemptsPlanned(Event):
+    """attempts_planned: how many attempts this invocation builds (of one shard, when shard is set)."""
+
+    event: Literal["attempts_planned"] = "attempts_planned"
+    attempts: int
+    exact: bool = field(metadata={"description": "false for the outer run's count of a shard that will run: "
+                                                 "all of its slice; the shard's inner run then counts exactly"})
+
+
+@dataclass(kw_only=True)
+class ExecutionPlanResolved(Event):
+    """execution_plan_resolved: the plan an attempt is built with, just before its attempt_started."""
+
+    event: Literal["execution_plan_resolved"] = "execution_plan_resolved"
+    task_id: str
+    attempt: int
+    plan: dict[str, Any] = field(metadata={
+        "description": "the view of the plan run_info.json keeps: environment ids, the phases' network "
+                       "policies, the evaluation environment mode, the applied Recipes"})
+
+
+@dataclass(kw_only=True)
+class AttemptStarted(Event):
+    """attempt_started: the first stage job of the attempt in this invocation starts."""
+
+    event: Literal["attempt_started"] = "attempt_started"
+    task_id: str
+    attempt: int
+    stage: Literal["prepare", "run", "evaluate"] = field(metadata={
+        "description": "the stage it starts from: prepare, run (its prepared.json is reused) or evaluate "
+                       "(its output.json is reused: a regrade)"})
+
+
+@dataclass(kw_only=True)
+class AttemptFinished(Event):
+    """attempt_finished: the attempt's result.json was written."""
+
+    event: Literal["attempt_finished"] = "attempt_finished"
+    task_id: str
+    attempt: int
+    status: TaskStatus
+    score: float | None
+    correct: bool | None
+    error_stage: str | None = field(metadata={"description": "the stage that failed (load, run, evaluate); "
+                                                            "null when the attempt completed"})
+    stages: list[str] = field(metadata={"description": "the stages this invocation ran for it, in order"})
+    usage: dict[str, float] = field(metadata={"description": "result.json's usage: calls, tokens, latency"})
+
+
+@dataclass(kw_only=True)
+class RequestFinished(Event):
+    """request_finished: the invocation is over for the request; its outcome as the SDK returns it."""
+
+    event: Literal["request_finished"] = "request_finished"
+    outcome: RequestOutcome
+
+
+EVENT_TYPES: dict[str, type] = {
+    cls.__dataclass_fields__["event"].default: cls
+    for cls in (RequestStarted, AttemptsPlanned, ExecutionPlanResolved, AttemptStarted, AttemptFinished,
+                RequestFinished)
+}
+
 # kind -> contract type; a file <kind>.json validates against schemas/<kind>.schema.json
 FILE_KINDS: dict[str, type] = {
     "request": RunRequest,
@@ -104,14 +202,27 @@ FILE_KINDS: dict[str, type] = {
 _OPEN = frozenset({BenchmarkPlan, HarnessPlan})
 
 
+# kind -> the contract types of one line; each line of a <kind>s.jsonl file validates against
+# schemas/<kind>.schema.json (exactly one of the types, told apart by their "event")
+LINE_KINDS: dict[str, tuple[type, ...]] = {
+    "event": tuple(EVENT_TYPES.values()),
+}
+
+
 def generate_schema(kind: str) -> dict[str, Any]:
     defs: dict[str, Any] = {}
-    root = json_schema(FILE_KINDS[kind], defs, _OPEN)
+    if kind in LINE_KINDS:
+        types = LINE_KINDS[kind]
+        root: dict[str, Any] = {"oneOf": [json_schema(t, defs, _OPEN) for t in types]}
+        title, source = f"a line of {kind}s.jsonl", ", ".join(t.__name__ for t in types)
+    else:
+        root = json_schema(FILE_KINDS[kind], defs, _OPEN)
+        title, source = f"{kind}.json", FILE_KINDS[kind].__name__
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"agentcompass/{kind}.schema.json",
-        "title": f"{kind}.json",
-        "description": f"Generated from the {FILE_KINDS[kind].__name__} contract by scripts/generate_schemas.py; do not edit.",
+        "title": title,
+        "description": f"Generated from the {source} contract by scripts/generate_schemas.py; do not edit.",
         **root,
         "$defs": defs,
     }
@@ -123,7 +234,7 @@ def schema_path(kind: str) -> Path:
 
 def write_schemas(directory: Path = SCHEMA_DIR) -> list[Path]:
     written = []
-    for kind in FILE_KINDS:
+    for kind in (*FILE_KINDS, *LINE_KINDS):
         path = directory / f"{kind}.schema.json"
         path.write_text(canonical_json(generate_schema(kind)))
         written.append(path)

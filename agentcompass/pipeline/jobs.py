@@ -26,6 +26,7 @@ from agentcompass.secrets import scrub
 
 from . import engine, lifecycle, provenance, shards, stages
 from .engine import WorkflowError
+from .events import Emitter
 from .files import ShardRecord, write_file
 from .invocation import Invocation
 from .resources import Resources
@@ -33,11 +34,13 @@ from .targets import Targets
 
 
 class Jobs:
-    def __init__(self, inv: Invocation, targets: Targets, shard_rule: shards.Shards, resources: Resources) -> None:
+    def __init__(self, inv: Invocation, targets: Targets, shard_rule: shards.Shards, resources: Resources,
+                 events: Emitter) -> None:
         self.inv = inv
         self.targets = targets
         self.shards = shard_rule
         self.resources = resources
+        self.events = events
 
     @contextlib.contextmanager
     def _job(self, rule: str, w, input, output, params, log):
@@ -107,24 +110,29 @@ class Jobs:
     def prepare(self, w, input, output, params, log) -> None:
         with self._job("prepare", w, input, output, params, log) as req:
             tasks, plans = self._bulk_paths(req)
+            self.events.attempt_job(req, "prepare", w, plans)
             stages.prepare(req, tasks, plans, w.task, int(w.attempt), output[0])
 
     def run(self, w, input, output, params, log) -> None:
         with self._job("run", w, input, output, params, log) as req:
             tasks, plans = self._bulk_paths(req)
+            self.events.attempt_job(req, "run", w, plans, reused=input.prepared)
             stages.run(req, tasks, plans, input.prepared, w.task, int(w.attempt), output[0])
 
     def evaluate(self, w, input, output, params, log) -> None:
         with self._job("evaluate", w, input, output, params, log) as req:
             tasks, plans = self._bulk_paths(req)
-            stages.evaluate(req, tasks, plans, input.prepared, input.output,
-                            w.task, int(w.attempt), output.result, output.plan)
+            self.events.attempt_job(req, "evaluate", w, plans, reused=input.output)
+            result = stages.evaluate(req, tasks, plans, input.prepared, input.output,
+                                     w.task, int(w.attempt), output.result, output.plan)
+            self.events.attempt_finished(req, result, input.prepared, input.output)
 
     # -- per shard ------------------------------------------------------------------------------
 
     def shard(self, w, input, threads: int, resources, params, output, log) -> None:
         """Build one slice with an inner Snakemake; record what it left in shard.json."""
         with self._job("shard", w, input, output, params, log) as req:
+            self.events.announce(req)  # how many attempts its shards build, before the first one starts
             index = int(w.shard)
             started = time.monotonic()
             attempts = self.targets.shard_slice(req, index)
@@ -134,7 +142,8 @@ class Jobs:
                                      shards.forced_rules(workflow), self.targets.attempt_files(req, attempts))
             # on a cluster this job is one SLURM job: its inner run records that job in every output.json
             where = provenance.here()
-            env = shards.inner_env(req.namespace, req.run_id, index, self.inv.nonce)
+            # the outer run's invocation, also when this job is a cluster job of its own
+            env = shards.inner_env(req.namespace, req.run_id, index, self.events.invocation)
             env[lifecycle.PARENT_ENV] = str(os.getpid())
             if where["slurm_job_id"]:
                 env[provenance.JOB_ID_ENV] = where["slurm_job_id"]
@@ -148,6 +157,7 @@ class Jobs:
                     f"{code}; the jobs that failed are named in {log[0]}. Finished attempts are kept: "
                     f"run again to retry the rest."
                 )
+            self.events.shard_built(req, index, attempts)
             counts: dict[str, int] = {}
             for segment, attempt in attempts:
                 result = read_json(f"{self.targets.attempt_dir(req, segment, attempt)}/result.json")

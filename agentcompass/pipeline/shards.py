@@ -15,7 +15,7 @@ The outer run decides per shard, from its own records:
 - a generation: ``shards/<k>/generation`` holds the one it was last built
   for, and the param is one more when a file of the slice was deleted or
   replaced since (every file here is written by rename, so its attempt folder
-  is then newer than shard.json). The folders are not the shard's inputs:
+  is then newer than that file). The folders are not the shard's inputs:
   Snakemake measures every input of every waiting job on each scheduling
   pass, which cost the outer run of 10,000 attempts 229 s of CPU;
 - a ``--forcerun``/``--forceall`` of the per-attempt rules, forwarded to the
@@ -48,24 +48,24 @@ INVOCATION_ENV = "AGENTCOMPASS_INVOCATION"
 ATTEMPT_RULES = ("prepare", "run", "evaluate")
 
 
-def generation(record: str, held: str, folders) -> int:
-    """The generation a shard is built for now: the one its last build held (in the
-    file ``held``), plus one if its ``record`` (shard.json) is missing or any of
-    ``folders`` is missing or newer than it.
+def generation(held: str, folders) -> int:
+    """The generation a shard is built for now: the one its last build held (in the file
+    ``held``), plus one if the shard was never built or any of ``folders`` is missing or
+    was written since its last build.
 
-    ``held`` is not an output of the shard job: Snakemake removes shard.json before
-    it reruns the job, and the job (run by a process of its own) must compute the
-    same generation as the run that scheduled it.
+    ``held`` is written at the end of each build, just before the shard's record
+    (shard.json), and is not an output of the shard job. Snakemake removes shard.json
+    before it reruns the job and computes the job's params again after that (in the
+    job's own process too), while it records the params it computed when it planned
+    the job: both must be the same number, so the folders are compared with the time
+    of ``held``, which stays.
     """
     try:
         with open(held, "rb") as f:
             current = int(f.read().strip() or 0)
+        built = os.stat(held).st_mtime_ns
     except (OSError, ValueError):
-        current = 0
-    try:
-        built = os.stat(record).st_mtime_ns
-    except FileNotFoundError:
-        return current + 1
+        return 1
     for folder in folders:
         try:
             if os.stat(folder).st_mtime_ns > built:
@@ -220,8 +220,8 @@ class Shards:
     @engine.signature_once
     def generation(self, w) -> int:
         """The generation the shard was last built for, plus one when a file of its
-        slice changed since: an attempt folder missing or newer than shard.json (a
-        file deleted or replaced in it; every file here is written by rename).
+        slice changed since: an attempt folder missing or newer than the shard's last
+        build (a file deleted or replaced in it; every file here is written by rename).
 
         The shard job holds the generation it ran with, so after a rebuild the
         next run finds the shard current again.
@@ -229,7 +229,7 @@ class Shards:
         req = self.inv.request(w)
         index = int(w.shard)
         attempts = self.targets.shard_slice(req, index)  # raises until tasks and plans are settled
-        return generation(str(self.targets.shard_file(req, index)), self.generation_file(req, index),
+        return generation(self.generation_file(req, index),
                           (self.targets.attempt_dir(req, s, a) for s, a in attempts))
 
     def generation_file(self, req, index: int) -> str:

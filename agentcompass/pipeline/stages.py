@@ -399,8 +399,8 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
 
 def evaluate(
     req: RunRequest, tasks_path, plans_path, prepared_path, output_path, segment: str, attempt: int, out, plan_out
-) -> None:
-    """Score the attempt in its evaluation environment; write result.json and the plan it used.
+) -> RunResult:
+    """Score the attempt in its evaluation environment; write result.json and the plan it used; return the result.
 
     Every change of an attempt's plan reruns evaluation (it is the last stage),
     so plan.json is written here and always matches the plans file.
@@ -415,7 +415,7 @@ def evaluate(
 
     if output.status.is_error or output.status == TaskStatus.SKIPPED:
         write_file("result", out, output)
-        return
+        return output
 
     async def go() -> RunResult:
         async with _open(req, plan, "evaluation", evaluation=True) as session:
@@ -444,6 +444,7 @@ def evaluate(
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
     write_file("result", out, result, secrets=[req.model.api_key])
+    return result
 
 
 # --- per request ------------------------------------------------------------------

@@ -5,7 +5,8 @@
   (``fingerprints``);
 - ``shards``: the shard rule's inputs, generation and threads (``shards``);
 - ``resources``: what a job holds while it runs (``resources``);
-- ``jobs``: the stage calls of the rules' ``run:`` blocks (``jobs``).
+- ``jobs``: the stage calls of the rules' ``run:`` blocks (``jobs``);
+- ``events``: the progress events of each request's ``events.jsonl`` (``events``).
 
 Config merging happens here once per parse: the layers (user config, project
 ``configs/config.yaml``, each ``--configfile``, then ``--config``) are read
@@ -34,6 +35,7 @@ from agentcompass.runtime.orchestration import resolve_orchestration
 
 from . import engine, lifecycle, locks, pacing, recovery, stages
 from .engine import WorkflowError
+from .events import Emitter
 from .fingerprints import AttemptFingerprints, Fingerprints
 from .invocation import Invocation
 from .jobs import Jobs
@@ -73,7 +75,8 @@ class EvaluationWorkflow:
         self.attempt_params = AttemptFingerprints(self.inv, self.params, self.targets)
         self.shards = Shards(self.inv, self.targets)
         self.resources = Resources(self.inv)
-        self.jobs = Jobs(self.inv, self.targets, self.shards, self.resources)
+        self.events = Emitter(self.inv, self.targets)
+        self.jobs = Jobs(self.inv, self.targets, self.shards, self.resources, self.events)
         self.lifecycle: lifecycle.Lifecycle | None = None
         self._locked: list[Path] = []
 
@@ -166,6 +169,8 @@ class EvaluationWorkflow:
                                            inherited=self.inv.inner is not None)
         if deadline is not None and self.inv.inner is None:
             os.environ[lifecycle.DEADLINE_ENV] = repr(deadline)  # inner runs' and cluster jobs' environment
+        if self.inv.inner is None:
+            self.events.begin()
         if engine.on_cluster(workflow):
             self.resources.hand_down()
         self.lifecycle = lifecycle.Lifecycle(workflow, deadline, self.inv.runtime.cleanup_grace_seconds,
@@ -225,24 +230,28 @@ class EvaluationWorkflow:
         return outputs
 
     def start(self) -> None:
-        """The jobs are about to start (Snakemake's ``onstart``): progress, signals, the deadline."""
+        """The jobs are about to start (Snakemake's ``onstart``): events, progress, signals, the deadline."""
         from agentcompass import progress
 
+        self.events.run_started()
         progress.start(self)
         if self.lifecycle is not None:
             self.lifecycle.start()
 
-    def finish(self) -> None:
-        """The run is over: stop the progress line and the stop's timers, release the locks,
-        and cancel what would hold the exit (the scheduler's re-selection timers)."""
+    def finish(self, ok: bool = True) -> None:
+        """The run is over (``ok``: every job succeeded): write each request's outcome event, stop the
+        progress line and the stop's timers, release the locks, and cancel what would hold the exit
+        (the scheduler's re-selection timers)."""
         from agentcompass import progress
 
+        self.events.run_finished(ok)
         progress.stop()
         if self.lifecycle is not None:
             self.lifecycle.finish()
         if self.inv.inner is None:
             os.environ.pop(lifecycle.DEADLINE_ENV, None)
             os.environ.pop(CAPS_ENV, None)
+            self.events.withdraw()
         for folder in self._locked:
             locks.release(folder)
         self._locked = []

@@ -61,6 +61,11 @@ def first(wildcards):
     return []
 
 
+onstart:
+    note("planned_at_start", sorted(rule for rule, _ in engine.planned_jobs(workflow)))
+    note("named_targets", engine.named_targets(workflow))
+
+
 rule all:
     input: first, "c.txt"
 
@@ -85,6 +90,7 @@ rule b:
     input: "a.txt"
     output: "b.txt"
     run:
+        note("planned_in_job", sorted([rule, w] for rule, w in engine.planned_jobs(workflow)))
         open(output[0], "w").write("b")
 
 
@@ -135,6 +141,19 @@ def test_settings_the_workflow_reads(flow: Path):
     dry = snakemake(flow, "--cores", "1", "-n", "--forceall")
     assert dry.returncode == 0 and observed(flow)["executing"] is False
     assert observed(flow)["forcing"][0] is True
+
+
+def test_the_jobs_a_run_plans_are_read_at_its_start_and_while_it_runs(flow: Path):
+    done = snakemake(flow, "--cores", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = observed(flow)
+    assert seen["planned_at_start"] == ["a", "all", "b", "c"] and seen["named_targets"] is False
+    # from a job's thread, with a finished: what ran and what will run, each with its wildcards
+    assert seen["planned_in_job"] == [["a", {}], ["all", {}], ["b", {}], ["c", {}]]
+    (flow / "c.txt").unlink()
+    done = snakemake(flow, "--cores", "2", "c.txt")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert observed(flow)["planned_at_start"] == ["c"] and observed(flow)["named_targets"] is True
 
 
 def test_a_record_written_before_the_output_appears_is_the_one_snakemake_writes(flow: Path):

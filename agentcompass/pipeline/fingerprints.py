@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import agentcompass
+from agentcompass import report
 from agentcompass.runtime.models import RunRequest
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
 
@@ -121,6 +122,11 @@ class Fingerprints:
             "analyzers": req.execution.analyzers,
             **self.recompute(req),
         })
+
+    @engine.signature_once
+    def report(self, w) -> str:
+        self.inv.begin()
+        return as_param({"stage": report.VERSION, **self.recompute(self.inv.request(w))})
 
     # -- the bulk files, read at parse time once current --------------------------------
 

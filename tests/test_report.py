@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,21 @@ def test_agentcompass_report_of_a_run_that_has_not_finished(copy: Path):
     assert rows["water-formula"][3] == "missing"
     # prepared.json is still there: the attempt still has its page
     assert rows["water-formula"][-1] == "water-formula/1"
+
+
+def test_agentcompass_report_waits_for_a_run_building_the_folder(copy: Path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from agentcompass.pipeline import locks; "
+         "locks.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(copy / RUN)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        busy = agentcompass(copy, "report", str(RUN))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert busy.returncode == 4 and f"pid {holder.pid}" in busy.stderr and "Traceback" not in busy.stderr
+    assert agentcompass(copy, "report", str(RUN)).returncode == 0
 
 
 def test_agentcompass_report_says_what_is_wrong(copy: Path):

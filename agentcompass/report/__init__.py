@@ -66,9 +66,13 @@ def build(run_dir: str | Path, out: str | Path | None = None) -> Path:
     rows = list(results.rows(run))
     metrics = _read_json(run.path / "metrics.json")
     summary, note = _summary(metrics, rows)
+    for leftover in out.glob(".*.tmp"):  # of a build that was killed
+        leftover.unlink()
     table = _attempt_pages(rows, out / "data" / "attempts")
-    _write_js(out / "data" / "attempts.js", "window.AC_ATTEMPTS = ", table, ";")
-    write_text_atomic(out / "attempt.html", _attempt_page(run))
+    # Plain writes but for the declared outputs: index.html, written last and by rename, is what
+    # says the folder is whole (and a killed build leaves no temporary file the workflow does not know).
+    _write(out / "data" / "attempts.js", "window.AC_ATTEMPTS = " + _js(table) + ";\n")
+    _write(out / "attempt.html", _attempt_page(run))
     drawn = _charts(summary, rows)
     for name, svg in drawn.items():
         write_text_atomic(out / name, svg)
@@ -149,9 +153,14 @@ def _category(value: str | None) -> str:
 # -- the files of the folder -----------------------------------------------------------------------
 
 
-def _write_js(path: Path, prefix: str, payload: Any, suffix: str) -> None:
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
-    write_text_atomic(path, f"{prefix}{text}{suffix}\n")
+def _js(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 TABLE_COLUMNS = ["task_id", "attempt", "category", "status", "score", "correct", "calls", "tokens",
@@ -166,8 +175,17 @@ def attempt_file(segment: str, attempt: int) -> str:
 
 def _attempt_pages(rows: list[dict], data: Path) -> dict:
     """Each attempt's data file (``attempt_file``) and the table's rows."""
+    # An earlier build's files go first: writing over a file is 30 times slower than writing a new one
+    # (ext4 flushes a file that is truncated and written again), and what is left would be stale.
+    if data.is_dir():
+        with os.scandir(data) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
     data.mkdir(parents=True, exist_ok=True)
-    table, written = [], set()
+    table = []
     for row in rows:
         # the task's folder name (results.rows made it with paths.task_segment)
         segment = os.path.basename(os.path.dirname(row["attempt_dir"]))
@@ -177,11 +195,8 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
             page = f"{segment}/{row['attempt']}"
             record.update({k: row[k] for k in ("task_id", "attempt", "category", "status")})
             name = attempt_file(segment, row["attempt"])
-            # a plain write: index.html, written last and by rename, is what says the folder is whole
             with open(os.path.join(data, name), "w", encoding="utf-8") as handle:
-                handle.write("AC_ATTEMPT(" + json.dumps(record, ensure_ascii=False, separators=(",", ":"),
-                                                        default=str) + ");\n")
-            written.add(name)
+                handle.write("AC_ATTEMPT(" + _js(record) + ");\n")
         error = (row["error"] or "").strip().splitlines()
         tokens = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0) if row["calls"] is not None else None
         seconds = None
@@ -192,14 +207,6 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
             row["calls"], tokens, row["latency_seconds"], seconds, error[0][:300] if error else None,
             results.error_kind(row["status"], row["error"]) if row["status"] in ERROR_STATUSES else None, page,
         ])
-    # what an earlier build wrote for attempts the run no longer has
-    with os.scandir(data) as entries:
-        for entry in entries:
-            if entry.name not in written:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
     return {"columns": TABLE_COLUMNS, "rows": table}
 
 
@@ -364,15 +371,17 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
     parts.append("</section>")
 
     categories = summary.get("by_category") or {}
+    # the four views of the results side by side on a wide screen
+    parts.append('<div class="grid">')
     parts += ['<section id="categories"><h2>By category</h2>', drawn["categories.svg"],
               '<table><thead><tr><th>category</th><th class="num">attempts</th><th class="num">accuracy</th>'
-              '<th>95% interval</th><th class="num">errors</th><th class="num">calls</th><th class="num">prompt tokens</th>'
-              '<th class="num">completion tokens</th><th class="num">cost</th></tr></thead><tbody>']
+              '<th>95% interval</th><th class="num">errors</th><th class="num">calls</th><th class="num">tokens</th>'
+              '<th class="num">cost</th></tr></thead><tbody>']
     for name, stats in sorted(categories.items()):
+        tokens = (stats.get("prompt_tokens") or 0) + (stats.get("completion_tokens") or 0)
         cells = [_esc(name), stats.get("attempts", 0), _fraction(stats.get("accuracy")),
                  _interval(stats.get("accuracy_ci95")), sum((stats.get("errors") or {}).values()),
-                 _count(stats.get("calls")), _count(stats.get("prompt_tokens")), _count(stats.get("completion_tokens")),
-                 _cost(stats.get("cost_usd"))]
+                 _count(stats.get("calls")), _count(tokens), _cost(stats.get("cost_usd"))]
         parts.append("<tr>" + "".join(f"<td>{c}</td>" if i in (0, 3) else f'<td class="num">{c}</td>'
                                       for i, c in enumerate(cells)) + "</tr>")
     parts.append("</tbody></table></section>")
@@ -396,7 +405,7 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
                    ("cost", "no prices declared (model.pricing)" if cost is None else f"${cost:.4f}"),
                    ("model latency per attempt", latency_detail or "\u2013"),
                    ("wall time per attempt", wall_detail or "\u2013")]),
-              "</section>"]
+              "</section>", "</div>"]
 
     parts += [
         '<section id="attempts-section"><h2>Attempts</h2>',

@@ -144,6 +144,26 @@ def test_snakemake_report_holds_the_charts(copy: Path):
     assert jobs_run(snakemake(copy).stderr) == {}
 
 
+def test_the_figures_come_from_the_summary_of_metrics_json(copy: Path):
+    stats = {"attempts": 5, "counts": {"completed": 5}, "errors": {}, "accuracy": 0.8, "accuracy_ci95": [0.376, 0.964],
+             "pass_at_k": {"1": 0.8, "3": 0.9}, "calls": 7, "prompt_tokens": 1200, "completion_tokens": 345,
+             "latency_seconds": {"mean": 1.5, "p50": 1.25, "p95": 3.0},
+             "wall_seconds": {"mean": 2.0, "p50": 1.75, "p95": 4.0}, "cost_usd": 0.0123}
+    metrics_file = copy / RUN / "metrics.json"
+    metrics = json.loads(metrics_file.read_text())
+    metrics["summary"] = {"overall": stats, "by_category": {"geography": {**stats, "accuracy": 0.25}}}
+    metrics_file.write_text(json.dumps(metrics))
+    index = report.build(copy / RUN).read_text()
+    for shown in ("0.800", "95% interval 0.376\u20130.964 (Wilson)", "pass@3", "0.900", "1,545", "$0.0123",
+                  "1.25 s", "mean 1.50 s, p95 3.00 s", "1.75 s", "0.250 (n=5)"):
+        assert shown in index, shown
+    # a summary that counts other attempts than those on disk is not shown
+    metrics["counts"] = {"completed": 4, "run_error": 1}
+    metrics_file.write_text(json.dumps(metrics))
+    index = report.build(copy / RUN).read_text()
+    assert "pass@3" not in index and "metrics.json does not count the attempts on disk" in index
+
+
 def test_what_a_run_says_is_written_as_text(copy: Path):
     """Task categories, errors and answers come from benchmarks and models: none is markup."""
     run = copy / RUN

@@ -32,6 +32,7 @@ from typing import Any
 
 from agentcompass import results
 from agentcompass.jsonio import write_text_atomic
+from agentcompass.runtime.models import TaskStatus
 
 from . import charts
 
@@ -43,10 +44,10 @@ INDEX = "index.html"
 CHARTS = ("categories.svg", "scores.svg", "errors.svg", "tokens.svg")
 # of each log and evidence file, the last this many bytes (a traceback, a test's verdict, is at the end)
 TEXT_LIMIT = 200_000
-# rows of the errors-by-kind and categories charts; the rest is summed in one bar
+# bars of the errors-by-kind chart (the other kinds are summed in one more), twice that of the category charts
 MOST_BARS = 15
 STATIC = Path(__file__).parent / "static"
-ERROR_STATUSES = {"run_error", "eval_error", "run_error_or_eval_error"}
+ERROR_STATUSES = {status.value for status in TaskStatus if status.is_error}
 
 
 def folder(run_dir: str | Path) -> Path:
@@ -59,10 +60,10 @@ def outputs(run_dir: str | Path) -> list[str]:
     return [str(base / name) for name in CHARTS] + [str(base / INDEX)]
 
 
-def build(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write the report of the run in ``run_dir`` (to ``out``, default ``run_dir/report``); its index.html."""
+def build(run_dir: str | Path) -> Path:
+    """Write the report of the run in ``run_dir`` to ``run_dir/report/``; the path of its index.html."""
     run = results.open_run(run_dir)
-    out = Path(out) if out is not None else folder(run.path)
+    out = folder(run.path)
     rows = list(results.rows(run))
     metrics = _read_json(run.path / "metrics.json")
     summary, note = _summary(metrics, rows)

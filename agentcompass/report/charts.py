@@ -43,7 +43,7 @@ def _svg(title: str, height: int, body: list[str], chart_id: str) -> str:
     )
 
 
-def _short(text: str, most: int = 34) -> str:
+def _short(text: str, most: int = 28) -> str:
     return text if len(text) <= most else text[:most - 1] + "\u2026"
 
 

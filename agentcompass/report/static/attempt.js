@@ -270,7 +270,7 @@
     ["prepare.log", "run.log", "evaluate.log"].forEach(function (name) {
       logs.appendChild(el("h3", null, name));
       if (data.logs && data.logs[name] !== undefined) {
-        logs.appendChild(data.logs[name] ? pre(data.logs[name]) : el("p", "muted", "empty: the stage did not fail"));
+        logs.appendChild(data.logs[name] ? pre(data.logs[name]) : el("p", "muted", "empty (a stage writes here only when its job fails)"));
       } else {
         logs.appendChild(el("p", "muted", "not there"));
       }

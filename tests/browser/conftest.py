@@ -51,9 +51,13 @@ def artifacts(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    """One Chromium for the session, with a fresh profile of its own."""
+    """One Chromium per test module, with a fresh profile of its own.
+
+    Not one per session: while Playwright's sync API is open its event loop runs in this
+    thread, and every later test calling ``asyncio.run`` would fail.
+    """
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         _unavailable(f"no Chromium at {CHROMIUM}")
     try:

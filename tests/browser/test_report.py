@@ -58,7 +58,7 @@ def agent_run(tmp_path_factory) -> Path:
     return workdir / RUN / "report"
 
 
-def test_the_index_draws_every_chart_with_no_console_error(agent_run: Path, browser_page):
+def test_the_index_draws_every_chart_with_no_console_error(browser_page, agent_run: Path):
     page = browser_page.open(agent_run / "index.html")
     page.wait_for_selector("#attempts tbody tr")
     charts = page.eval_on_selector_all("svg.chart", """svgs => svgs.map(svg => {
@@ -88,7 +88,7 @@ def column(page, key: str) -> list[str]:
     return page.eval_on_selector_all("#attempts tbody tr", f"trs => trs.map(tr => tr.cells[{index}].textContent)")
 
 
-def test_the_attempts_table_sorts_and_filters(agent_run: Path, browser_page):
+def test_the_attempts_table_sorts_and_filters(browser_page, agent_run: Path):
     page = browser_page.open(agent_run / "index.html")
     page.wait_for_selector("#attempts tbody tr")
     page.get_by_role("button", name="task", exact=True).click()
@@ -114,7 +114,7 @@ def test_the_attempts_table_sorts_and_filters(agent_run: Path, browser_page):
     assert browser_page.problems == []
 
 
-def test_an_attempt_page_shows_its_tool_calls_and_verdict(agent_run: Path, browser_page):
+def test_an_attempt_page_shows_its_tool_calls_and_verdict(browser_page, agent_run: Path):
     page = browser_page.open(agent_run / "index.html")
     page.get_by_role("link", name="capital-france").click()
     page.wait_for_selector("#trajectory .event")
@@ -147,7 +147,7 @@ def test_an_attempt_page_shows_its_tool_calls_and_verdict(agent_run: Path, brows
     assert browser_page.problems == []
 
 
-def test_an_answer_holding_html_is_shown_as_text(agent_run: Path, browser_page):
+def test_an_answer_holding_html_is_shown_as_text(browser_page, agent_run: Path):
     page = browser_page.open(f"{(agent_run / 'attempt.html').as_uri()}#author-hamlet/1")
     page.wait_for_selector("#answer pre")
     assert page.inner_text("#answer pre") == HTML_ANSWER

@@ -47,7 +47,7 @@ def test_ten_thousand_attempts_get_their_report_in_seconds(big_report):
     assert "t00042" not in (report / "index.html").read_text()
 
 
-def test_ten_thousand_attempts_open_at_once_and_page_through(big_report, browser_page):
+def test_ten_thousand_attempts_open_at_once_and_page_through(browser_page, big_report):
     report, _ = big_report
     started = time.monotonic()
     page = browser_page.open(report / "index.html")

@@ -3,7 +3,7 @@
 # loaded and validated here, the stages live in rules/, the logic in agentcompass/.
 #
 #   request.json -> tasks.json -> plans.json -> attempts/<task>/<n>/{plan,prepared,output,result}.json
-#   -> metrics.json, run_info.json
+#   -> metrics.json, run_info.json -> report/index.html
 
 from agentcompass.pipeline.workflow import EvaluationWorkflow
 
@@ -14,6 +14,10 @@ RESULTS = EVAL.results_dir
 
 
 include: "rules/common.smk"
+
+
+# `snakemake --report report.html`: this text, then the charts of every request's report
+report: "rules/captions/workflow.rst"
 
 
 rule all:
@@ -30,6 +34,7 @@ include: "rules/run.smk"
 include: "rules/evaluate.smk"
 include: "rules/shard.smk"
 include: "rules/metrics.smk"
+include: "rules/report.smk"
 
 
 # Modules, config and rules live until exit: the garbage collector need not scan them.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian packages for a CI service (docker-up.sh, slurm-up.sh), quietly.
+# Install Debian packages for a CI service (docker-up.sh, slurm-up.sh, the browser tests), quietly.
 #
 #   .ci/apt-install.sh LOG_FILE PACKAGE...
 #

@@ -42,6 +42,11 @@ _ERROR_STATUSES = frozenset(s.value for s in TaskStatus if s.is_error)
 PASS_AT_K = (1, 2, 5, 10, 20, 50, 100)
 # the two-sided 95% quantile of the standard normal distribution
 Z95 = 1.959963984540054
+# what the stages write in an attempt folder, read by ``attempt``; any other file there is the
+# attempt's own evidence (a harness's log, a verifier's output)
+ATTEMPT_JSON = ("prepared.json", "output.json", "result.json", "plan.json")
+STAGE_LOGS = ("prepare.log", "run.log", "evaluate.log")
+TRAJECTORY = "trajectory.jsonl"
 
 
 @dataclass(frozen=True)
@@ -315,3 +320,71 @@ def overview(run: Run) -> dict[str, Any]:
         "last_change": None if changed is None else
         datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
     }
+
+
+def attempt(folder: str | Path, *, text_limit: int | None = None) -> dict[str, Any]:
+    """Everything one attempt folder holds, parsed.
+
+    ``prepared``, ``output``, ``result``, ``plan``: the stage files (``None`` when
+    missing); ``trajectory``: its events in order (a line that is not JSON is kept
+    as ``{"unparsed": line}``); ``logs``: each stage log present; ``files``: every
+    other file of the folder and its subfolders (not the workspace, the agent's
+    working copy), as text. ``text_limit`` keeps the last that many bytes of each
+    log and file: a traceback or a test's verdict is at the end.
+    """
+    # plain strings and one directory listing: a report reads 10,000 of these
+    folder = os.fspath(folder)
+    record: dict[str, Any] = {"prepared": None, "output": None, "result": None, "plan": None,
+                              "trajectory": [], "logs": {}, "files": {}}
+    for name, path in _attempt_files(folder):
+        if name in ATTEMPT_JSON:
+            with open(path, encoding="utf-8") as handle:
+                record[name[:-len(".json")]] = json.load(handle)
+        elif name == TRAJECTORY:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    if line.strip():
+                        try:
+                            record["trajectory"].append(json.loads(line))
+                        except ValueError:
+                            record["trajectory"].append({"unparsed": line.rstrip("\n")})
+        else:
+            record["logs" if name in STAGE_LOGS else "files"][name] = _text_tail(path, text_limit)
+    return record
+
+
+def _attempt_files(folder: str, most: int = 200) -> list[tuple[str, str]]:
+    """(name relative to the folder, path) of its files and its subfolders' files, in name order;
+    not the workspace nor hidden files (interrupted writes)."""
+    found: list[tuple[str, str]] = []
+    pending = [("", folder)]
+    while pending and len(found) < most:
+        prefix, directory = pending.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if prefix or entry.name != "workspace":
+                    pending.append((f"{prefix}{entry.name}/", entry.path))
+            elif entry.is_file():
+                found.append((prefix + entry.name, entry.path))
+    return sorted(found[:most])
+
+
+def _text_tail(path: str, limit: int | None) -> str:
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        if limit is not None and size > limit:
+            handle.seek(size - limit)
+            data = handle.read()
+            if b"\0" in data[:8192]:
+                return f"[a binary file of {size} bytes]"
+            return f"[the first {size - limit} of {size} bytes are left out]\n" + data.decode("utf-8", "replace")
+        data = handle.read()
+    if b"\0" in data[:8192]:
+        return f"[a binary file of {size} bytes]"
+    return data.decode("utf-8", "replace")

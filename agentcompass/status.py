@@ -23,6 +23,7 @@ from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
 RULE_FILES = {
     "request": "request.json", "tasks": "tasks.json", "plans": "plans.json and run_info.json",
     "prepare": "prepared.json", "run": "output.json", "evaluate": "result.json", "metrics": "metrics.json",
+    "report": "report/index.html",
 }
 # Failed attempts listed without --verbose.
 SHOWN_ERRORS = 5
@@ -217,7 +218,8 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
                 output = judge("run", f"{folder}/output.json", wf.attempt_params.run(a), upstream=prepared)
                 result = judge("evaluate", f"{folder}/result.json", wf.attempt_params.evaluate(a), upstream=output)
                 any_result = any_result or result
-            judge("metrics", bulk["metrics.json"], wf.params.metrics(w), upstream=any_result)
+            metrics = judge("metrics", bulk["metrics.json"], wf.params.metrics(w), upstream=any_result)
+            judge("report", f"{prefix}/report/index.html", wf.params.report(w), upstream=metrics)
     return statuses
 
 

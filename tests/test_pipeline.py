@@ -53,7 +53,7 @@ def test_deleting_result_reruns_only_that_evaluation_and_metrics(evaluated: Path
     before = mtimes(evaluated / "results")
     again = snakemake(evaluated)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert jobs_run(again.stderr) == {"evaluate": 1, "metrics": 1}
+    assert jobs_run(again.stderr) == {"evaluate": 1, "metrics": 1, "report": 1}
     after = mtimes(evaluated / "results")
     changed = {k for k in after if before.get(k) != after[k]}
     assert changed == {f"{RUN.relative_to('results')}/attempts/capital-japan/1/result.json",
@@ -65,7 +65,7 @@ def test_deleting_output_reruns_its_run_evaluation_and_metrics(evaluated: Path):
     (evaluated / RUN / "attempts" / "water-formula" / "1" / "output.json").unlink()
     again = snakemake(evaluated)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert jobs_run(again.stderr) == {"run": 1, "evaluate": 1, "metrics": 1}
+    assert jobs_run(again.stderr) == {"run": 1, "evaluate": 1, "metrics": 1, "report": 1}
     result = json.loads((evaluated / RUN / "attempts" / "water-formula" / "1" / "result.json").read_text())
     assert result["correct"] is True
 

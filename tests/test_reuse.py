@@ -109,7 +109,7 @@ def test_temperature_reruns_the_harness_and_scoring_but_not_preparation(workdir:
     model.requests.clear()
     ran = run(workdir, write_config(workdir, model, temperature=0.7, shard_size=shard_size))
     # per attempt: exactly output.json and result.json; per request: metrics.json and the request record
-    assert ran == with_shards({"run": N, "evaluate": N, "metrics": 1, "request": 1}, shard_size, ALL)
+    assert ran == with_shards({"run": N, "evaluate": N, "metrics": 1, "report": 1, "request": 1}, shard_size, ALL)
     assert len(model.requests) == N and {r.body["temperature"] for r in model.requests} == {0.7}
     assert {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("prepared.json")} == prepared_before
 
@@ -119,7 +119,7 @@ def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, mod
     model.requests.clear()
     ran = run(workdir, write_config(workdir, model, case_sensitive=True, shard_size=shard_size))
     # the plan holds the scoring setting, so the bulk plans (and run_info.json with them) are rewritten too
-    assert ran == with_shards({"evaluate": N, "metrics": 1, "plans": 1, "request": 1}, shard_size, ALL)
+    assert ran == with_shards({"evaluate": N, "metrics": 1, "report": 1, "plans": 1, "request": 1}, shard_size, ALL)
     assert model.requests == []
     plan = json.loads((workdir / "results/default/chat-run/attempts/capital-france/1/plan.json").read_text())
     assert plan["benchmark_plan"]["case_sensitive"] is True
@@ -157,7 +157,7 @@ def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(wor
     assert "tasks.json" not in status.stdout
     model.requests.clear()
     ran = run(workdir, config)
-    assert ran == with_shards({"prepare": N, "run": N, "evaluate": N, "metrics": 1, "plans": 1, "request": 1}, shard_size, ALL)
+    assert ran == with_shards({"prepare": N, "run": N, "evaluate": N, "metrics": 1, "report": 1, "plans": 1, "request": 1}, shard_size, ALL)
     assert len(model.requests) == N
     assert all(r.body["messages"][-1]["content"].startswith("Answer in lower case.") for r in model.requests)
     after = agentcompass(workdir, "status", "--config", str(config))
@@ -197,7 +197,7 @@ def test_retry_reruns_exactly_the_failed_attempts(workdir: Path, model, shard_si
     assert "retrying 2 failed attempt(s)" in done.stdout
     order = [t["task_id"] for t in json.loads((workdir / "results/default/chat-run/tasks.json").read_text())["tasks"]]
     failed = [order.index("capital-france"), order.index("water-formula")]
-    assert jobs_run_with_shards(workdir, done.stderr, logs) == with_shards({"run": 2, "evaluate": 2, "metrics": 1}, shard_size, failed)
+    assert jobs_run_with_shards(workdir, done.stderr, logs) == with_shards({"run": 2, "evaluate": 2, "metrics": 1, "report": 1}, shard_size, failed)
     asked = sorted(r.body["messages"][-1]["content"].split("?")[0] for r in model.requests)
     assert len(asked) == 2 and any("France" in q for q in asked) and any("water" in q for q in asked)
     second = results(workdir)

@@ -84,7 +84,7 @@ def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing
     victim = sharded / "results/default/big/attempts" / order[3] / "2" / "result.json"  # position 3*3+1 = 10: shard 2
     before = shard_logs(sharded)
     victim.unlink()
-    assert build(sharded, config) == {"shard": 1, "evaluate": 1, "metrics": 1}
+    assert build(sharded, config) == {"shard": 1, "evaluate": 1, "metrics": 1, "report": 1}
     rewritten = [p for p, stamp in shard_logs(sharded).items() if before[p] != stamp]
     assert [p.parent.name for p in rewritten] == ["2"]
     assert victim.exists() and scored(sharded) == scored(whole)
@@ -94,12 +94,12 @@ def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing
 
     # a whole attempt folder removed: its shard rebuilds it, once
     shutil.rmtree(victim.parent.parent)
-    assert build(sharded, config) == {"shard": 1, "prepare": 3, "run": 3, "evaluate": 3, "metrics": 1}
+    assert build(sharded, config) == {"shard": 1, "prepare": 3, "run": 3, "evaluate": 3, "metrics": 1, "report": 1}
     assert scored(sharded) == scored(whole)
     assert jobs_run(snakemake(sharded, "--configfile", str(config)).stderr) == {}
 
     # forcing a per-attempt rule reaches every shard's inner run
-    assert build(sharded, config, "--forcerun", "evaluate") == {"shard": 4, "evaluate": 15, "metrics": 1}
+    assert build(sharded, config, "--forcerun", "evaluate") == {"shard": 4, "evaluate": 15, "metrics": 1, "report": 1}
 
     # a changed parameter reruns every shard it reaches, once: the same command again builds nothing
     config.write_text(json.dumps({**json.loads(config.read_text()),

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import agentcompass
+from agentcompass import report
 from agentcompass.runtime.base import BaseBenchmark, BaseHarness
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
@@ -182,6 +183,11 @@ class Fingerprints:
         self.inv.begin()
         req = self.inv.request(w)
         return as_param({**metrics_param(req), **self.recompute(req)})
+
+    @engine.signature_once
+    def report(self, w) -> str:
+        self.inv.begin()
+        return as_param({"stage": report.VERSION, **self.recompute(self.inv.request(w))})
 
     # -- the bulk files, read at parse time once current --------------------------------
 

@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from agentcompass import aio, jsonio
+from agentcompass import aio, jsonio, report
 from agentcompass.jsonio import read_json
 from agentcompass.logs import LOG
 from agentcompass.paths import task_segment
@@ -104,6 +104,10 @@ class Jobs:
     def metrics(self, w, input, output, params, log) -> None:
         with self._job("metrics", w, input, output, params, log) as req:
             stages.metrics(req, self.targets.results_of(req), output[0])
+
+    def report(self, w, input, output, params, log) -> None:
+        with self._job("report", w, input, output, params, log) as req:
+            report.build(self.inv.run_path(req))
 
     # -- per attempt ------------------------------------------------------------------------
 

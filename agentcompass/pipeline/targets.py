@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentcompass import report
 from agentcompass.runtime.models import RunRequest
 
 from . import engine, stages
@@ -119,7 +120,7 @@ class Targets:
         # Settled bulk files are left out: naming a checkpoint's output would make
         # Snakemake re-evaluate everything depending on it, for files it will not rebuild.
         bulk = () if self.fingerprints.settled(req) else ("tasks.json", "plans.json", "run_info.json")
-        targets = [str(base / name) for name in ("request.json", *bulk, "metrics.json")]
+        targets = [str(base / name) for name in ("request.json", *bulk, "metrics.json")] + report.outputs(base)
         count = self.shard_count(req)
         if count:
             return targets + [str(self.shard_file(req, k)) for k in range(count)]

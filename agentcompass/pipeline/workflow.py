@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from agentcompass import aio, logs
+from agentcompass import aio, logs, report
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
@@ -192,6 +192,8 @@ class EvaluationWorkflow:
                     recovery.Output(str(base / "plans.json"), "plans", plans),
                     recovery.Output(str(base / "run_info.json"), "plans", plans),
                     recovery.Output(str(base / "metrics.json"), "metrics", lambda w=w: (self.params.metrics(w),)),
+                    *(recovery.Output(path, "report", lambda w=w: (self.params.report(w),))
+                      for path in report.outputs(base)),
                 ]
             outputs += self._attempt_outputs(req)
         return outputs

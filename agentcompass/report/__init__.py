@@ -1,0 +1,432 @@
+"""A request's report: ``results/<ns>/<run_id>/report/``, one folder that opens from file://.
+
+    from agentcompass import report
+    report.build("results/default/example-oracle")     # -> .../report/index.html
+
+The folder holds:
+
+- ``index.html``: the summary, per-category results, the score distribution,
+  errors by kind, cost and tokens, and the attempts table (sorted, filtered and
+  paginated in the page, from ``data/attempts.js``);
+- ``attempt.html``: one attempt, ``attempt.html#<task segment>/<attempt>``,
+  drawn from ``data/attempts/<task segment>.<attempt>.js`` when it is opened;
+- the charts as SVG files (``CHARTS``), also drawn inline in ``index.html``.
+
+Data reaches the pages as ``.js`` files loaded by ``<script>`` tags, the one way
+a page opened from file:// can read its neighbours in every browser. Nothing is
+loaded from the network. Everything is read through ``agentcompass.results``;
+the figures come from ``metrics.json``'s ``summary`` when it matches the
+attempts on disk, and are computed from the attempts otherwise (a run that has
+not finished, or one written before metrics.json had a summary).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agentcompass import results
+from agentcompass.jsonio import write_text_atomic
+from agentcompass.runtime.models import TaskStatus
+
+from . import charts
+
+# Bump when what the report shows changes: the report rule's param, so Snakemake rebuilds every report.
+VERSION = "1"
+FOLDER = "report"
+INDEX = "index.html"
+# the charts, in the order index.html shows them; each is a report() output of the rule
+CHARTS = ("categories.svg", "scores.svg", "errors.svg", "tokens.svg")
+# of each log and evidence file, the last this many bytes (a traceback, a test's verdict, is at the end)
+TEXT_LIMIT = 200_000
+# bars of the errors-by-kind chart (the other kinds are summed in one more), twice that of the category charts
+MOST_BARS = 15
+STATIC = Path(__file__).parent / "static"
+ERROR_STATUSES = {status.value for status in TaskStatus if status.is_error}
+
+
+def folder(run_dir: str | Path) -> Path:
+    return Path(run_dir) / FOLDER
+
+
+def outputs(run_dir: str | Path) -> list[str]:
+    """The files of the report the workflow declares (index.html last: it appears last)."""
+    base = folder(run_dir)
+    return [str(base / name) for name in CHARTS] + [str(base / INDEX)]
+
+
+def build(run_dir: str | Path) -> Path:
+    """Write the report of the run in ``run_dir`` to ``run_dir/report/``; the path of its index.html."""
+    run = results.open_run(run_dir)
+    out = folder(run.path)
+    rows = list(results.rows(run))
+    metrics = _read_json(run.path / "metrics.json")
+    summary, note = _summary(metrics, rows)
+    for leftover in out.glob(".*.tmp"):  # of a build that was killed
+        leftover.unlink()
+    table = _attempt_pages(rows, out / "data" / "attempts")
+    # Plain writes but for the declared outputs: index.html, written last and by rename, is what
+    # says the folder is whole (and a killed build leaves no temporary file the workflow does not know).
+    _write(out / "data" / "attempts.js", "window.AC_ATTEMPTS = " + _js(table) + ";\n")
+    _write(out / "attempt.html", _attempt_page(run))
+    drawn = _charts(summary, rows)
+    for name, svg in drawn.items():
+        write_text_atomic(out / name, svg)
+    return write_text_atomic(out / INDEX, _index_page(run, rows, metrics, summary, note, drawn))
+
+
+# -- the figures ---------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _summary(metrics: dict | None, rows: list[dict]) -> tuple[dict, str | None]:
+    """metrics.json's summary when metrics.json counts the attempts on disk, else one computed from
+    them, and why (a note for the page)."""
+    done = [r for r in rows if r["status"] != results.MISSING]
+    if metrics is None:
+        return _computed(done), ("This run has no metrics.json yet (it has not finished): the figures are computed "
+                                 "from the attempts done so far.")
+    if dict(Counter(r["status"] for r in done)) != {k: v for k, v in metrics.get("counts", {}).items() if v}:
+        return _computed(done), ("metrics.json does not count the attempts on disk (the run has not finished since "
+                                 "they changed): the figures are computed from the attempts.")
+    summary = metrics.get("summary")
+    # a metrics.json written before it held a summary
+    return (_computed(done), None) if summary is None else (summary, None)
+
+
+def _spread(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        position = q * (len(ordered) - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    return {"mean": sum(ordered) / len(ordered), "p50": at(0.5), "p95": at(0.95)}
+
+
+def _stats(rows: list[dict]) -> dict:
+    """The summary's statistics of some attempts, for a metrics.json that has none (no interval, no pass@k)."""
+    verdicts = [r["correct"] for r in rows if r["correct"] is not None]
+    walls = [(r["run_seconds"] or 0) + (r["evaluate_seconds"] or 0) for r in rows
+             if r["run_seconds"] is not None or r["evaluate_seconds"] is not None]
+    return {
+        "attempts": len(rows),
+        "counts": dict(Counter(r["status"] for r in rows)),
+        "errors": dict(Counter(results.error_kind(r["status"], r["error"]) for r in rows if r["status"] in ERROR_STATUSES)),
+        "accuracy": sum(1 for v in verdicts if v) / len(verdicts) if verdicts else None,
+        "accuracy_ci95": None,
+        "pass_at_k": {},
+        "calls": int(sum(r["calls"] or 0 for r in rows)),
+        "prompt_tokens": int(sum(r["prompt_tokens"] or 0 for r in rows)),
+        "completion_tokens": int(sum(r["completion_tokens"] or 0 for r in rows)),
+        "latency_seconds": _spread([r["latency_seconds"] for r in rows if r["latency_seconds"] is not None]),
+        "wall_seconds": _spread(walls),
+        "cost_usd": None,
+    }
+
+
+def _computed(rows: list[dict]) -> dict:
+    by_category: dict[str, list[dict]] = {}
+    for r in rows:
+        by_category.setdefault(_category(r["category"]), []).append(r)
+    return {"overall": _stats(rows), "by_category": {k: _stats(v) for k, v in sorted(by_category.items())}}
+
+
+def _category(value: str | None) -> str:
+    return "(none)" if value is None else str(value)
+
+
+# -- the files of the folder -----------------------------------------------------------------------
+
+
+def _js(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+TABLE_COLUMNS = ["task_id", "attempt", "category", "status", "score", "correct", "calls", "tokens",
+                 "latency_seconds", "seconds", "error", "kind", "page"]
+
+
+def attempt_file(segment: str, attempt: int) -> str:
+    """The data file of one attempt, in ``data/attempts/``: one folder of files, not one folder per task
+    (at 10,000 tasks, making and removing the folders took longer than writing the files)."""
+    return f"{segment}.{attempt}.js"
+
+
+def _attempt_pages(rows: list[dict], data: Path) -> dict:
+    """Each attempt's data file (``attempt_file``) and the table's rows."""
+    # An earlier build's files go first: writing over a file is 30 times slower than writing a new one
+    # (ext4 flushes a file that is truncated and written again), and what is left would be stale.
+    if data.is_dir():
+        with os.scandir(data) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+    data.mkdir(parents=True, exist_ok=True)
+    table = []
+    for row in rows:
+        # the task's folder name (results.rows made it with paths.task_segment)
+        segment = os.path.basename(os.path.dirname(row["attempt_dir"]))
+        page = None
+        record = results.attempt(row["attempt_dir"], text_limit=TEXT_LIMIT)
+        if any(record[k] is not None for k in ("prepared", "output", "result")):
+            page = f"{segment}/{row['attempt']}"
+            record.update({k: row[k] for k in ("task_id", "attempt", "category", "status")})
+            name = attempt_file(segment, row["attempt"])
+            with open(os.path.join(data, name), "w", encoding="utf-8") as handle:
+                handle.write("AC_ATTEMPT(" + _js(record) + ");\n")
+        error = (row["error"] or "").strip().splitlines()
+        tokens = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0) if row["calls"] is not None else None
+        seconds = None
+        if row["run_seconds"] is not None or row["evaluate_seconds"] is not None:
+            seconds = round((row["run_seconds"] or 0) + (row["evaluate_seconds"] or 0), 4)
+        table.append([
+            row["task_id"], row["attempt"], row["category"], row["status"], row["score"], row["correct"],
+            row["calls"], tokens, row["latency_seconds"], seconds, error[0][:300] if error else None,
+            results.error_kind(row["status"], row["error"]) if row["status"] in ERROR_STATUSES else None, page,
+        ])
+    return {"columns": TABLE_COLUMNS, "rows": table}
+
+
+def _charts(summary: dict, rows: list[dict]) -> dict[str, str]:
+    categories = summary.get("by_category") or {}
+    bars = []
+    for name, stats in sorted(categories.items()):
+        accuracy = stats.get("accuracy")
+        interval = stats.get("accuracy_ci95")
+        text = "no verdict" if accuracy is None else f"{accuracy:.3f}"
+        bars.append(charts.Bar(name, accuracy or 0.0, f"{text} (n={stats.get('attempts', 0)})",
+                               interval=tuple(interval) if interval else None))
+    category_chart = charts.bars("Accuracy by category" + (" (95% interval)" if any(b.interval for b in bars) else ""),
+                                 bars[:MOST_BARS * 2], scale=1.0, empty="no attempt has finished",
+                                 chart_id="chart-categories")
+
+    scores = [r["score"] for r in rows if r["status"] != results.MISSING]
+    score_chart = charts.columns("Score distribution", _histogram(scores), empty="no attempt has finished",
+                                 chart_id="chart-scores", colours={"no score": charts.GREY})
+
+    errors = Counter((summary.get("overall") or {}).get("errors") or {})
+    kinds = errors.most_common(MOST_BARS)
+    rest = sum(errors.values()) - sum(n for _, n in kinds)
+    error_bars = [charts.Bar(kind, n, str(n), colour=charts.RED) for kind, n in kinds]
+    if rest:
+        error_bars.append(charts.Bar(f"{len(errors) - len(kinds)} other kinds", rest, str(rest), colour=charts.RED))
+    error_chart = charts.bars("Errors by kind", error_bars, empty="no errors", chart_id="chart-errors")
+
+    token_bars = [charts.Bar(name, stats.get("prompt_tokens") or 0, _tokens_text(stats),
+                             stacked=stats.get("completion_tokens") or 0)
+                  for name, stats in sorted(categories.items())]
+    token_chart = charts.bars("Tokens by category", [b for b in token_bars if b.value or b.stacked][:MOST_BARS * 2],
+                              empty="no model tokens were recorded", chart_id="chart-tokens",
+                              legend=[("prompt", charts.BLUE), ("completion", charts.ORANGE)])
+    return dict(zip(CHARTS, (category_chart, score_chart, error_chart, token_chart)))
+
+
+def _tokens_text(stats: dict) -> str:
+    text = f"{_count(stats.get('prompt_tokens'))} + {_count(stats.get('completion_tokens'))}"
+    cost = stats.get("cost_usd")
+    return text if cost is None else f"{text} (${cost:.4f})"
+
+
+def _histogram(scores: list) -> list[tuple[str, int]]:
+    """Counts per score: one column per value when there are few, else ten equal bins."""
+    present = [float(s) for s in scores if s is not None]
+    missing = len(scores) - len(present)
+    columns: list[tuple[str, int]] = []
+    values = sorted(set(present))
+    if len(values) <= 12:
+        counts = Counter(present)
+        columns = [(_number(v), counts[v]) for v in values]
+    else:
+        low, high = min(min(values), 0.0), max(max(values), 1.0)
+        width = (high - low) / 10
+        bins = [0] * 10
+        for v in present:
+            bins[min(int((v - low) / width), 9)] += 1
+        columns = [(f"{_number(low + i * width)}\u2013{_number(low + (i + 1) * width)}", n) for i, n in enumerate(bins)]
+    if missing:
+        columns.append(("no score", missing))
+    return columns
+
+
+# -- the pages -----------------------------------------------------------------------------------------
+
+
+def _number(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _count(value) -> str:
+    return "0" if not value else f"{int(value):,}"
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def page(title: str, body: str, script: str = "", data_scripts: tuple[str, ...] = ()) -> str:
+    """A whole page: the stylesheet inline, ``data_scripts`` (paths beside it), then ``script`` inline."""
+    css = (STATIC / "report.css").read_text()
+    loads = "".join(f'<script src="{_esc(src)}"></script>\n' for src in data_scripts)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        # nothing of the network: a report opened offline looks the same
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'self' 'unsafe-inline' file: data:\">\n"
+        f"<title>{_esc(title)}</title>\n<style>\n{css}</style>\n</head>\n<body>\n{body}\n{loads}"
+        + (f"<script>\n{script}</script>\n" if script else "") + "</body>\n</html>\n"
+    )
+
+
+def _card(label: str, value: str, detail: str = "") -> str:
+    detail_html = f'<div class="detail">{_esc(detail)}</div>' if detail else ""
+    return f'<div class="card"><div class="label">{_esc(label)}</div><div class="value">{_esc(value)}</div>{detail_html}</div>'
+
+
+def _fraction(value) -> str:
+    return "\u2013" if value is None else f"{value:.3f}"
+
+
+def _interval(interval) -> str:
+    return "" if not interval else f"{interval[0]:.3f}\u2013{interval[1]:.3f}"
+
+
+def _cost(value) -> str:
+    return "" if value is None else f"${value:.4f}"
+
+
+def _seconds(spread: dict | None) -> tuple[str, str]:
+    if not spread:
+        return "\u2013", ""
+    return f"{spread['p50']:.2f} s", f"mean {spread['mean']:.2f} s, p95 {spread['p95']:.2f} s"
+
+
+def _kv(pairs: list[tuple[str, Any]]) -> str:
+    return '<table class="kv">' + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in pairs) + "</table>"
+
+
+def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summary: dict, note: str | None,
+                drawn: dict[str, str]) -> str:
+    request = run.request
+    overall = summary.get("overall") or {}
+    done = sum(1 for r in rows if r["status"] != results.MISSING)
+    errors = sum((overall.get("errors") or {}).values())
+    interval = overall.get("accuracy_ci95")
+    pass_at_k = overall.get("pass_at_k") or {}
+    latency, latency_detail = _seconds(overall.get("latency_seconds"))
+    wall, wall_detail = _seconds(overall.get("wall_seconds"))
+    cost = overall.get("cost_usd")
+    model = request.get("model") or {}
+    parts = [
+        '<header class="top">',
+        f"<h1>{_esc(run.name)}</h1>",
+        f'<div class="sub">{_esc(run.namespace)}/{_esc(run.run_id)} \u00b7 benchmark {_esc(run.component("benchmark"))}'
+        f" \u00b7 harness {_esc(run.component('harness'))} \u00b7 model {_esc(model.get('id', ''))}"
+        f" \u00b7 environment {_esc(run.component('environment'))}</div>",
+        "</header>\n<main>",
+    ]
+    if note:
+        parts.append(f'<p class="note">{_esc(note)}</p>')
+    parts += [
+        '<section id="summary"><h2>Summary</h2><div class="cards">',
+        _card("attempts done", f"{done} of {len(rows)}"),
+        _card("accuracy", _fraction(overall.get("accuracy")),
+              f"95% interval {_interval(interval)} (Wilson)" if interval else ""),
+        *(_card(f"pass@{k}", _fraction(v)) for k, v in sorted(pass_at_k.items(), key=lambda kv: int(kv[0]))),
+        _card("errors", str(errors), ", ".join(f"{k} {v}" for k, v in sorted((overall.get("counts") or {}).items()))),
+        _card("model calls", _count(overall.get("calls"))),
+        _card("tokens", _count((overall.get("prompt_tokens") or 0) + (overall.get("completion_tokens") or 0)),
+              f"{_count(overall.get('prompt_tokens'))} prompt, {_count(overall.get('completion_tokens'))} completion"),
+        _card("cost", "\u2013" if cost is None else f"${cost:.4f}",
+              "" if cost is not None else "the Model declares no prices (model.pricing)"),
+        _card("model latency per attempt (p50)", latency, latency_detail),
+        _card("wall time per attempt (p50)", wall, wall_detail),
+        "</div>",
+    ]
+    if metrics is not None and not note and metrics.get("metrics"):
+        parts.append("<h3>Benchmark metrics (metrics.json)</h3>")
+        parts.append(_kv([(k, "\u2013" if v is None else v) for k, v in sorted(metrics["metrics"].items())]))
+    parts.append("</section>")
+
+    categories = summary.get("by_category") or {}
+    # the four views of the results side by side on a wide screen
+    parts.append('<div class="grid">')
+    parts += ['<section id="categories"><h2>By category</h2>', drawn["categories.svg"],
+              '<table><thead><tr><th>category</th><th class="num">attempts</th><th class="num">accuracy</th>'
+              '<th>95% interval</th><th class="num">errors</th><th class="num">calls</th><th class="num">tokens</th>'
+              '<th class="num">cost</th></tr></thead><tbody>']
+    for name, stats in sorted(categories.items()):
+        tokens = (stats.get("prompt_tokens") or 0) + (stats.get("completion_tokens") or 0)
+        cells = [_esc(name), stats.get("attempts", 0), _fraction(stats.get("accuracy")),
+                 _interval(stats.get("accuracy_ci95")), sum((stats.get("errors") or {}).values()),
+                 _count(stats.get("calls")), _count(tokens), _cost(stats.get("cost_usd"))]
+        parts.append("<tr>" + "".join(f"<td>{c}</td>" if i in (0, 3) else f'<td class="num">{c}</td>'
+                                      for i, c in enumerate(cells)) + "</tr>")
+    parts.append("</tbody></table></section>")
+
+    parts += ['<section id="scores"><h2>Score distribution</h2>', drawn["scores.svg"], "</section>"]
+
+    kinds = sorted((overall.get("errors") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    parts += ['<section id="errors"><h2>Errors by kind</h2>', drawn["errors.svg"]]
+    if kinds:
+        parts.append('<table><thead><tr><th class="num">attempts</th><th>kind (numbers written N; a click filters '
+                     "the table)</th></tr></thead><tbody>")
+        parts += [f'<tr><td class="num">{n}</td><td><a href="#attempts" data-kind="{_esc(kind)}">{_esc(kind)}</a></td></tr>'
+                  for kind, n in kinds]
+        parts.append("</tbody></table>")
+    parts.append("</section>")
+
+    parts += ['<section id="cost"><h2>Cost and tokens</h2>', drawn["tokens.svg"],
+              _kv([("model calls", _count(overall.get("calls"))),
+                   ("prompt tokens", _count(overall.get("prompt_tokens"))),
+                   ("completion tokens", _count(overall.get("completion_tokens"))),
+                   ("cost", "no prices declared (model.pricing)" if cost is None else f"${cost:.4f}"),
+                   ("model latency per attempt", latency_detail or "\u2013"),
+                   ("wall time per attempt", wall_detail or "\u2013")]),
+              "</section>", "</div>"]
+
+    parts += [
+        '<section id="attempts-section"><h2>Attempts</h2>',
+        '<div class="controls"><input type="search" id="filter" aria-label="filter the attempts" '
+        'placeholder="filter: task, category, status or error">'
+        '<select id="status-filter" aria-label="status"><option value="">every status</option></select>'
+        '<button type="button" id="previous">previous</button><span id="page-info"></span>'
+        '<button type="button" id="next">next</button><span id="attempts-info" class="muted"></span></div>',
+        '<table id="attempts"><thead><tr></tr></thead><tbody></tbody></table>',
+        "</section>",
+        "<section id=\"request\"><h2>Request</h2><details><summary>request.json</summary>"
+        f"<pre>{_esc(json.dumps(request, indent=2, sort_keys=True))}</pre></details></section>",
+        "</main>",
+    ]
+    return page(f"{run.name}: agentcompass report", "\n".join(parts), (STATIC / "index.js").read_text(),
+                data_scripts=("data/attempts.js",))
+
+
+def _attempt_page(run: results.Run) -> str:
+    body = (f'<header class="top"><h1>{_esc(run.name)}</h1><div class="sub"><a href="index.html">\u2190 the report</a>'
+            f" \u00b7 {_esc(run.namespace)}/{_esc(run.run_id)}</div></header>\n"
+            '<main id="attempt"><p class="muted">loading the attempt\u2026</p></main>')
+    return page(f"{run.name}: agentcompass report", body, (STATIC / "attempt.js").read_text())

@@ -442,8 +442,15 @@ def _html_table(header: list[str], rows: list[list[tuple[str, str]]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _sign_class(value: float | None) -> str:
-    return "num" if not value else ("num up" if value > 0 else "num down")
+# metrics where a rise is a change for the worse (coloured red, not green)
+_LOWER_IS_BETTER = frozenset({"errors"})
+
+
+def _sign_class(value: float | None, name: str = "") -> str:
+    if not value:
+        return "num"
+    better = value < 0 if name in _LOWER_IS_BETTER else value > 0
+    return "num up" if better else "num down"
 
 
 def render_html(comparisons: list[Comparison]) -> str:
@@ -459,7 +466,7 @@ def render_html(comparisons: list[Comparison]) -> str:
                 f'{len(c.only_a)}; in B only: {len(c.only_b)}.</p>',
                 _html_table(["metric", "A", "B", "B - A", "95% CI", "test", "p"], [
                     [(m.name, ""), (_num(m.a), "num"), (_num(m.b), "num"),
-                     (_num(m.delta, signed=True), _sign_class(m.delta)), (_ci(m.ci95), "num"),
+                     (_num(m.delta, signed=True), _sign_class(m.delta, m.name)), (_ci(m.ci95), "num"),
                      (_test_text(m), ""), (_p(m.p_value), "num")] for m in c.metrics]),
                 _forest(c.metrics),
                 "<h3>Usage</h3>",

@@ -33,10 +33,13 @@ from agentcompass.runtime.registry import load_builtin_components
 # The stages in the order their files are built, and the file each writes.
 REQUEST_STAGES = ("request", "tasks", "plans")
 ATTEMPT_STAGES = ("prepare", "run", "evaluate")
-STAGES = (*REQUEST_STAGES, *ATTEMPT_STAGES, "metrics")
+# The request's summary files, built from every attempt's result.json.
+SUMMARY_STAGES = ("metrics", "report")
+STAGES = (*REQUEST_STAGES, *ATTEMPT_STAGES, *SUMMARY_STAGES)
 FILES = {
     "request": "request.json", "tasks": "tasks.json", "plans": "plans.json and run_info.json",
     "prepare": "prepared.json", "run": "output.json", "evaluate": "result.json", "metrics": "metrics.json",
+    "report": "report/index.html",
 }
 # An attempt file is built from the one before it (the rules' inputs).
 BUILT_FROM = {"run": "prepare", "evaluate": "run"}
@@ -184,6 +187,7 @@ class Context:
             "request": reuse.request_record(req), "tasks": {**fingerprints.tasks_param(req), **self.recompute},
             "plans": [{**fingerprints.plans_param(req), **self.recompute}, fingerprints.run_info_param(req)],
             "metrics": {**fingerprints.metrics_param(req), **self.recompute},
+            "report": {**fingerprints.report_param(), **self.recompute},
         }
 
 
@@ -291,7 +295,7 @@ class Diff:
         paired = [x for x in self.attempts if x.side == "both"]
         out = {}
         if self.kind == "run":
-            for stage in (*REQUEST_STAGES, "metrics"):
+            for stage in (*REQUEST_STAGES, *SUMMARY_STAGES):
                 if stage not in self.bulk_reruns:
                     out[stage] = 1
         for stage in ATTEMPT_STAGES:
@@ -471,7 +475,7 @@ def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, req
                  attempts: list[AttemptDiff], reuse_off: bool) -> dict[str, str]:
     bulk_a, bulk_b = ctx_a.bulk(), ctx_b.bulk()
     out: dict[str, str] = {}
-    for stage in (*REQUEST_STAGES, "metrics"):
+    for stage in (*REQUEST_STAGES, *SUMMARY_STAGES):
         if reuse_off and stage != "request":  # request.json is the record of the request, rewritten when it changes
             out[stage] = REUSE_OFF
         elif not keypaths.same(bulk_a[stage], bulk_b[stage]):
@@ -490,6 +494,8 @@ def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, req
             out["metrics"] = "the attempts it counts are not the same"
         elif any("evaluate" in x.reruns for x in attempts):
             out["metrics"] = "built from result.json, which is rebuilt"
+    if "report" not in out and ("request" in out or "metrics" in out):
+        out["report"] = "built from request.json and metrics.json, one of which is rewritten"
     return {stage: out[stage] for stage in STAGES if stage in out}
 
 

@@ -52,16 +52,19 @@ def test_diff_predicts_the_jobs_the_next_run_runs(workdir: Path):
     A's folder: the jobs that run are the ones diff named, stage by stage."""
     selection = {"temperature": 0.7, "case_sensitive": True, "prompt": "Q: {question}", "limit": 3, "attempts": 2}
     steps = [
-        ("temperature", {"temperature": 0.7}, {"request": 1, "run": 5, "evaluate": 5, "metrics": 1}),
+        ("temperature", {"temperature": 0.7},
+         {"request": 1, "run": 5, "evaluate": 5, "metrics": 1, "report": 1}),
         ("a scoring parameter", {"temperature": 0.7, "case_sensitive": True},
-         {"request": 1, "plans": 1, "evaluate": 5, "metrics": 1}),
+         {"request": 1, "plans": 1, "evaluate": 5, "metrics": 1, "report": 1}),
         ("a prompt template", {"temperature": 0.7, "case_sensitive": True, "prompt": "Q: {question}"},
-         {"request": 1, "plans": 1, "prepare": 5, "run": 5, "evaluate": 5, "metrics": 1}),
+         {"request": 1, "plans": 1, "prepare": 5, "run": 5, "evaluate": 5, "metrics": 1, "report": 1}),
         # 3 tasks of 2 attempts: attempt 2 of each is new, 2 tasks of A are no longer asked for
         ("the task selection and attempts", selection,
-         {"request": 1, "tasks": 1, "plans": 1, "prepare": 3, "run": 3, "evaluate": 3, "metrics": 1}),
+         {"request": 1, "tasks": 1, "plans": 1, "prepare": 3, "run": 3, "evaluate": 3, "metrics": 1,
+          "report": 1}),
         ("reuse off", {**selection, "reuse": False},
-         {"request": 1, "tasks": 1, "plans": 1, "prepare": 6, "run": 6, "evaluate": 6, "metrics": 1}),
+         {"request": 1, "tasks": 1, "plans": 1, "prepare": 6, "run": 6, "evaluate": 6, "metrics": 1,
+          "report": 1}),
     ]
     found = {}
     with ScriptedEndpoint(reply) as endpoint:

@@ -133,8 +133,8 @@ def test_prices_and_analyzers_rerun_metrics_only(workdir: Path, model, shard_siz
     model.requests.clear()
     pricing = {"input_per_million": 3.0, "output_per_million": 15.0}
     ran = run(workdir, write_config(workdir, model, pricing=pricing, shard_size=shard_size))
-    # metrics.json and the request record; no shard, no attempt file, no model call
-    assert ran == {"metrics": 1, "request": 1}
+    # metrics.json, the report built from it and the request record; no shard, no attempt file, no model call
+    assert ran == {"metrics": 1, "report": 1, "request": 1}
     assert model.requests == []
     assert {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("result.json")} == results_before
     # the scripted endpoint reports 10 prompt and 2 completion tokens a call
@@ -143,7 +143,7 @@ def test_prices_and_analyzers_rerun_metrics_only(workdir: Path, model, shard_siz
     assert run(workdir, write_config(workdir, model, pricing=pricing, shard_size=shard_size)) == {}
     # an analyzer likewise: it runs with metrics.json
     ran = run(workdir, write_config(workdir, model, pricing=pricing, analyzers=["results_table"], shard_size=shard_size))
-    assert ran == {"metrics": 1, "request": 1} and model.requests == []
+    assert ran == {"metrics": 1, "report": 1, "request": 1} and model.requests == []
     assert (workdir / "results/default/chat-run/reports/results_table/results.csv").exists()
 
 

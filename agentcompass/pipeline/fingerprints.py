@@ -86,6 +86,10 @@ def run_info_param(req: RunRequest) -> dict[str, Any]:
     return {"model": req.model.id, "versions": component_versions(req)}
 
 
+def report_param() -> dict[str, Any]:
+    return {"stage": report.VERSION}
+
+
 def metrics_param(req: RunRequest) -> dict[str, Any]:
     benchmark = stages.benchmark_for(req)
     return {
@@ -187,7 +191,7 @@ class Fingerprints:
     @engine.signature_once
     def report(self, w) -> str:
         self.inv.begin()
-        return as_param({"stage": report.VERSION, **self.recompute(self.inv.request(w))})
+        return as_param({**report_param(), **self.recompute(self.inv.request(w))})
 
     # -- the bulk files, read at parse time once current --------------------------------
 

@@ -75,6 +75,8 @@ def test_oracle_passes_every_shipped_task(provider, workdir: Path):
     assert metrics["metrics"]["accuracy"] == 1.0 and metrics["counts"] == {"completed": len(SHIPPED)}
     # the verifier's reward file decided: word-count writes reward.json with a second number
     assert results["word-count"]["metadata"]["verifier"]["rewards"] == {"reward": 1.0, "count_file_present": 1.0}
+    # every named reward's mean: 'reward' over the three tasks, count_file_present over word-count's attempt
+    assert metrics["metrics"]["rewards/reward"] == 1.0 and metrics["metrics"]["rewards/count_file_present"] == 1.0
 
 
 @pytest.mark.parametrize("provider", ["host_process", "docker"])

@@ -49,6 +49,7 @@ from agentcompass.runtime import (
     BaseBenchmark,
     BenchmarkPlan,
     EnvironmentSpec,
+    MetricResult,
     PreparedTask,
     RunRequest,
     RunResult,
@@ -76,6 +77,19 @@ VERIFIER_TIMEOUT = 600.0
 HOST_HARBOR_DIR = ".harbor"
 WORKSPACE = "."
 _TAIL = 2000
+# before the verifier: remove what stands at Harbor's folders (a link itself, never its target; a locked folder
+# unlocked first), make the verifier's folder, print the time (seconds) the verifier starts from
+_CLEAR = (
+    'v=$1; shift; for d in "$@" "$(dirname "$v")"; do if [ -L "$d" ]; then rm -f "$d" || exit 1; '
+    'elif [ -e "$d" ] && [ "$d" != "$(dirname "$v")" ]; then chmod -R u+rwX "$d" 2>/dev/null; rm -rf "$d" || exit 1; fi; '
+    'done; mkdir -p "$v" && date +%s'
+)
+# after it: each reward file's kind (file with its mtime in seconds, link, other, none)
+_REWARD_FILES = (
+    'for n in reward.txt reward.json; do p="$1/$n"; if [ -L "$p" ]; then echo "$n link"; '
+    'elif [ -f "$p" ]; then echo "$n file $(stat -c %Y "$p")"; elif [ -e "$p" ]; then echo "$n other"; '
+    'else echo "$n none"; fi; done'
+)
 _NETWORK_MODES = {"public": "public", "no-network": "none", "allowlist": "none"}
 # an absolute path that starts with one of the mapped roots (not a part of a longer path or name)
 _BEFORE = r"(?<![\w./~$}-])"
@@ -113,6 +127,13 @@ class TaskDirConfig(RuntimeBenchmarkConfig):
         description="A reward at or above this counts as correct; the reward itself is the score.",
         stage="evaluate",
     )
+    reward_key: str | None = config_field(
+        default=None,
+        description="Which of the verifier's named rewards is the score (a key of reward.json, or 'reward' for "
+        "reward.txt); a key the verifier did not write is an eval_error naming the keys it wrote. null: as Harbor "
+        "picks it, the 'reward' key, else the only key.",
+        stage="evaluate",
+    )
 
     def __post_init__(self) -> None:
         RuntimeBenchmarkConfig.__post_init__(self)
@@ -121,6 +142,9 @@ class TaskDirConfig(RuntimeBenchmarkConfig):
             if self.verifier_timeout <= 0:
                 raise ConfigError(f"verifier_timeout must be positive, got {self.verifier_timeout}")
         self.pass_threshold = _number(self.pass_threshold, "pass_threshold")
+        if self.reward_key is not None and (not isinstance(self.reward_key, str) or not self.reward_key):
+            raise ParameterError(f"reward_key must be a key of the verifier's reward.json, got {self.reward_key!r}",
+                                 ["reward_key"])
         root = tasks_root(self.path)
         if not root.exists():
             raise ParameterError(f"path {str(root)!r} does not exist (it should be a folder of Harbor tasks)", ["path"])
@@ -141,11 +165,13 @@ class TaskDirPlan(BenchmarkPlan):
     layout: str = plan_field("native")
     # the Dockerfile's WORKDIR: where the task's scripts expect the workspace
     workdir: str | None = plan_field(None)
-    copy_environment: bool = plan_field(False, stage="prepare")
+    # on host_process: [file of environment/, path in the workspace], as the Dockerfile's COPY/ADD put them
+    environment_copies: list[list[str]] = plan_field([], stage="prepare")
     tests_digest: str = plan_field("", stage="evaluate")
     verifier_timeout: float = plan_field(VERIFIER_TIMEOUT, stage="evaluate")
     verifier_env: dict[str, str] = plan_field({}, stage="evaluate")
     pass_threshold: float = plan_field(1.0, stage="evaluate")
+    reward_key: str | None = plan_field(None, stage="evaluate")
     # read by the oracle's run only
     solution_digest: str | None = plan_field(None, stage="run")
     solution_env: dict[str, str] = plan_field({}, stage="run")
@@ -212,6 +238,140 @@ def dockerfile_workdir(dockerfile: Path) -> str | None:
         elif words[0].upper() == "WORKDIR" and len(words) == 2:
             workdir = posixpath.normpath(posixpath.join(workdir or "/", words[1].strip().strip("\"'")))
     return workdir
+
+
+_COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+# Dockerfile instructions that change nothing a host workspace could hold (the image's metadata, or the
+# base image, whose place the host takes on host_process)
+_IGNORED = {"FROM", "LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT", "STOPSIGNAL", "HEALTHCHECK", "SHELL",
+            "VOLUME", "ARG", "USER", "ONBUILD"}
+_ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
+
+
+def _instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """The (INSTRUCTION, arguments) of the Dockerfile's final stage, continuation lines joined."""
+    lines, pending = [], ""
+    for raw in dockerfile.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        lines.append(pending + line)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    stages: list[list[tuple[str, str]]] = [[]]
+    for line in lines:
+        words = line.split(None, 1)
+        word, args = words[0].upper(), (words[1] if len(words) == 2 else "")
+        if word == "FROM":
+            stages.append([])
+        stages[-1].append((word, args.strip()))
+    return stages[-1]
+
+
+def _inside(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` (both absolute, normalized), or None when it is not below it."""
+    rel = posixpath.relpath(path, root)
+    return None if rel == "." or rel.startswith("../") or rel == ".." else rel
+
+
+def host_copies(environment: Path) -> list[list[str]]:
+    """What the Dockerfile's COPY/ADD put in its WORKDIR, as [file in environment/, path in the workspace] pairs.
+
+    The WORKDIR is the workspace on host_process, so a copy can be followed when it
+    is a local file of the build context landing under the WORKDIR. Raises
+    ValueError naming the first instruction host_process cannot follow.
+    """
+    dockerfile = environment / DOCKERFILE
+    where = f"{dockerfile}"
+    final = dockerfile_workdir(dockerfile)
+    steps = _instructions(dockerfile)
+    if steps and steps[0][0] == "FROM":  # the last stage's base: an image, or an earlier stage by its name
+        base = next((w for w in steps[0][1].split() if not w.startswith("--")), "").lower()
+        earlier = {
+            words[-1].lower() for line in dockerfile.read_text(encoding="utf-8").splitlines()
+            if (words := line.split()) and words[0].upper() == "FROM" and len(words) > 2 and words[-2].upper() == "AS"
+        }
+        if base in earlier:
+            raise ValueError(f"{where}: its last stage builds on the earlier stage {base!r}, which host_process "
+                             "cannot follow; run the task on docker")
+    workdir, dirs = "/", {"/"}
+    copies: list[list[str]] = []
+    for word, args in steps:
+        line = f"{word} {args}"[:120]
+        if word in _IGNORED:
+            continue
+        if word == "WORKDIR":
+            workdir = posixpath.normpath(posixpath.join(workdir, args.strip("\"'")))
+            path = workdir
+            while path not in dirs:
+                dirs.add(path)
+                path = posixpath.dirname(path)
+            continue
+        if word not in ("COPY", "ADD"):
+            what = ("runs a command at build time (what it installs or changes, the task may need)" if word == "RUN"
+                    else "sets up the image beyond its files (the task's commands would see it)")
+            raise ValueError(f"{where}: `{line}` {what}, which host_process cannot follow; run the task on docker")
+        copies += _follow_copy(environment, where, line, word, args, workdir, dirs, final)
+    if copies and (environment / ".dockerignore").exists():
+        raise ValueError(f"{where}: host_process does not follow environment/.dockerignore; run the task on docker")
+    return copies
+
+
+def _follow_copy(environment: Path, where: str, line: str, word: str, args: str, workdir: str, dirs: set[str],
+                 final: str | None) -> list[list[str]]:
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"{where}: `{line}` {why}, which host_process cannot follow; run the task on docker")
+
+    if "$" in args or "<<" in args:
+        raise refuse("uses a variable or a here-document")
+    words = args.split()
+    flags = [w for w in words if w.startswith("--")]
+    if any(not (f.startswith("--chown=") or f == "--link") for f in flags):
+        raise refuse(f"takes {' '.join(flags)} (another stage or image, or a changed mode)")
+    rest = args[len(" ".join(flags)):].strip() if flags else args
+    try:
+        paths = json.loads(rest) if rest.startswith("[") else rest.split()
+    except json.JSONDecodeError:
+        raise refuse("is not valid JSON form") from None
+    if len(paths) < 2:
+        raise refuse("names no source or no destination")
+    *sources, dest = paths
+    if final in (None, "/"):
+        raise refuse("copies files but the Dockerfile sets no WORKDIR (the folder that stands for the workspace)")
+    target_dir = posixpath.normpath(posixpath.join(workdir, dest))
+    into = dest.endswith("/") or len(sources) > 1 or target_dir in dirs
+    copies: list[list[str]] = []
+    for source in sources:
+        if "://" in source or source.startswith("git@"):
+            raise refuse("fetches a URL")
+        if word == "ADD" and source.endswith(_ARCHIVES):
+            raise refuse("unpacks an archive")
+        pattern = posixpath.normpath(source.lstrip("/") or ".")
+        if pattern == ".." or pattern.startswith("../"):
+            raise refuse("copies from outside the build context (environment/)")
+        matches = sorted(environment.glob(pattern)) if pattern != "." else [environment]
+        if not matches:
+            raise refuse(f"copies {source}, which is not in environment/")
+        for match in matches:
+            if match.is_dir():
+                files = sorted(p for p in match.rglob("*") if p.is_file())
+                pairs = [(f, posixpath.join(target_dir, f.relative_to(match).as_posix())) for f in files]
+            else:
+                pairs = [(match, posixpath.join(target_dir, match.name) if into or match.is_dir() else target_dir)]
+            for file, target in pairs:
+                rel = _inside(target, final)
+                if rel is None:
+                    raise refuse(f"puts {target} outside the WORKDIR {final}, the folder that stands for the workspace")
+                copies.append([file.relative_to(environment).as_posix(), rel])
+                parent = posixpath.dirname(target)
+                while parent not in dirs:
+                    dirs.add(parent)
+                    parent = posixpath.dirname(parent)
+    return copies
 
 
 def _seconds(section: dict, where: str) -> float | None:
@@ -294,6 +454,19 @@ def load_task(folder: Path) -> TaskSpec:
 
 def _load_task(folder: Path) -> TaskSpec:
     config = read_task_toml(folder)
+    compose = next((name for name in _COMPOSE_FILES if (folder / ENVIRONMENT / name).is_file()), None)
+    if compose:
+        raise ValueError(
+            f"task_dir: {folder} runs its environment from {ENVIRONMENT}/{compose} (services side by side), which "
+            "agentcompass does not run; leave the task out (benchmark param task_ids) or give it one "
+            f"{ENVIRONMENT}/{DOCKERFILE}"
+        )
+    if config.get("steps") or (folder / "steps").is_dir():
+        raise ValueError(
+            f"task_dir: {folder} is a multi-step task ([[steps]] in {TASK_TOML} or a steps/ folder), which agentcompass "
+            "does not run (it runs one instruction and one verifier per task); leave the task out (benchmark param "
+            "task_ids)"
+        )
     instruction = folder / INSTRUCTION
     if not instruction.is_file():
         raise ValueError(f"task_dir: {folder} has no {INSTRUCTION} (the prompt); add it")
@@ -320,10 +493,23 @@ def _load_task(folder: Path) -> TaskSpec:
             },
             "environment_digest": tree_digest(folder / ENVIRONMENT),
             "workdir": dockerfile_workdir(dockerfile) if dockerfile.is_file() else None,
+            # what host_process copies into the workspace, or why it cannot follow the Dockerfile
+            "host_process": _host_setup(folder / ENVIRONMENT),
             # read by the Recipes task_environment_hints (networks) and task_dockerfile (the image)
             "environment": {**network_hints(config), "docker": docker_hints(folder, config)},
         },
     )
+
+
+def _host_setup(environment: Path) -> dict[str, Any]:
+    """The Dockerfile followed for host_process: its copies, or the reason it cannot be followed."""
+    if not (environment / DOCKERFILE).is_file():  # no Dockerfile (an image named in task.toml): every file, as it is
+        files = sorted(p for p in environment.rglob("*") if p.is_file()) if environment.is_dir() else []
+        return {"copies": [[f.relative_to(environment).as_posix()] * 2 for f in files], "refused": None}
+    try:
+        return {"copies": host_copies(environment), "refused": None}
+    except ValueError as exc:
+        return {"copies": [], "refused": str(exc)}
 
 
 # --- Harbor's fixed paths in a session ------------------------------------------------------
@@ -436,26 +622,52 @@ def _plan_settings(toml: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_rewards(verifier_files: dict[str, str | None]) -> dict[str, float]:
-    """Harbor's reward files: reward.json (an object of numbers) wins over reward.txt (one number)."""
+    """Harbor's reward files as named rewards: every key of reward.json, and reward.txt's number as 'reward'.
+
+    As in Harbor, reward.txt's number wins over a 'reward' key of reward.json;
+    the other keys of reward.json are kept. Every value must be a finite number.
+    """
     text, data = verifier_files.get("reward.txt"), verifier_files.get("reward.json")
+    if text is None and data is None:
+        raise ValueError("the verifier wrote neither /logs/verifier/reward.txt nor reward.json")
+    rewards: dict[str, float] = {}
     if data is not None:
         try:
             parsed = json.loads(data)
         except json.JSONDecodeError as exc:
             raise ValueError(f"reward.json is not JSON ({exc})") from None
         if not isinstance(parsed, dict):
-            raise ValueError("reward.json must be an object such as {\"reward\": 1.0}")
-        rewards = {
-            k: float(v) for k, v in parsed.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
-        if "reward" not in rewards and text is not None:
-            rewards["reward"] = _reward_number(text)
-        if "reward" not in rewards and len(rewards) != 1:
-            raise ValueError(f"reward.json has no 'reward' key and {len(rewards)} numbers {sorted(rewards)}")
-        return rewards
-    if text is None:
-        raise ValueError("the verifier wrote neither /logs/verifier/reward.txt nor reward.json")
-    return {"reward": _reward_number(text)}
+            raise ValueError("reward.json must be an object of numbers such as {\"reward\": 1.0}")
+        for key, value in parsed.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(
+                    f"reward.json's {key!r} is {json.dumps(value)[:80]}, not a number: every value of reward.json "
+                    "must be a finite number (a named reward)"
+                )
+            rewards[key] = float(value)
+    if text is not None:
+        rewards["reward"] = _reward_number(text)
+    if not rewards:
+        raise ValueError("reward.json holds no reward (an empty object)")
+    return rewards
+
+
+def pick_score(rewards: dict[str, float], reward_key: str | None) -> float:
+    """The score among named rewards: ``reward_key``, else Harbor's pick (the 'reward' key, else the only key)."""
+    if reward_key is not None:
+        if reward_key not in rewards:
+            raise ValueError(
+                f"the verifier wrote no reward {reward_key!r} (benchmark param reward_key); it wrote {sorted(rewards)}"
+            )
+        return rewards[reward_key]
+    if "reward" in rewards:
+        return rewards["reward"]
+    if len(rewards) == 1:
+        return next(iter(rewards.values()))
+    raise ValueError(
+        f"reward.json has no 'reward' key and {len(rewards)} rewards {sorted(rewards)}: set the benchmark param "
+        "reward_key to the one that is the score"
+    )
 
 
 def _reward_number(text: str) -> float:
@@ -471,49 +683,76 @@ def _reward_number(text: str) -> float:
 # --- the Benchmark ------------------------------------------------------------------------------
 
 
+def _native(environment: EnvironmentSpec) -> bool:
+    """Harbor's fixed paths exist (docker's container); elsewhere they are mapped into the workspace."""
+    return environment.id == "docker"
+
+
+
 @BENCHMARKS.register()
 class TaskDirBenchmark(BaseBenchmark):
     """Harbor-format task folders: instruction, Dockerfile environment, test.sh reward, solve.sh reference."""
 
     id = "task_dir"
+    version = "2"  # named rewards, reward_key, the Dockerfile followed on host_process, a sealed verifier
     config_class = TaskDirConfig
     plan_class = TaskDirPlan
 
     def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
         config = self.build_config(req)
-        return [load_task(folder) for folder in task_folders(tasks_root(config.path))]
+        tasks = [load_task(folder) for folder in task_folders(tasks_root(config.path))]
+        if _native(req.environment):
+            return tasks
+        # a Dockerfile that host_process cannot follow: that task is refused, the others run
+        return [
+            TaskSpec(task_id=t.task_id, metadata={"task_dir": t.metadata["task_dir"]}, load_error=f"task_dir: {refused}")
+            if t.load_error is None and (refused := t.metadata["host_process"]["refused"]) else t
+            for t in tasks
+        ]
 
     def source_fingerprint(self, req: RunRequest) -> str | None:
-        return tree_digest(tasks_root(self.build_config(req).path))
+        # the task list depends on the provider too (host_process refuses what it cannot follow)
+        layout = "native" if _native(req.environment) else "mapped"
+        return f"{tree_digest(tasks_root(self.build_config(req).path))}-{layout}"
 
     def build_plan(self, task: TaskSpec, req: RunRequest, environment: EnvironmentSpec) -> TaskDirPlan:
         config = self.build_config(req)
         folder = Path(task.metadata["task_dir"])
         settings = _plan_settings(read_task_toml(folder))
         has_solution = (folder / SOLUTION / SOLVE_SCRIPT).is_file()
-        native = environment.id == "docker"
+        native = _native(environment)
         return TaskDirPlan(
             task_dir=str(folder),
             layout="native" if native else "mapped",
             workdir=task.metadata.get("workdir"),
-            copy_environment=not native,
+            environment_copies=[] if native else task.metadata["host_process"]["copies"],
             tests_digest=tree_digest(folder / TESTS),
             verifier_timeout=config.verifier_timeout or settings["verifier_timeout"] or VERIFIER_TIMEOUT,
             verifier_env=settings["verifier_env"],
             pass_threshold=config.pass_threshold,
+            reward_key=config.reward_key,
             solution_digest=tree_digest(folder / SOLUTION) if has_solution else None,
             solution_env=settings["solution_env"],
             agent_timeout=settings["agent_timeout"],
         )
 
+    def aggregate_metrics(self, results: list[RunResult], req: RunRequest) -> MetricResult:
+        """The base metrics, and ``rewards/<key>``: the mean of each named reward over the attempts that hold it."""
+        metric = super().aggregate_metrics(results, req)
+        values: dict[str, list[float]] = {}
+        for result in results:
+            for key, value in ((result.metadata.get("verifier") or {}).get("rewards") or {}).items():
+                values.setdefault(key, []).append(float(value))
+        for key in sorted(values):
+            metric.metrics[f"rewards/{key}"] = sum(values[key]) / len(values[key])
+        return metric
+
     async def prepare_task(self, task, env, req, plan) -> PreparedTask:
         _ = req
         plan = self._require_plan(plan)
         environment = Path(plan.task_dir) / ENVIRONMENT
-        if plan.copy_environment and environment.is_dir():
-            for entry in sorted(environment.iterdir()):
-                if entry.name != DOCKERFILE:
-                    await env.upload(entry, entry.name)
+        for source, target in plan.environment_copies:  # in the Dockerfile's order: a later COPY wins
+            await env.upload(environment / source, target)
         return PreparedTask(
             task_id=task.task_id,
             category=task.category,
@@ -553,19 +792,27 @@ class TaskDirBenchmark(BaseBenchmark):
         env_values = {k: (resolve_secret(v) if env_ref(v) else v) for k, v in plan.verifier_env.items()}
         await env.exec(["true"])  # opens the session: its root is known from here on
         paths = HarborPaths.for_plan(plan, env.workdir)
-        # a fresh verifier: nothing the agent left at these paths counts
-        cleared = await env.exec(["sh", "-c", 'rm -rf "$1" "$2" && mkdir -p "$2"', "sh", paths.tests, paths.verifier])
-        if not cleared.ok:
+        # a fresh verifier: nothing the agent left at these paths counts (files, links, locked folders)
+        owned = [posixpath.join(env.workdir, HOST_HARBOR_DIR)] if plan.layout == "mapped" else [paths.tests, paths.verifier]
+        cleared = await env.exec(["sh", "-c", _CLEAR, "sh", paths.verifier, *owned])
+        if not cleared.ok or not cleared.stdout.strip().isdigit():
             raise RuntimeError(f"task_dir: could not prepare {paths.verifier} for the verifier: {cleared.stderr.strip()}")
+        started = int(cleared.stdout.strip())
         await upload_folder(env, Path(plan.task_dir) / TESTS, paths.tests, paths.rewrite)
         test = posixpath.join(paths.tests, TEST_SCRIPT)
         ran = await env.exec(
             ["sh", "-c", 'chmod +x "$1" && exec "$1"', "sh", test], env=env_values, timeout=plan.verifier_timeout
         )
-        files = {}
-        for name in ("reward.txt", "reward.json"):
-            path = posixpath.join(paths.verifier, name)
-            files[name] = await env.read_text(path) if await env.exists(path) else None
+        files: dict[str, str | None] = {}
+        problems = []
+        listed = await env.exec(["sh", "-c", _REWARD_FILES, "sh", paths.verifier])
+        for line in listed.stdout.splitlines():
+            name, kind, *mtime = line.split()
+            if kind == "file" and int(mtime[0]) >= started:
+                files[name] = await env.read_text(posixpath.join(paths.verifier, name))
+            elif kind != "none":
+                why = {"link": "is a symbolic link", "other": "is not a regular file"}.get(kind, "is older than the verifier's run")
+                problems.append(f"{name} {why}: a reward counts only from a file the verifier wrote")
         verifier = {
             "exit_status": ran.returncode,
             "timed_out": ran.timed_out,
@@ -573,7 +820,10 @@ class TaskDirBenchmark(BaseBenchmark):
             "stderr": scrub(ran.stderr[-_TAIL:], secrets),
         }
         try:
+            if problems:
+                raise ValueError("; ".join(problems))
             rewards = read_rewards(files)
+            reward = pick_score(rewards, plan.reward_key)
         except ValueError as exc:
             why = f"timed out after {plan.verifier_timeout} s" if ran.timed_out else f"exited with status {ran.returncode}"
             return dataclasses.replace(
@@ -582,7 +832,6 @@ class TaskDirBenchmark(BaseBenchmark):
                 f"{verifier['stderr'][-500:].strip()}",
                 metadata={**result.metadata, "verifier": verifier},
             )
-        reward = rewards.get("reward", next(iter(rewards.values())))
         return dataclasses.replace(
             result,
             status=TaskStatus.COMPLETED,

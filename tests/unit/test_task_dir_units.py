@@ -15,8 +15,10 @@ from agentcompass.benchmarks.task_dir import (
     TaskDirPlan,
     copy_rewritten,
     dockerfile_workdir,
+    host_copies,
     load_task,
     network_hints,
+    pick_score,
     read_rewards,
     rewrite_paths,
     task_folders,
@@ -94,13 +96,24 @@ def test_dockerfile_workdir_follows_relative_workdirs_and_resets_at_from(tmp_pat
 # --- rewards ------------------------------------------------------------------------------------
 
 
-def test_reward_json_wins_over_reward_txt_and_keeps_every_number():
-    assert read_rewards({"reward.txt": "0\n", "reward.json": '{"reward": 0.5, "a": 1, "note": "x"}'}) == {
-        "reward": 0.5, "a": 1.0,
+def test_every_reward_of_reward_json_is_kept_and_reward_txt_is_the_reward_as_in_harbor():
+    assert read_rewards({"reward.txt": None, "reward.json": '{"reward": 0.5, "a": 1, "b": 0}'}) == {
+        "reward": 0.5, "a": 1.0, "b": 0.0,
     }
     assert read_rewards({"reward.txt": " 0.25\n", "reward.json": None}) == {"reward": 0.25}
-    # reward.json without 'reward' takes reward.txt's number, as Harbor does
-    assert read_rewards({"reward.txt": "1", "reward.json": '{"tests": 3}'}) == {"tests": 3.0, "reward": 1.0}
+    # Harbor reads reward.txt first: its number is the reward; reward.json's other keys stay
+    assert read_rewards({"reward.txt": "1", "reward.json": '{"reward": 0, "tests": 3}'}) == {"tests": 3.0, "reward": 1.0}
+
+
+def test_the_score_is_reward_key_else_harbors_pick():
+    rewards = {"reward": 0.5, "count_file_present": 1.0}
+    assert pick_score(rewards, None) == 0.5  # Harbor's primary reward: the 'reward' key
+    assert pick_score(rewards, "count_file_present") == 1.0
+    assert pick_score({"tests_passed": 0.75}, None) == 0.75  # else the only key
+    with pytest.raises(ValueError, match=r"no reward 'style' \(benchmark param reward_key\); it wrote \['count_file_present', 'reward'\]"):
+        pick_score(rewards, "style")
+    with pytest.raises(ValueError, match=r"no 'reward' key and 2 rewards \['a', 'b'\]: set the benchmark param reward_key"):
+        pick_score({"a": 1.0, "b": 0.0}, None)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +123,9 @@ def test_reward_json_wins_over_reward_txt_and_keeps_every_number():
         ({"reward.txt": "passed", "reward.json": None}, "one number"),
         ({"reward.txt": "nan", "reward.json": None}, "finite"),
         ({"reward.txt": None, "reward.json": "[1]"}, "object"),
-        ({"reward.txt": None, "reward.json": '{"a": 1, "b": 2}'}, "no 'reward' key"),
+        ({"reward.txt": None, "reward.json": '{"reward": 1, "note": "fine"}'}, "reward.json's 'note' is \"fine\", not a number"),
+        ({"reward.txt": None, "reward.json": '{"reward": true}'}, "'reward' is true, not a number"),
+        ({"reward.txt": None, "reward.json": '{}'}, "holds no reward"),
     ],
 )
 def test_unreadable_rewards_are_errors_that_say_why(files, fragment):
@@ -186,7 +201,7 @@ def test_docker_plans_build_the_tasks_dockerfile_tagged_by_its_content():
     assert plan.applied_recipes == ["task_environment_hints", "task_dockerfile"]
     # [environment] allow_internet = false: every phase without network
     assert (plan.baseline_network, plan.run_network, plan.evaluation_network) == (NetworkPolicy("none"),) * 3
-    assert plan.benchmark_plan.layout == "native" and not plan.benchmark_plan.copy_environment
+    assert plan.benchmark_plan.layout == "native" and plan.benchmark_plan.environment_copies == []
 
 
 def test_a_users_image_wins_over_the_tasks_dockerfile():
@@ -209,7 +224,7 @@ def test_a_tasks_docker_image_is_used_as_it_is(tmp_path: Path):
 def test_host_process_plans_map_harbor_paths_and_copy_the_environment():
     plan = plan_for("fix-sum-script", EnvironmentSpec(id="host_process"))
     assert plan.task_environment.params == {}
-    assert plan.benchmark_plan.layout == "mapped" and plan.benchmark_plan.copy_environment
+    assert plan.benchmark_plan.layout == "mapped" and plan.benchmark_plan.environment_copies == [["sum.sh", "sum.sh"]]
     assert plan.benchmark_plan.workdir == "/app"
     assert plan.evaluation_network == NetworkPolicy("none") and plan.run_network == NetworkPolicy("public")
 
@@ -243,3 +258,91 @@ def test_the_oracle_still_submits_a_value_reference(tmp_path: Path):
     context = HarnessContext(attempt=2, attempt_dir=tmp_path, trajectory_path=tmp_path / "t", reference="Paris")
     result = asyncio.run(OracleHarness().run(PreparedTask(task_id="t", input=TaskInput(prompt="p")), None, None, None, context))
     assert result.answer == "Paris" and result.attempt == 2 and result.artifacts == []
+
+
+# --- the Dockerfile on host_process ----------------------------------------------------------------
+
+
+def environment_with(tmp_path: Path, dockerfile: str, files: dict[str, str] | None = None) -> Path:
+    environment = tmp_path / "environment"
+    environment.mkdir(parents=True)
+    (environment / "Dockerfile").write_text(dockerfile)
+    for name, text in (files or {"a.txt": "a", "src/b.py": "b", "src/sub/c.py": "c"}).items():
+        (environment / name).parent.mkdir(parents=True, exist_ok=True)
+        (environment / name).write_text(text)
+    return environment
+
+
+def test_copy_and_add_of_local_files_land_where_docker_puts_them_relative_to_the_workdir(tmp_path: Path):
+    environment = environment_with(tmp_path, (
+        "# a comment\nFROM python:3 AS build\nRUN make\nFROM python:3-slim\nLABEL x=1\n"
+        "WORKDIR /app\nCOPY a.txt .\nCOPY --chown=1000 a.txt /app/data/renamed.txt\n"
+        "COPY src /app/lib\nCOPY [\"src/b.py\", \"a.txt\", \"more/\"]\nWORKDIR sub\nADD a.txt \\\n   ./\n"
+        "WORKDIR /app\nCOPY a.txt /app\nCMD [\"sh\"]\n"
+    ))
+    assert host_copies(environment) == [
+        ["a.txt", "a.txt"], ["a.txt", "data/renamed.txt"],
+        ["src/b.py", "lib/b.py"], ["src/sub/c.py", "lib/sub/c.py"],  # a folder's contents, into the destination
+        ["src/b.py", "more/b.py"], ["a.txt", "more/a.txt"],  # several sources: into a folder
+        ["a.txt", "sub/a.txt"],  # relative to the WORKDIR of its line
+        ["a.txt", "a.txt"],  # /app is a folder (a WORKDIR): the file goes into it
+    ]
+    # the whole context, the Dockerfile too, as docker copies it
+    environment = environment_with(tmp_path / "all", "FROM x\nWORKDIR /srv/app\nCOPY . .\n", {"a.txt": "a"})
+    assert host_copies(environment) == [["Dockerfile", "Dockerfile"], ["a.txt", "a.txt"]]
+
+
+@pytest.mark.parametrize(("line", "fragment"), [
+    ("RUN pip install pytest", "runs a command at build time"),
+    ("ENV PATH=/opt/bin:$PATH", "sets up the image beyond its files"),
+    ("ADD https://example.org/x.txt .", "fetches a URL"),
+    ("ADD a.tar.gz .", "unpacks an archive"),
+    ("COPY --from=build /out/app .", "takes --from=build"),
+    ("COPY a.txt /etc/a.txt", "puts /etc/a.txt outside the WORKDIR /app"),
+    ("COPY ../secret .", "from outside the build context"),
+    ("COPY missing.txt .", "copies missing.txt, which is not in environment/"),
+    ("COPY $SRC .", "uses a variable"),
+])
+def test_a_dockerfile_host_process_cannot_follow_is_refused_with_the_line_and_the_fix(tmp_path: Path, line, fragment):
+    environment = environment_with(tmp_path, f"FROM x\nWORKDIR /app\n{line}\n", {"a.txt": "a", "a.tar.gz": "z"})
+    with pytest.raises(ValueError, match="host_process cannot follow; run the task on docker") as error:
+        host_copies(environment)
+    assert fragment in str(error.value) and f"`{line}`" in str(error.value) and str(environment) in str(error.value)
+
+
+def test_copies_without_a_workdir_and_a_last_stage_built_on_an_earlier_one_are_refused(tmp_path: Path):
+    with pytest.raises(ValueError, match="sets no WORKDIR"):
+        host_copies(environment_with(tmp_path, "FROM x\nCOPY a.txt /a.txt\n"))
+    with pytest.raises(ValueError, match="builds on the earlier stage 'base'"):
+        host_copies(environment_with(tmp_path / "2", "FROM x AS base\nRUN make\nFROM base\nWORKDIR /app\n"))
+    assert host_copies(environment_with(tmp_path / "3", "FROM x\n")) == []  # nothing to copy, nothing refused
+
+
+def test_compose_and_multi_step_tasks_are_load_errors_that_say_so(tmp_path: Path):
+    compose = broken_task(tmp_path)
+    (compose / "environment" / "docker-compose.yaml").write_text("services: {main: {build: .}}\n")
+    (compose / "instruction.md").unlink()  # the reason is the compose file, not what else is missing
+    assert "environment/docker-compose.yaml (services side by side)" in load_task(compose).load_error
+    steps = tmp_path / "steps-task"
+    shutil.copytree(SHIPPED_TASKS / "hello-file", steps)
+    (steps / "task.toml").write_text('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
+    assert "is a multi-step task ([[steps]] in task.toml or a steps/ folder)" in load_task(steps).load_error
+
+
+def test_host_process_refuses_only_the_task_whose_dockerfile_it_cannot_follow(tmp_path: Path):
+    tasks = tmp_path / "tasks"
+    shutil.copytree(SHIPPED_TASKS, tasks)
+    dockerfile = tasks / "word-count" / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN apk add jq\n")
+    host = {t.task_id: t for t in TaskDirBenchmark().load_tasks(request(EnvironmentSpec(id="host_process"), path=str(tasks)))}
+    assert host["word-count"].load_error == (
+        f"task_dir: {dockerfile}: `RUN apk add jq` runs a command at build time (what it installs or changes, the task "
+        "may need), which host_process cannot follow; run the task on docker"
+    )
+    assert host["hello-file"].load_error is None and host["fix-sum-script"].load_error is None
+    docker = TaskDirBenchmark().load_tasks(request(EnvironmentSpec(id="docker"), path=str(tasks)))
+    assert all(t.load_error is None for t in docker)
+    # the task list differs by provider, so its fingerprint does too
+    fingerprints = {TaskDirBenchmark().source_fingerprint(request(EnvironmentSpec(id=e), path=str(tasks)))
+                    for e in ("docker", "host_process")}
+    assert len(fingerprints) == 2

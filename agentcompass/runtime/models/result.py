@@ -120,7 +120,10 @@ class MetricResult(Contract):
     """Request-level metrics with counts by status."""
 
     benchmark_id: str
-    metrics: dict[str, float | None]
+    metrics: dict[str, float | None] = field(metadata=_describe(
+        "The Benchmark's own numbers by name: accuracy and mean_score (errors count as wrong and 0), and what a "
+        "Benchmark adds, such as accuracy/<category>, pass@<k>, or task_dir's rewards/<key>: the mean of each "
+        "reward the verifiers wrote, over the attempts whose verifier wrote it."))
     counts: dict[str, int]
     num_tasks: int
     num_attempts: int

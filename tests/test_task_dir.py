@@ -256,3 +256,77 @@ def test_a_scripted_tool_agent_solves_a_shipped_task(provider, workdir: Path):
     assert len(endpoint.requests) == 2
     tool_output = endpoint.requests[1].body["messages"][-1]["content"]
     assert "hello.txt" in tool_output and "solve.sh" not in tool_output and "test.sh" not in tool_output
+
+
+SHELL_DRIVER = Path(__file__).parent / "drivers" / "shell_agent_workflow.py"
+# Where Harbor's folders are for the agent: /tests and /logs in a container, .harbor/ of the workspace on host_process
+_HARBOR = 'if [ "$(pwd)" = /app ]; then H=; else H="$(pwd)/.harbor"; fi; mkdir -p "$H/logs/verifier"; '
+# Each agent tries to win hello-file without writing hello.txt (its verifier writes reward.txt: 1 or 0)
+ADVERSARIES = {
+    # a reward written before the verifier runs
+    "early-reward": 'echo 1 > "$H/logs/verifier/reward.txt"; echo \'{"reward": 1}\' > "$H/logs/verifier/reward.json"',
+    # its own verifier in place of the task's
+    "own-tests": 'mkdir -p "$H/tests" && printf \'#!/bin/sh\\necho 1 > %s/logs/verifier/reward.txt\\n\' "$H" '
+                 '> "$H/tests/test.sh" && chmod +x "$H/tests/test.sh"',
+    # reward.txt a link to a file of its own, and the whole folder a link to a folder of its own
+    "linked-reward": 'echo 1 > one.txt; ln -s "$(pwd)/one.txt" "$H/logs/verifier/reward.txt"; '
+                     'mkdir -p decoy/logs/verifier && echo 1 > decoy/logs/verifier/reward.txt; '
+                     '[ -n "$H" ] && rm -rf "$H" && ln -s "$(pwd)/decoy" "$H"',
+    # the verifier's folder locked with a reward inside
+    "locked-folder": 'echo 1 > "$H/logs/verifier/reward.txt"; chmod 000 "$H/logs/verifier"; chmod 555 "$H/logs" "$H"',
+    # .harbor a file where the folder should be
+    "harbor-file": 'rm -rf .harbor; echo 1 > .harbor',
+}
+
+
+@pytest.mark.parametrize("provider", ["host_process", "docker"])
+def test_what_the_agent_leaves_behind_never_decides_the_verdict(provider, tmp_path: Path, workdir: Path):
+    results = run_shell_agents(provider, tmp_path, workdir, {**ADVERSARIES, "honest": "printf 'Hello, agentcompass!\\n' > hello.txt"})
+    assert sorted(results) == sorted([*ADVERSARIES, "honest"])
+    for name, result in results.items():
+        assert result["answer"] == "armed\n", (name, result["metadata"])
+    # the same verifier rewards the agent that did the task
+    assert results["honest"]["status"] == "completed" and results["honest"]["score"] == 1.0
+    for name in ADVERSARIES:
+        result = results[name]
+        assert result["status"] == "completed" and result["score"] == 0.0 and result["correct"] is False, (name, result)
+        assert result["metadata"]["verifier"]["rewards"] == {"reward": 0.0}, (name, result["metadata"])
+
+
+def run_shell_agents(provider: str, tmp_path: Path, workdir: Path, agents: dict[str, str]) -> dict[str, dict]:
+    """One hello-file task per agent, its instruction the agent's script; the results by task."""
+    environment = environment_of(provider)
+    if provider == "host_process":  # the workspaces side by side, in this test's folder
+        (tmp_path / "sessions").mkdir()
+        environment["params"] = {"workspace_root": str(tmp_path / "sessions")}
+    tasks = tmp_path / "tasks"
+    for name, attack in agents.items():
+        shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / name)
+        (tasks / name / "instruction.md").write_text(_HARBOR + attack + "\necho armed\n")
+    config = write_config(workdir, "test_shell_agent", environment, {"path": str(tasks)})
+    done = subprocess.run([sys.executable, str(SHELL_DRIVER), str(workdir), str(config)], cwd=workdir,
+                          env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return results_of(workdir)
+
+
+# a process left behind that writes reward.txt into every workspace beside its own, so into the verifier's too
+BACKGROUND_WRITER = (
+    "setsid sh -c ': adversary-writer; i=0; while [ $i -lt 600 ]; do "
+    'for d in ../*/.harbor/logs/verifier /logs/verifier; do [ -d "$d" ] && echo 1 > "$d/reward.txt"; done; '
+    "i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &"
+)
+
+
+@pytest.mark.parametrize("provider", ["host_process", "docker"])
+def test_a_process_the_agent_leaves_running_is_gone_before_the_verifier(provider, tmp_path: Path, workdir: Path):
+    try:
+        results = run_shell_agents(provider, tmp_path, workdir, {"background-writer": BACKGROUND_WRITER})
+    finally:
+        writers = subprocess.run(["pgrep", "-f", ": adversary-writer"], capture_output=True, text=True).stdout.split()
+        for pid in writers:  # ours, if it outlived its session: stopped before anything is asserted
+            subprocess.run(["kill", "-9", pid])
+    result = results["background-writer"]
+    assert result["answer"] == "armed\n", result["metadata"]
+    assert result["status"] == "completed" and result["score"] == 0.0, result
+    assert writers == [], "the background writer outlived the agent's session"

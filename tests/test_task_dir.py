@@ -330,3 +330,85 @@ def test_a_process_the_agent_leaves_running_is_gone_before_the_verifier(provider
     assert result["answer"] == "armed\n", result["metadata"]
     assert result["status"] == "completed" and result["score"] == 0.0, result
     assert writers == [], "the background writer outlived the agent's session"
+
+
+def test_named_rewards_reach_result_and_metrics_and_reward_key_picks_the_score(tmp_path: Path, workdir: Path):
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    # fix-sum-script now writes a reward.json with a value that is not a number
+    test = tasks / "fix-sum-script" / "tests" / "test.sh"
+    test.write_text(test.read_text() + 'echo \'{"reward": 1, "note": "all good"}\' > /logs/verifier/reward.json\n')
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks), "reward_key": "count_file_present"})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = results_of(workdir)
+    words, hello, fix = results["word-count"], results["hello-file"], results["fix-sum-script"]
+    assert words["status"] == "completed" and words["score"] == 1.0
+    assert words["metadata"]["verifier"]["rewards"] == {"reward": 1.0, "count_file_present": 1.0}
+    # reward.txt only: the key asked for is not there, and the error says which keys are
+    assert hello["status"] == "eval_error" and hello["score"] is None
+    assert "the verifier wrote no reward 'count_file_present' (benchmark param reward_key); it wrote ['reward']" in hello["error"]
+    assert fix["status"] == "eval_error"
+    assert "reward.json's 'note' is \"all good\", not a number" in fix["error"]
+    metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
+    assert metrics["metrics"]["rewards/count_file_present"] == 1.0 and metrics["metrics"]["rewards/reward"] == 1.0
+    assert metrics["counts"] == {"completed": 1, "eval_error": 2}
+
+
+def write_task(folder: Path, dockerfile: str, files: dict[str, str], test: str, solve: str) -> None:
+    """A task folder: hello-file's task.toml, and the given Dockerfile, environment files and scripts."""
+    shutil.copytree(SHIPPED_TASKS / "hello-file", folder)
+    (folder / "environment" / "Dockerfile").write_text(dockerfile)
+    for name, text in files.items():
+        (folder / "environment" / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "environment" / name).write_text(text)
+    (folder / "tests" / "test.sh").write_text(test)
+    (folder / "solution" / "solve.sh").write_text(solve)
+
+
+def test_host_process_follows_the_dockerfile_or_refuses_that_task_alone(tmp_path: Path, workdir: Path):
+    environment_of("host_process")
+    tasks = tmp_path / "tasks"
+    # COPY of a folder and of a renamed file below the WORKDIR: placed there, and the scripts run from the WORKDIR
+    write_task(
+        tasks / "nested-copy",
+        "FROM local/busybox:latest\nWORKDIR /srv/app\nCOPY data/ /srv/app/data/\nCOPY notes.txt input/words.txt\n"
+        "COPY [\"extra.txt\", \"/srv/app/\"]\n",
+        {"data/a.txt": "one two\n", "data/deep/b.txt": "three\n", "notes.txt": "four five six\n", "extra.txt": "x\n",
+         "unused.txt": "never copied\n"},
+        "#!/bin/sh\nmkdir -p /logs/verifier\n"
+        "if [ \"$(pwd)\" = /srv/app ] && [ \"$(cat /srv/app/total.txt)\" = 6 ] && [ -f /srv/app/extra.txt ] "
+        "&& [ ! -e unused.txt ] && [ ! -e Dockerfile ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+        "#!/bin/sh\ncat data/a.txt data/deep/b.txt input/words.txt | wc -w | tr -d ' ' > total.txt\n",
+    )
+    write_task(tasks / "needs-install", "FROM local/busybox:latest\nWORKDIR /app\nRUN apk add --no-cache jq\n", {},
+               "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n", "#!/bin/sh\n")
+    write_task(tasks / "two-services", "FROM local/busybox:latest\nWORKDIR /app\n", {},
+               "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n", "#!/bin/sh\n")
+    (tasks / "two-services" / "environment" / "docker-compose.yaml").write_text("services:\n  main: {build: .}\n  db: {image: x}\n")
+    (tasks / "two-services" / "instruction.md").unlink()  # as compose tasks may have it elsewhere: the compose file is the reason
+    shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / "in-steps")
+    with (tasks / "in-steps" / "task.toml").open("a") as toml:
+        toml.write('\n[[steps]]\nname = "first"\n\n[[steps]]\nname = "second"\n')
+    shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / "hello-file")
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks)})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = results_of(workdir)
+    assert sorted(results) == ["hello-file", "in-steps", "needs-install", "nested-copy", "two-services"]
+    for name in ("hello-file", "nested-copy"):
+        assert results[name]["status"] == "completed" and results[name]["score"] == 1.0, (name, results[name])
+    reasons = {
+        "needs-install": "`RUN apk add --no-cache jq` runs a command at build time",
+        "two-services": "runs its environment from environment/docker-compose.yaml",
+        "in-steps": "is a multi-step task",
+    }
+    for name, reason in reasons.items():
+        result = results[name]
+        assert (result["status"], result["error_stage"]) == ("run_error", "load"), (name, result)
+        assert reason in result["error"], (name, result["error"])
+    # what the Dockerfile copies is the workspace the agent starts from (prepare's snapshot): nothing else of environment/
+    snapshot = workdir / "results/default/tasks/attempts/nested-copy/1/workspace"
+    assert sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()) == [
+        "data/a.txt", "data/deep/b.txt", "extra.txt", "input/words.txt",
+    ]

@@ -200,7 +200,7 @@ def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_
 def test_config_docs_document_every_parameter(workdir: Path):
     done = agentcompass(workdir, "config", "docs", "benchmark", "task_dir")
     assert done.returncode == 0, done.stderr
-    for name in ("path", "verifier_timeout", "pass_threshold", "task_ids", "categories", "limit"):
+    for name in ("path", "verifier_timeout", "pass_threshold", "reward_key", "task_ids", "categories", "limit"):
         assert name in done.stdout, name
     assert "examples/task_dir" in done.stdout and "timeout_sec" in done.stdout
 

@@ -5,19 +5,25 @@ Each task folder holds ``task.toml`` (metadata, timeouts, network), the prompt
 Dockerfile copies), the verifier ``tests/test.sh`` and the reference
 ``solution/solve.sh``. The verifier writes its reward to
 ``/logs/verifier/reward.txt`` (a number) or ``/logs/verifier/reward.json``
-(``{"reward": number, ...}``); the reward is the score.
+(named numbers); all are kept, and the score is picked as Harbor picks its
+primary reward (``reward``, else the only key) or by ``reward_key``.
 
 What each stage sees:
 
 - prepare: on ``docker`` the session runs the image built from the task's
   Dockerfile (Recipe ``task_dockerfile``; base images must be on the engine),
-  and the workspace is its WORKDIR. On other providers the files of
-  ``environment/`` other than the Dockerfile are copied into the workspace.
+  and the workspace is its WORKDIR. On other providers the workspace stands
+  for the WORKDIR and the Dockerfile's COPY/ADD of local files are followed
+  (``host_copies``); a Dockerfile that cannot be followed (RUN, ENV, a URL,
+  another stage...) makes the task a load error, as do compose and
+  multi-step tasks on every provider.
 - run: the harness gets the instruction and the workspace, never ``tests/``
   nor ``solution/``. Only the trusted ``oracle`` gets ``solution/`` (as a
   ``ScriptReference``) and runs ``solve.sh`` in its session.
-- evaluate: ``tests/`` is copied to ``/tests`` of the evaluation session,
-  ``test.sh`` runs from the workspace, and the reward file decides the score.
+- evaluate: whatever stands at the verifier's folders is removed (links and
+  locked folders too), ``tests/`` is copied to ``/tests`` of the evaluation
+  session, ``test.sh`` runs from the workspace, and only regular reward files
+  written after it started count.
 
 Harbor's fixed paths (``/tests``, ``/solution``, ``/logs``) exist in a
 container. A ``host_process`` session has no filesystem of its own, so there

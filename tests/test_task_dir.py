@@ -338,6 +338,13 @@ def test_named_rewards_reach_result_and_metrics_and_reward_key_picks_the_score(t
     # fix-sum-script now writes a reward.json with a value that is not a number
     test = tasks / "fix-sum-script" / "tests" / "test.sh"
     test.write_text(test.read_text() + 'echo \'{"reward": 1, "note": "all good"}\' > /logs/verifier/reward.json\n')
+    # reward files that count for nothing: a link, and a file from before the verifier started
+    for name, script in {
+        "linked-reward": "echo 1 > /logs/one.txt; ln -s /logs/one.txt /logs/verifier/reward.txt",
+        "old-reward": "echo 1 > /logs/verifier/reward.txt; touch -d '2001-01-01 00:00' /logs/verifier/reward.txt",
+    }.items():
+        shutil.copytree(tasks / "hello-file", tasks / name)
+        (tasks / name / "tests" / "test.sh").write_text(f"#!/bin/sh\n{script}\n")
     config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks), "reward_key": "count_file_present"})
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -350,9 +357,13 @@ def test_named_rewards_reach_result_and_metrics_and_reward_key_picks_the_score(t
     assert "the verifier wrote no reward 'count_file_present' (benchmark param reward_key); it wrote ['reward']" in hello["error"]
     assert fix["status"] == "eval_error"
     assert "reward.json's 'note' is \"all good\", not a number" in fix["error"]
+    linked, old = results["linked-reward"], results["old-reward"]
+    assert linked["status"] == old["status"] == "eval_error"
+    assert "reward.txt is a symbolic link: a reward counts only from a file the verifier wrote" in linked["error"]
+    assert "reward.txt is older than the verifier's run" in old["error"]
     metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
     assert metrics["metrics"]["rewards/count_file_present"] == 1.0 and metrics["metrics"]["rewards/reward"] == 1.0
-    assert metrics["counts"] == {"completed": 1, "eval_error": 2}
+    assert metrics["counts"] == {"completed": 1, "eval_error": 4}
 
 
 def write_task(folder: Path, dockerfile: str, files: dict[str, str], test: str, solve: str) -> None:

@@ -235,14 +235,9 @@ def tree_digest(path: Path) -> str | None:
 def dockerfile_workdir(dockerfile: Path) -> str | None:
     """The last WORKDIR of the Dockerfile's final stage (None: the base image's)."""
     workdir = None
-    for line in dockerfile.read_text(encoding="utf-8").splitlines():
-        words = line.strip().split(None, 1)
-        if not words:
-            continue
-        if words[0].upper() == "FROM":
-            workdir = None
-        elif words[0].upper() == "WORKDIR" and len(words) == 2:
-            workdir = posixpath.normpath(posixpath.join(workdir or "/", words[1].strip().strip("\"'")))
+    for word, args in _stages(dockerfile)[-1]:
+        if word == "WORKDIR" and args:
+            workdir = posixpath.normpath(posixpath.join(workdir or "/", args.strip("\"'")))
     return workdir
 
 
@@ -254,12 +249,12 @@ _IGNORED = {"FROM", "LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT", "STOPS
 _ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 
 
-def _instructions(dockerfile: Path) -> list[tuple[str, str]]:
-    """The (INSTRUCTION, arguments) of the Dockerfile's final stage, continuation lines joined."""
+def _stages(dockerfile: Path) -> list[list[tuple[str, str]]]:
+    """The Dockerfile's (INSTRUCTION, arguments) by stage, each from its FROM; continuation lines joined."""
     lines, pending = [], ""
     for raw in dockerfile.read_text(encoding="utf-8").splitlines():
         line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
+        if not line or line.startswith("#"):  # comments and blank lines, inside continuations too
             continue
         if line.endswith("\\"):
             pending += line[:-1] + " "
@@ -270,12 +265,11 @@ def _instructions(dockerfile: Path) -> list[tuple[str, str]]:
         lines.append(pending)
     stages: list[list[tuple[str, str]]] = [[]]
     for line in lines:
-        words = line.split(None, 1)
-        word, args = words[0].upper(), (words[1] if len(words) == 2 else "")
-        if word == "FROM":
+        word, *args = line.split(None, 1)
+        if word.upper() == "FROM":
             stages.append([])
-        stages[-1].append((word, args.strip()))
-    return stages[-1]
+        stages[-1].append((word.upper(), args[0].strip() if args else ""))
+    return stages
 
 
 def _inside(path: str, root: str) -> str | None:
@@ -292,16 +286,14 @@ def host_copies(environment: Path) -> list[list[str]]:
     ValueError naming the first instruction host_process cannot follow.
     """
     dockerfile = environment / DOCKERFILE
-    where = f"{dockerfile}"
+    where = str(dockerfile)
     final = dockerfile_workdir(dockerfile)
-    steps = _instructions(dockerfile)
+    *earlier, steps = _stages(dockerfile)
     if steps and steps[0][0] == "FROM":  # the last stage's base: an image, or an earlier stage by its name
         base = next((w for w in steps[0][1].split() if not w.startswith("--")), "").lower()
-        earlier = {
-            words[-1].lower() for line in dockerfile.read_text(encoding="utf-8").splitlines()
-            if (words := line.split()) and words[0].upper() == "FROM" and len(words) > 2 and words[-2].upper() == "AS"
-        }
-        if base in earlier:
+        names = {words[-1].lower() for stage in earlier if stage and len(words := stage[0][1].split()) > 2
+                 and words[-2].upper() == "AS"}
+        if base in names:
             raise ValueError(f"{where}: its last stage builds on the earlier stage {base!r}, which host_process "
                              "cannot follow; run the task on docker")
     workdir, dirs = "/", {"/"}
@@ -363,11 +355,12 @@ def _follow_copy(environment: Path, where: str, line: str, word: str, args: str,
         if not matches:
             raise refuse(f"copies {source}, which is not in environment/")
         for match in matches:
-            if match.is_dir():
+            if match.is_dir():  # a folder's contents go into the destination
                 files = sorted(p for p in match.rglob("*") if p.is_file())
                 pairs = [(f, posixpath.join(target_dir, f.relative_to(match).as_posix())) for f in files]
-            else:
-                pairs = [(match, posixpath.join(target_dir, match.name) if into or match.is_dir() else target_dir)]
+            else:  # a file goes into a destination folder, else becomes the destination
+                inside = into or len(matches) > 1
+                pairs = [(match, posixpath.join(target_dir, match.name) if inside else target_dir)]
             for file, target in pairs:
                 rel = _inside(target, final)
                 if rel is None:

@@ -346,3 +346,9 @@ def test_host_process_refuses_only_the_task_whose_dockerfile_it_cannot_follow(tm
     fingerprints = {TaskDirBenchmark().source_fingerprint(request(EnvironmentSpec(id=e), path=str(tasks)))
                     for e in ("docker", "host_process")}
     assert len(fingerprints) == 2
+
+
+def test_a_wildcard_copies_every_match_into_the_destination(tmp_path: Path):
+    environment = environment_with(tmp_path, "FROM x\nWORKDIR /app\nCOPY src/*.py  lib\n",
+                                   {"src/b.py": "b", "src/d.py": "d", "src/e.txt": "e"})
+    assert host_copies(environment) == [["src/b.py", "lib/b.py"], ["src/d.py", "lib/d.py"]]

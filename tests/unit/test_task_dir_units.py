@@ -27,6 +27,7 @@ from agentcompass.environments.host_process import HostProcessEnvironment
 from agentcompass.harnesses.oracle import OracleHarness
 from agentcompass.runtime import Planner, build_run_recipe_registry
 from agentcompass.runtime.base import HarnessContext, ScriptReference
+from agentcompass.runtime.config import ParameterError
 from agentcompass.runtime.registry import load_builtin_components
 from agentcompass.runtime.models import (
     BenchmarkSpec,
@@ -352,3 +353,9 @@ def test_a_wildcard_copies_every_match_into_the_destination(tmp_path: Path):
     environment = environment_with(tmp_path, "FROM x\nWORKDIR /app\nCOPY src/*.py  lib\n",
                                    {"src/b.py": "b", "src/d.py": "d", "src/e.txt": "e"})
     assert host_copies(environment) == [["src/b.py", "lib/b.py"], ["src/d.py", "lib/d.py"]]
+
+
+@pytest.mark.parametrize("value", ["", ["reward"]])
+def test_a_reward_key_that_is_no_key_is_refused_before_work_starts(value):
+    with pytest.raises(ParameterError, match=r"task_dir' params: reward_key must be a key of the verifier's reward.json, got"):
+        TaskDirBenchmark().build_config(request(reward_key=value))

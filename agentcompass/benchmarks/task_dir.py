@@ -806,9 +806,12 @@ class TaskDirBenchmark(BaseBenchmark):
         problems = []
         listed = await env.exec(["sh", "-c", _REWARD_FILES, "sh", paths.verifier])
         for line in listed.stdout.splitlines():
-            name, kind, *mtime = line.split()
-            if kind == "file" and int(mtime[0]) >= started:
+            name, kind, *rest = line.split()
+            mtime = int(rest[0]) if rest and rest[0].isdigit() else None
+            if kind == "file" and mtime is not None and mtime >= started:
                 files[name] = await env.read_text(posixpath.join(paths.verifier, name))
+            elif kind == "file" and mtime is None:
+                problems.append(f"{name}: its time could not be read (`stat -c %Y` failed in the session)")
             elif kind != "none":
                 why = {"link": "is a symbolic link", "other": "is not a regular file"}.get(kind, "is older than the verifier's run")
                 problems.append(f"{name} {why}: a reward counts only from a file the verifier wrote")

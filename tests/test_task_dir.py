@@ -318,14 +318,26 @@ BACKGROUND_WRITER = (
 )
 
 
+def processes_running(text: str) -> list[int]:
+    """The host's processes whose command line holds ``text``."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:  # it ended meanwhile
+            continue
+    return pids
+
+
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
 def test_a_process_the_agent_leaves_running_is_gone_before_the_verifier(provider, tmp_path: Path, workdir: Path):
     try:
         results = run_shell_agents(provider, tmp_path, workdir, {"background-writer": BACKGROUND_WRITER})
     finally:
-        writers = subprocess.run(["pgrep", "-f", ": adversary-writer"], capture_output=True, text=True).stdout.split()
+        writers = processes_running(": adversary-writer")
         for pid in writers:  # ours, if it outlived its session: stopped before anything is asserted
-            subprocess.run(["kill", "-9", pid])
+            os.kill(pid, 9)
     result = results["background-writer"]
     assert result["answer"] == "armed\n", result["metadata"]
     assert result["status"] == "completed" and result["score"] == 0.0, result

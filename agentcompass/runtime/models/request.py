@@ -14,8 +14,9 @@ EvaluationMode = Literal["task", "fresh"]
 Retention = Literal["never", "on_failure", "always"]
 
 ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-# http:// or https://, a host, then anything without spaces (the same pattern as config.schema.yaml)
-BASE_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+# http:// or https://, a host, then anything without spaces, or one that starts with a ${VAR}
+# reference, resolved and checked by the job that calls the model (the same pattern as config.schema.yaml)
+BASE_URL = re.compile(r"^(https?://[^\s/?#]+|\$\{[A-Za-z_][A-Za-z0-9_]*\})[^\s]*$")
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 

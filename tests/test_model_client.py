@@ -283,3 +283,56 @@ def test_an_unset_variable_at_call_time_is_a_model_call_error_naming_it(monkeypa
                                                         api_key="${AC_CLIENT_TEST_GONE}"))
     assert isinstance(error, ModelCallError) and "AC_CLIENT_TEST_GONE" in str(error)
     assert usage["calls"] == 0 and endpoint.requests == []
+
+
+# --- complete records through the real workflow -----------------------------------------
+
+
+def _run(workdir, request: dict) -> "Path":
+    import yaml
+
+    from conftest import snakemake
+
+    path = workdir / "run.yaml"
+    path.write_text(yaml.safe_dump({"requests": {"r": request}}))
+    done = snakemake(workdir, "--configfile", str(path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir / "results/default/r"
+
+
+def test_a_retried_call_is_every_try_in_the_attempts_trajectory_and_its_usage_whole_numbers(workdir):
+    answer = {**completion("Paris"), "usage": {"prompt_tokens": 10.0, "completion_tokens": 2.4}}
+    with ScriptedEndpoint(script=[server_error(500), rate_limited(0), answer]) as endpoint:
+        run = _run(workdir, {
+            "benchmark": {"id": "example_exact_match", "params": {"limit": 1}},
+            "harness": {"id": "chat", "params": {"retry_backoff": 0}},
+            "model": {"id": "scripted", "base_url": endpoint.base_url},
+        })
+    attempt = run / "attempts/capital-france/1"
+    result = json.loads((attempt / "result.json").read_text())
+    assert result["correct"] is True and result["usage"]["calls"] == 3
+    assert {k: result["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} == {
+        "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    assert all(type(result["usage"][k]) is int for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    records = lines(attempt / "trajectory.jsonl")
+    assert [(r["turn"], r["try"], r["status"], r.get("retried")) for r in records] == [
+        (1, 1, 500, True), (1, 2, 429, True), (1, 3, 200, None)]
+
+
+def test_a_harness_free_benchmarks_calls_are_lines_of_its_trajectory_failed_tries_too(workdir):
+    # majority_vote asks each question `samples` times; the first request fails once and is retried
+    with ScriptedEndpoint(script=[server_error(503), completion("1142"), completion("1142")]) as endpoint:
+        run = _run(workdir, {
+            "benchmark": {"id": "majority_vote", "params": {"num_tasks": 1, "samples": 2}},
+            "harness": "none",
+            "model": {"id": "scripted", "base_url": endpoint.base_url},
+        })
+    attempt = run / "attempts/arith-0/1"
+    result = json.loads((attempt / "result.json").read_text())
+    assert result["usage"]["calls"] == 3 and result["usage"]["retries"] == 1
+    records = lines(attempt / "trajectory.jsonl")
+    assert sorted((r["sample"], r["try"], r["status"]) for r in records) in (
+        [(1, 1, 503), (1, 2, 200), (2, 1, 200)], [(1, 1, 200), (2, 1, 503), (2, 2, 200)])
+    failed = next(r for r in records if r["status"] == 503)
+    assert "HTTP 503" in failed["error"] and failed["retried"] is True
+    assert all(r["request"]["messages"][0]["content"].startswith("What is") for r in records)

@@ -103,6 +103,18 @@ def _docker_engine() -> str | None:
     return docker_unavailable()
 
 
+def _remove_image(tag: str) -> None:
+    import docker
+
+    client = docker.from_env()
+    try:
+        client.images.remove(tag, force=True)
+    except docker.errors.ImageNotFound:
+        pass
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
 def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: Path, provider: str):
     if provider == "docker" and (why := _docker_engine()):
@@ -122,12 +134,15 @@ def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: 
             'RUN printf %s "$GH_PAT" | sha256sum | cut -c1-64 > /build-args.sha && '
             'printf %s "$NPM_TOKEN" | sha256sum | cut -c1-64 >> /build-args.sha\n'
         )
+        image = f"agentcompass-test-secrets:{secrets.token_hex(4)}"  # removed again below
         environment = (
-            f"{{id: docker, params: {{dockerfile: '{tmp_path / 'image' / 'Dockerfile'}', "
+            f"{{id: docker, params: {{dockerfile: '{tmp_path / 'image' / 'Dockerfile'}', image: '{image}', "
             "build_args: {GH_PAT: '${AC_SECRET_GH_PAT}', NPM_TOKEN: '${AC_SECRET_NPM}'}}}"
         )
+        retain = "never"  # a kept container would stay on the engine
     else:
         environment = f"{{id: host_process, params: {{workspace_root: '{kept}'}}}}"
+        retain = "always"  # the kept workspace is scanned too
     with ScriptedEndpoint() as endpoint:
         config = workdir / "secrets.yaml"
         config.write_text(
@@ -137,11 +152,15 @@ def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: 
             f"    environment: {environment}\n"
             f"    model: {{id: scripted, base_url: '{endpoint.base_url}', api_key: '${{AC_SECRET_KEY}}', "
             "params: {user: 'tenant ${AC_SECRET_MODEL_PARAM}'}}\n"
-            "    execution: {retain_environments: always}\n"
+            f"    execution: {{retain_environments: {retain}}}\n"
         )
-        done = subprocess.run([sys.executable, str(DRIVER), str(workdir), str(config)], cwd=workdir,
-                              env=clean_env(AC_PROBE_DIR=str(probes), **values),
-                              capture_output=True, text=True, timeout=600)
+        try:
+            done = subprocess.run([sys.executable, str(DRIVER), str(workdir), str(config)], cwd=workdir,
+                                  env=clean_env(AC_PROBE_DIR=str(probes), **values),
+                                  capture_output=True, text=True, timeout=600)
+        finally:
+            if provider == "docker":
+                _remove_image(image)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((workdir / "results/default/probe/attempts/probe/1/result.json").read_text())
     # each secret reached its consumer

@@ -14,7 +14,7 @@ import pytest
 
 from agentcompass.secrets import MissingSecretError, references, resolve_secret, scrub
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
-from conftest import clean_env, files_holding, snakemake
+from conftest import clean_env, files_holding, jobs_run, snakemake
 
 DRIVER = Path(__file__).parent / "drivers" / "secrets_workflow.py"
 
@@ -52,6 +52,10 @@ def test_api_key_is_sent_to_the_endpoint_and_written_nowhere(workdir: Path):
     assert holding == [] and scanned > 30
     request = json.loads((workdir / "results/default/chat-run/request.json").read_text())
     assert request["model"]["api_key"] == "${AGENTCOMPASS_TEST_KEY}"
+    # the fingerprints hash the reference: a new value of the key reruns nothing
+    again = snakemake(workdir, "--configfile", str(config), env=clean_env(AGENTCOMPASS_TEST_KEY=key + "-rotated"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert jobs_run(again.stderr) == {} and len(endpoint.requests) == 5
 
 
 def test_unreachable_endpoint_is_a_run_error_status_not_a_crash(workdir: Path):

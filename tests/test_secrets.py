@@ -183,6 +183,11 @@ def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: 
         assert holding == [], f"{name} was written to {holding}"
         assert value not in done.stdout + done.stderr
     assert scanned > 30
+    run = workdir / "results/default/probe"
+    for written in ("request.json", "run_info.json", "events.jsonl", "attempts/probe/1/plan.json",
+                    "attempts/probe/1/trajectory.jsonl", "attempts/probe/1/result.json"):
+        assert (run / written).is_file(), written  # among the files scanned
+    assert any((workdir / ".snakemake" / "metadata").iterdir())
     if provider == "host_process":
         assert any(p.is_dir() for p in kept.iterdir())  # the workspace was kept, and scanned
     request = json.loads((workdir / "results/default/probe/request.json").read_text())

@@ -7,6 +7,7 @@ import email.utils
 import json
 import random
 import time
+from pathlib import Path
 
 import pytest
 
@@ -288,7 +289,7 @@ def test_an_unset_variable_at_call_time_is_a_model_call_error_naming_it(monkeypa
 # --- complete records through the real workflow -----------------------------------------
 
 
-def _run(workdir, request: dict) -> "Path":
+def _run(workdir: Path, request: dict) -> Path:
     import yaml
 
     from conftest import snakemake

@@ -47,6 +47,7 @@ from agentcompass.secrets import MissingSecretError, resolve_secret
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
 
+
 class Trajectory:
     """``trajectory.jsonl``: one JSON line per event, appended in the order things happened."""
 
@@ -164,7 +165,7 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, int | float]:
         return {
             "calls": self.calls,
             "retries": self.retries,
@@ -366,7 +367,7 @@ class ModelClient:
                 self.usage.retries += 1
                 await asyncio.sleep(self._delay(number, exc.retry_after))
             except ModelCallError as exc:
-                self._record(record, where, body, number, status=getattr(exc, "status", None), error=str(exc),
+                self._record(record, where, body, number, status=exc.status, error=str(exc),
                              retried=False)
                 raise
             else:

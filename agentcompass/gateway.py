@@ -118,12 +118,16 @@ class ModelGateway:
     the gateway listens; ``usage()`` sums the forwarded calls.
     """
 
-    def __init__(self, base_url: str, api_key: str | None, trajectory_path: Path, *, timeout: float = 600.0) -> None:
+    def __init__(
+        self, base_url: str, api_key: str | None, trajectory_path: Path, *, timeout: float = 600.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         upstream = urlsplit(base_url)
         if upstream.scheme not in ("http", "https") or not upstream.hostname:
             raise ValueError(f"model base_url must be an http(s) URL, got {base_url!r}")
         self._upstream = upstream
         self._api_key = api_key
+        self._headers = dict(headers or {})  # the Model's own headers, resolved: set on every forwarded request
         self._trajectory_path = Path(trajectory_path)
         self._timeout = timeout
         self.token = secrets.token_urlsafe(32)
@@ -172,6 +176,7 @@ class ModelGateway:
         outgoing["Accept-Encoding"] = "identity"  # the trajectory records what it can read
         if self._api_key:
             outgoing["Authorization"] = f"Bearer {self._api_key}"
+        outgoing.update(self._headers)
         connection_class = http.client.HTTPSConnection if self._upstream.scheme == "https" else http.client.HTTPConnection
         connection = connection_class(self._upstream.hostname, self._upstream.port, timeout=self._timeout)
         started = time.monotonic()

@@ -337,3 +337,20 @@ def test_a_harness_free_benchmarks_calls_are_lines_of_its_trajectory_failed_trie
     failed = next(r for r in records if r["status"] == 503)
     assert "HTTP 503" in failed["error"] and failed["retried"] is True
     assert all(r["request"]["messages"][0]["content"].startswith("What is") for r in records)
+
+
+def test_model_headers_are_sent_resolved_and_a_literal_credential_header_is_refused(monkeypatch):
+    from agentcompass.runtime.models.codec import ContractError
+
+    monkeypatch.setenv("AC_CLIENT_TEST_TOKEN", "tok-5521")
+    with ScriptedEndpoint() as endpoint:
+        model = ModelSpec(id="m", base_url=endpoint.base_url,
+                          headers={"X-Api-Token": "Bearer ${AC_CLIENT_TEST_TOKEN}", "X-Org": "acme"})
+        reply, _, _ = call(endpoint, model=model)
+    assert reply.text == "ok"
+    sent = endpoint.requests[0].headers
+    assert sent["X-Api-Token"] == "Bearer tok-5521" and sent["X-Org"] == "acme"
+    with pytest.raises(ContractError, match="X-Api-Token carries a credential"):
+        ModelSpec(id="m", headers={"X-Api-Token": "Bearer tok-5521"})
+    with pytest.raises(ContractError, match="not an HTTP header name"):
+        ModelSpec(id="m", headers={"X Org": "acme"})

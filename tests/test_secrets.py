@@ -124,7 +124,7 @@ def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: 
         pytest.skip(why)
     values = {name: f"{name.lower()}-{secrets.token_hex(12)}" for name in (
         "AC_SECRET_KEY", "AC_SECRET_MODEL_PARAM", "AC_SECRET_BENCH", "AC_SECRET_HARNESS", "AC_SECRET_VERIFIER",
-        "AC_SECRET_GH_PAT", "AC_SECRET_NPM")}
+        "AC_SECRET_GH_PAT", "AC_SECRET_NPM", "AC_SECRET_HEADER")}
     probes, kept = tmp_path / "probes", tmp_path / "kept"
     probes.mkdir(), kept.mkdir()
     tasks = _task(tmp_path, _sha(values["AC_SECRET_VERIFIER"]))
@@ -154,7 +154,7 @@ def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: 
             "    harness: {id: test_secret_chat, params: {probe: '${AC_SECRET_HARNESS}', max_model_retries: 0}}\n"
             f"    environment: {environment}\n"
             f"    model: {{id: scripted, base_url: '{endpoint.base_url}', api_key: '${{AC_SECRET_KEY}}', "
-            "params: {user: 'tenant ${AC_SECRET_MODEL_PARAM}'}}\n"
+            "params: {user: 'tenant ${AC_SECRET_MODEL_PARAM}'}, headers: {X-Tenant-Token: 'Bearer ${AC_SECRET_HEADER}'}}\n"
             f"    execution: {{retain_environments: {retain}}}\n"
         )
         try:
@@ -169,6 +169,7 @@ def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: 
     # each secret reached its consumer
     assert [r.headers["Authorization"] for r in endpoint.requests] == [f"Bearer {values['AC_SECRET_KEY']}"]
     assert endpoint.requests[0].body["user"] == f"tenant {values['AC_SECRET_MODEL_PARAM']}"
+    assert endpoint.requests[0].headers["X-Tenant-Token"] == f"Bearer {values['AC_SECRET_HEADER']}"
     assert result["status"] == "completed" and result["score"] == 1.0, result  # the verifier saw its variable
     assert (probes / "benchmark").read_text() == _sha(f"bench-{values['AC_SECRET_BENCH']}")
     assert (probes / "harness").read_text() == _sha(values["AC_SECRET_HARNESS"])

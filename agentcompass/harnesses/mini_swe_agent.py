@@ -117,7 +117,7 @@ class MiniSweAgentHarness(BaseHarness):
                 "(pip install 'agentcompass[mini-swe-agent]') or set the harness parameter `executable`"
             )
         with ModelGateway(resolve_secret(model.base_url), resolve_secret(model.api_key), context.trajectory_path,
-                          timeout=params["model_call_timeout"]) as gateway:
+                          timeout=params["model_call_timeout"], headers=resolve_secret(model.headers)) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)
             state = posixpath.join(env.workdir, STATE_DIR)
             await env.exec(["mkdir", "-p", f"{state}/config"])
@@ -131,7 +131,7 @@ class MiniSweAgentHarness(BaseHarness):
             token = gateway.token
 
         def clean(text: str) -> str:
-            return scrub(text.replace(token, TOKEN_PLACEHOLDER), [model.api_key, plan.params])
+            return scrub(text.replace(token, TOKEN_PLACEHOLDER), [model.to_dict(), plan.params])
 
         (context.attempt_dir / LOG_NAME).write_text(clean(done.stdout + done.stderr), encoding="utf-8")
         if trajectory is not None:

@@ -1,7 +1,7 @@
 """The Model client: OpenAI-compatible chat completions, with retries, timeouts and usage.
 
 One ``ModelClient`` serves one attempt: it resolves the ``${VAR}`` references
-of the Model (api_key, base_url, params) in the job that calls the model (never
+of the Model (api_key, base_url, headers, params) in the job that calls the model (never
 earlier, never written), sends the Model's inference params with every request,
 writes every try of every call, failed ones included, as a ``model_call`` line
 of the attempt's trajectory, and counts what the attempt cost in ``usage``:
@@ -311,6 +311,7 @@ class ModelClient:
         try:
             key = resolve_secret(self.model.api_key)
             base_url = resolve_secret(self.model.base_url) or ""
+            extra_headers = resolve_secret(self.model.headers)
         except MissingSecretError as exc:
             raise ModelCallError(f"model: {exc}") from None
         if not _HTTP_URL.match(base_url):
@@ -318,6 +319,7 @@ class ModelClient:
         self._wire_url = base_url.rstrip("/") + "/chat/completions"
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        headers.update(extra_headers)
         # the per-call limit is enforced around the whole request (below); httpx's own
         # timeouts are per read, so a server trickling bytes would never trip them
         self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.config.timeout))

@@ -121,7 +121,7 @@ def _reference_allowed(path: tuple) -> bool:
         return False
     if len(path) >= 2 and path[0] in ("benchmark", "harness", "environment"):
         return path[1] == "params"
-    return len(path) >= 2 and path[0] == "model" and path[1] in ("api_key", "base_url", "params")
+    return len(path) >= 2 and path[0] == "model" and path[1] in ("api_key", "base_url", "headers", "params")
 
 
 def _check_refs(node: Any, source: str, path: tuple = ()) -> None:
@@ -142,7 +142,7 @@ def _check_refs(node: Any, source: str, path: tuple = ()) -> None:
             source, path, f"'{node}' holds a ${{VAR}} reference, but this field steers the workflow itself "
             "and is written as it is",
             "write the value here; ${VAR} references belong in model.api_key, model.base_url, "
-            "model.params and component params, where the job that uses them resolves them",
+            "model.headers, model.params and component params, where the job that uses them resolves them",
         )
     for name in names:
         if name not in os.environ:

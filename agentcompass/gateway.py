@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentcompass.runtime.model_client import reply_tokens
+
 # Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
 _NOT_FORWARDED = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -63,18 +65,12 @@ def _decoded(data: bytes, content_type: str = "") -> Any:
         return text
 
 
-def _tokens(reply: Any) -> tuple[float, float]:
-    """Prompt and completion tokens a reply reports (the last usage of a stream)."""
+def _tokens(reply: Any) -> tuple[int, int, str | None]:
+    """Prompt and completion tokens a reply reports (the last usage of a stream), and what could not be read."""
     usages = [e.get("usage") for e in reply if isinstance(e, dict)] if isinstance(reply, list) else [
         reply.get("usage") if isinstance(reply, dict) else None
     ]
-    usage = next((u for u in reversed(usages) if isinstance(u, dict)), {})
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens")) or 0
-    completion = usage.get("completion_tokens", usage.get("output_tokens")) or 0
-    try:
-        return float(prompt), float(completion)
-    except (TypeError, ValueError):
-        return 0.0, 0.0
+    return reply_tokens(next((u for u in reversed(usages) if u is not None), None))
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -122,17 +118,22 @@ class ModelGateway:
     the gateway listens; ``usage()`` sums the forwarded calls.
     """
 
-    def __init__(self, base_url: str, api_key: str | None, trajectory_path: Path, *, timeout: float = 600.0) -> None:
+    def __init__(
+        self, base_url: str, api_key: str | None, trajectory_path: Path, *, timeout: float = 600.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         upstream = urlsplit(base_url)
         if upstream.scheme not in ("http", "https") or not upstream.hostname:
             raise ValueError(f"model base_url must be an http(s) URL, got {base_url!r}")
         self._upstream = upstream
         self._api_key = api_key
+        self._headers = dict(headers or {})  # the Model's own headers, resolved: set on every forwarded request
         self._trajectory_path = Path(trajectory_path)
         self._timeout = timeout
         self.token = secrets.token_urlsafe(32)
         self._lock = threading.Lock()
-        self._usage = {"calls": 0, "prompt_tokens": 0.0, "completion_tokens": 0.0, "latency_seconds": 0.0}
+        self._usage: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+                                       "latency_seconds": 0.0}
         # short: a Unix socket path has a limit of about 100 bytes
         self._dir = Path(tempfile.mkdtemp(prefix="acgw-"))
         self.socket_path = self._dir / "gateway.sock"
@@ -155,7 +156,7 @@ class ModelGateway:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def usage(self) -> dict[str, float]:
-        """Calls (forwarded POSTs), their prompt and completion tokens, and their summed latency."""
+        """Calls (forwarded POSTs), their prompt, completion and total tokens (whole numbers), and their summed latency."""
         with self._lock:
             return {**self._usage, "latency_seconds": round(self._usage["latency_seconds"], 6)}
 
@@ -175,6 +176,7 @@ class ModelGateway:
         outgoing["Accept-Encoding"] = "identity"  # the trajectory records what it can read
         if self._api_key:
             outgoing["Authorization"] = f"Bearer {self._api_key}"
+        outgoing.update(self._headers)
         connection_class = http.client.HTTPSConnection if self._upstream.scheme == "https" else http.client.HTTPConnection
         connection = connection_class(self._upstream.hostname, self._upstream.port, timeout=self._timeout)
         started = time.monotonic()
@@ -209,10 +211,13 @@ class ModelGateway:
     def _record(self, record: dict, call_latency: float | None = None) -> None:
         with self._lock:
             if call_latency is not None:  # a POST is a model call, answered or not
-                prompt, completion = _tokens(record.get("reply"))
+                prompt, completion, unread = _tokens(record.get("reply"))
+                if unread:
+                    record["usage_unreadable"] = unread
                 self._usage["calls"] += 1
                 self._usage["prompt_tokens"] += prompt
                 self._usage["completion_tokens"] += completion
+                self._usage["total_tokens"] += prompt + completion
                 self._usage["latency_seconds"] += call_latency
             with self._trajectory_path.open("a", encoding="utf-8") as log:
                 log.write(json.dumps(record, sort_keys=True) + "\n")

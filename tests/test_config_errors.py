@@ -19,9 +19,13 @@ BAD_FILES = {
         "models:\n  gpt: {id: x}\n" + GOOD,
         "'models'", "not allowed",
     ),
-    "embedded variable": (
-        "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none, base_url: 'http://${HOST}/v1'}}\n",
-        "requests.r1.model.base_url", "embeds a ${VAR} reference",
+    "reference in a workflow field": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none}, output: {run_id: 'r-${HOME}'}}\n",
+        "requests.r1.output.run_id", "steers the workflow itself",
+    ),
+    "model param the client cannot honour": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: chat, model: {id: m, params: {stream: true}}}\n",
+        "requests.r1.model.params.stream", "not a stream of events",
     ),
     "unset variable": (
         "requests:\n  r1: {benchmark: example_exact_match, harness: chat, model: {id: m, api_key: '${AGENTCOMPASS_TEST_UNSET}'}}\n",
@@ -199,7 +203,7 @@ def test_bad_command_line_values_are_refused_before_any_job(workdir: Path, args:
         ("execution={attempts: 0}", "execution.attempts", "less than the minimum"),
         ("benchmarks={nope: {}}", "", ""),
         ("requests={r1: {benchmark: nope, harness: oracle, model: {id: none}}}", "requests.r1.benchmark", "unknown benchmark id"),
-        ("requests={r1: {benchmark: example_exact_match, harness: oracle, model: {id: none, base_url: 'x${Y}'}}}", "requests.r1.model.base_url", "embeds"),
+        ("requests={r1: {benchmark: example_exact_match, harness: oracle, model: {id: 'x${HOME}'}}}", "requests.r1.model.id", "steers the workflow"),
     ],
 )
 def test_bad_config_override_is_refused_before_any_job(workdir: Path, override: str, field: str, problem: str):

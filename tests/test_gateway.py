@@ -152,3 +152,19 @@ def test_the_gateway_leaves_nothing_behind(tmp_path: Path):
         with gateway:
             assert gateway.socket_path.exists()
     assert not gateway.socket_path.parent.exists()
+
+
+def test_token_counts_are_whole_numbers_and_an_unreadable_one_is_noted(tmp_path: Path):
+    trajectory = tmp_path / "trajectory.jsonl"
+    answers = iter([(200, {**completion("a"), "usage": {"prompt_tokens": 10.0, "completion_tokens": 2.6}}),
+                    (200, {**completion("b"), "usage": {"prompt_tokens": "lots", "completion_tokens": 1}})])
+    with ScriptedEndpoint(lambda body: next(answers)) as endpoint, \
+            ModelGateway(endpoint.base_url, REAL_KEY, trajectory) as gateway:
+        token = {"Authorization": f"Bearer {gateway.token}"}
+        through_relay(gateway, [("POST", "/chat/completions", token, CHAT)] * 2)
+        usage = gateway.usage()
+    assert {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} == {
+        "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}
+    assert all(type(usage[k]) is int for k in ("calls", "prompt_tokens", "completion_tokens", "total_tokens"))
+    first, second = records(trajectory)
+    assert "usage_unreadable" not in first and "prompt_tokens is not a number" in second["usage_unreadable"]

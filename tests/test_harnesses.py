@@ -131,5 +131,7 @@ def test_tool_agent_ends_as_run_error_when_the_model_fails_every_time(tmp_path: 
         result, _ = run_harness(ToolAgentHarness(), ToolAgentConfig(max_model_retries=1, retry_backoff=0), endpoint,
                                 prepared, tmp_path)
     assert result.status.value == "run_error" and "HTTP 503" in result.error and result.usage["calls"] == 2
-    (failed,) = events(tmp_path)
-    assert failed["type"] == "model_call" and "HTTP 503" in failed["error"]
+    first, last = events(tmp_path)  # each try is a line: the retried one, then the last
+    assert [(e["type"], e["step"], e["try"], e["status"], e["retried"]) for e in (first, last)] == [
+        ("model_call", 1, 1, 503, True), ("model_call", 1, 2, 503, False)]
+    assert "HTTP 503" in first["error"] and "HTTP 503" in last["error"]

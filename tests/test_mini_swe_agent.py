@@ -87,7 +87,8 @@ def test_mini_swe_agent_solves_a_task_through_the_gateway_and_the_key_stays_outs
     assert result["answer"].strip() == "Paris" and result["correct"] is True
     assert result["usage"]["calls"] == 3
     assert result["usage"]["prompt_tokens"] == 300 and result["usage"]["completion_tokens"] == 21
-    assert set(result["usage"]) == {"calls", "prompt_tokens", "completion_tokens", "latency_seconds"}
+    assert set(result["usage"]) == {"calls", "prompt_tokens", "completion_tokens", "total_tokens", "latency_seconds"}
+    assert all(type(result["usage"][k]) is int for k in ("calls", "prompt_tokens", "completion_tokens", "total_tokens"))
 
     # every call went through the gateway and carried the real key, never the agent's token
     solver_calls = [r for r in endpoint.requests if r.body["model"] == "solver"]

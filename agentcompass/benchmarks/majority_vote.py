@@ -114,13 +114,16 @@ class MajorityVoteBenchmark(HarnessFreeBenchmark):
         return task.ground_truth
 
     async def run_task(self, prepared, env, req, plan) -> RunResult:
+        """Each sample's call (each try of it) is a line of the attempt's trajectory, with its ``sample`` number."""
         _ = env
         settings = self._require_plan(plan.benchmark_plan)
         messages = [{"role": "user", "content": f"{prepared.input.prompt}\n\n{prepared.output.answer}"}]
         client = None
         try:
             async with ModelClient(req.model, ModelCallConfig(timeout=settings.timeout)) as client:
-                replies = await asyncio.gather(*(client.complete(messages) for _ in range(settings.samples)))
+                replies = await asyncio.gather(
+                    *(client.complete(messages, sample=n) for n in range(1, settings.samples + 1))
+                )
         except ModelCallError as exc:  # no endpoint configured, or a call failed for good
             return RunResult(task_id=prepared.task_id, attempt=plan.attempt, status=TaskStatus.RUN_ERROR,
                              error=str(exc), error_stage="run", usage=client.usage.as_dict() if client else {})

@@ -65,7 +65,7 @@ from agentcompass.runtime import (
     TaskStatus,
 )
 from agentcompass.runtime.base import ScriptReference
-from agentcompass.runtime.config import ConfigError, ParameterError, config_field, env_ref, plan_field
+from agentcompass.runtime.config import ConfigError, ParameterError, config_field, plan_field
 from agentcompass.secrets import resolve_secret, scrub
 
 SHIPPED_TASKS = PROJECT_ROOT / "examples" / "task_dir"
@@ -786,9 +786,9 @@ class TaskDirBenchmark(BaseBenchmark):
     async def evaluate(self, task, prepared, result, env, req, plan) -> RunResult:
         _ = prepared, req
         plan = self._require_plan(plan)
-        secrets = [v for v in plan.verifier_env.values() if env_ref(v)]
-        # ${VAR} values are resolved only here, in the job that runs the verifier
-        env_values = {k: (resolve_secret(v) if env_ref(v) else v) for k, v in plan.verifier_env.items()}
+        secrets = list(plan.verifier_env.values())
+        # ${VAR} references are resolved only here, in the job that runs the verifier
+        env_values = resolve_secret(plan.verifier_env)
         await env.exec(["true"])  # opens the session: its root is known from here on
         paths = HarborPaths.for_plan(plan, env.workdir)
         # a fresh verifier: nothing the agent left at these paths counts (files, links, locked folders)

@@ -51,6 +51,7 @@ from agentcompass.runtime.base import (
     keeps,
 )
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
+from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
 
 from . import netns
 from .leftovers import EXEC_VAR, CleanReport, label_selected, owner_alive, owner_token
@@ -92,7 +93,11 @@ class DockerConfig(ComponentConfig):
     context: str | None = config_field(
         default=None, description="Build context directory for `dockerfile` (default: the Dockerfile's directory)."
     )
-    build_args: dict[str, str] = config_field(default={}, description="Build arguments (ARG values) for `dockerfile`.")
+    build_args: dict[str, str] = config_field(
+        default={},
+        description="Build arguments (ARG values) for `dockerfile`. A value may hold ${VAR} references: they "
+        "are resolved only for the build itself, and every record keeps the reference.",
+    )
     workdir: str | None = config_field(
         default=None,
         description="Directory in the container that commands start in and relative paths resolve against "
@@ -281,20 +286,27 @@ def _build(client, config: DockerConfig) -> str:
     with _build_lock:  # one build per Dockerfile and process, however many sessions open at once
         if key not in _built:
             try:
+                # the tag and key above hash the references; the values exist only for this call
+                buildargs = resolve_secret(config.build_args)
+            except MissingSecretError as exc:
+                raise ImageBuildError(f"docker environment: build_args: {exc}") from None
+            try:
                 image, _ = client.images.build(
-                    path=str(context), dockerfile=str(dockerfile), tag=tag, buildargs=config.build_args,
+                    path=str(context), dockerfile=str(dockerfile), tag=tag, buildargs=buildargs,
                     pull=False, rm=True, forcerm=True,
                 )
             except docker.errors.BuildError as exc:
                 log = "".join(str(line.get("stream") or line.get("error") or "") for line in exc.build_log)
-                raise ImageBuildError(
-                    f"docker environment: building {str(dockerfile)!r} failed: {exc.msg}\n{log[-2000:]}"
-                ) from None
+                raise ImageBuildError(scrub(
+                    f"docker environment: building {str(dockerfile)!r} failed: {exc.msg}\n{log[-2000:]}",
+                    config.build_args.values(),
+                )) from None
             except docker.errors.APIError as exc:
                 # e.g. a Dockerfile the engine cannot parse
-                raise ImageBuildError(
-                    f"docker environment: the engine refused to build {str(dockerfile)!r}: {exc.explanation or exc}"
-                ) from None
+                raise ImageBuildError(scrub(
+                    f"docker environment: the engine refused to build {str(dockerfile)!r}: {exc.explanation or exc}",
+                    config.build_args.values(),
+                )) from None
             _built[key] = image.id
         return _built[key]
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from agentcompass.runtime import PreparedTask, RunResult, TaskStatus
-from agentcompass.runtime.model_client import ChatReply, ModelCallError, ModelClient, parse_reply
+from agentcompass.runtime.model_client import ChatReply, ModelClient, Trajectory, parse_reply
+
+__all__ = ["Trajectory", "call_model", "opening_messages", "run_error"]
 
 
 def opening_messages(prepared: PreparedTask, system_prompt: str | None = None) -> list[dict[str, Any]]:
@@ -24,31 +24,11 @@ def opening_messages(prepared: PreparedTask, system_prompt: str | None = None) -
     return messages
 
 
-class Trajectory:
-    """``trajectory.jsonl``: one JSON line per event, appended in the order things happened."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def append(self, kind: str, **event: Any) -> None:
-        line = json.dumps({"type": kind, **event}, sort_keys=True, ensure_ascii=False, default=str)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-
-
 async def call_model(
     client: ModelClient, trajectory: Trajectory, messages: list[dict], tools: list[dict] | None = None, **where: Any
 ) -> ChatReply:
-    """One model call, recorded in the trajectory as sent and as answered (or as failed)."""
-    body = client.request_body(messages, tools)
-    try:
-        raw = await client.send(body)
-    except ModelCallError as exc:
-        trajectory.append("model_call", **where, request=body, error=str(exc))
-        raise
-    reply = parse_reply(raw)
-    trajectory.append("model_call", **where, request=body, reply=raw, malformed=reply.malformed)
-    return reply
+    """One model call; each of its tries is a line of the trajectory, as sent and as answered (or as failed)."""
+    return parse_reply(await client.send(client.request_body(messages, tools), trajectory, **where))
 
 
 def run_error(prepared: PreparedTask, attempt: int, error: str, client: ModelClient | None, **metadata) -> RunResult:

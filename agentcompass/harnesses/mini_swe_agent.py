@@ -100,7 +100,8 @@ class MiniSweAgentHarness(BaseHarness):
     config_class = MiniSweAgentConfig
 
     async def run(self, prepared, env, req, plan, context) -> RunResult:
-        params = plan.params
+        # ${VAR} references in the params this harness hands on are resolved here, where they are used
+        params = {**plan.params, **resolve_secret({k: plan.params[k] for k in ("executable", "config", "settings")})}
         model = req.model
 
         def failed(reason: str, **extra) -> RunResult:
@@ -115,8 +116,8 @@ class MiniSweAgentHarness(BaseHarness):
                 f"mini-swe-agent's program is not at {executable} in the environment: install it "
                 "(pip install 'agentcompass[mini-swe-agent]') or set the harness parameter `executable`"
             )
-        with ModelGateway(model.base_url, resolve_secret(model.api_key), context.trajectory_path,
-                          timeout=params["model_call_timeout"]) as gateway:
+        with ModelGateway(resolve_secret(model.base_url), resolve_secret(model.api_key), context.trajectory_path,
+                          timeout=params["model_call_timeout"], headers=resolve_secret(model.headers)) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)
             state = posixpath.join(env.workdir, STATE_DIR)
             await env.exec(["mkdir", "-p", f"{state}/config"])
@@ -130,7 +131,7 @@ class MiniSweAgentHarness(BaseHarness):
             token = gateway.token
 
         def clean(text: str) -> str:
-            return scrub(text.replace(token, TOKEN_PLACEHOLDER), [model.api_key])
+            return scrub(text.replace(token, TOKEN_PLACEHOLDER), [model.to_dict(), plan.params])
 
         (context.attempt_dir / LOG_NAME).write_text(clean(done.stdout + done.stderr), encoding="utf-8")
         if trajectory is not None:

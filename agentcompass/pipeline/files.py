@@ -269,11 +269,11 @@ def validate_payload(kind: str, payload: Any) -> None:
         raise FileSchemaError(f"{kind}.json would break schemas/{kind}.schema.json: {exc.message}") from None
 
 
-def write_file(kind: str, path: str | Path, value: Contract | dict, secrets: Iterable[str | None] = ()) -> Path:
+def write_file(kind: str, path: str | Path, value: Contract | dict, secrets: Iterable[Any] = ()) -> Path:
     """Validate a contract against its file schema, then write it canonically and atomically.
 
-    ``secrets`` are ``${VAR}`` references whose values must not reach the file
-    (a harness may echo a key into an error message): each is written as its reference.
+    ``secrets`` hold ``${VAR}`` references (strings, or the request as a mapping) whose values must
+    not reach the file (a harness may echo a key into an error message): each is written as its reference.
     """
     payload = value.to_dict() if isinstance(value, Contract) else value
     validate_payload(kind, payload)

@@ -193,5 +193,5 @@ def stage_log(log, stage: str, w, req: RunRequest):
         if isinstance(exc, aio.Stopped):
             path.write_text(f"{stage} {where}: stopped before it finished: {exc}\n")
         else:
-            path.write_text(f"{stage} {where}: failed\n" + scrub(traceback.format_exc(), [req.model.api_key]))
+            path.write_text(f"{stage} {where}: failed\n" + scrub(traceback.format_exc(), [req.to_dict()]))
         raise

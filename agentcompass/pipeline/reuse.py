@@ -90,6 +90,8 @@ def model_view(req: RunRequest) -> dict[str, Any]:
     """The Model as the run stage reads it: its prices are read by the metrics stage alone."""
     data = req.model.to_dict()
     data.pop("pricing")
+    if not data["headers"]:
+        data.pop("headers")  # a Model without headers keeps the identity it had before they existed
     return data
 
 

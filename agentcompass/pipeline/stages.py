@@ -44,6 +44,7 @@ from agentcompass.runtime.models import (
     TaskSpec,
     TaskStatus,
 )
+from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
 from agentcompass.runtime.models.codec import from_dict
 from agentcompass.runtime.planner import Planner
 from agentcompass.runtime.recipes import build_run_recipe_registry
@@ -337,6 +338,7 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
     saved_workspace = attempt_dir / WORKSPACE_DIR
 
     async def once() -> RunResult:
+        ATTEMPT_TRAJECTORY.set(trajectory)  # a ModelClient of this attempt records its calls there
         async with _open(req, plan, "run") as session:
             if prepared.input.workspace and saved_workspace.exists():
                 await session.upload(saved_workspace, prepared.input.workspace)
@@ -393,8 +395,8 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         provenance=provenance.here(),
     )
     if trajectory.exists():  # before output.json appears: a finished attempt's files are all final
-        write_text_atomic(trajectory, scrub(trajectory.read_text(), [req.model.api_key]))
-    write_file("output", out, result, secrets=[req.model.api_key])
+        write_text_atomic(trajectory, scrub(trajectory.read_text(), [req.to_dict()]))
+    write_file("output", out, result, secrets=[req.to_dict()])
 
 
 def evaluate(
@@ -443,7 +445,7 @@ def evaluate(
         result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
-    write_file("result", out, result, secrets=[req.model.api_key])
+    write_file("result", out, result, secrets=[req.to_dict()])
     return result
 
 

@@ -1,14 +1,16 @@
 """The Model client: OpenAI-compatible chat completions, with retries, timeouts and usage.
 
-One ``ModelClient`` serves one attempt: it resolves the Model's ``${VAR}`` API
-key in the job that calls the model (never earlier, never written), sends the
-Model's inference params with every request, and counts what the attempt cost
-in ``usage``:
+One ``ModelClient`` serves one attempt: it resolves the ``${VAR}`` references
+of the Model (api_key, base_url, headers, params) in the job that calls the model (never
+earlier, never written), sends the Model's inference params with every request,
+writes every try of every call, failed ones included, as a ``model_call`` line
+of the attempt's trajectory, and counts what the attempt cost in ``usage``:
 
     calls              HTTP requests sent, failed ones included
     retries            requests that were repeats of a failed one
-    prompt_tokens      from the replies' ``usage``
-    completion_tokens  from the replies' ``usage``
+    prompt_tokens      from the replies' ``usage`` (whole numbers)
+    completion_tokens  from the replies' ``usage`` (whole numbers)
+    total_tokens       prompt_tokens + completion_tokens
     latency_seconds    time spent waiting on the endpoint (backoff sleeps excluded)
 
 A 429, a 5xx, a timeout or a dropped connection is retried with exponential
@@ -21,6 +23,7 @@ answer: an empty one, recorded in ``ChatReply.malformed``, not an error.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import email.utils
 import hashlib
@@ -30,17 +33,36 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
-from agentcompass.secrets import resolve_secret
+from agentcompass.secrets import MissingSecretError, resolve_secret
 
 # The statuses OpenAI's own SDK retries (with every 5xx): every other 4xx is a
 # request that would fail again the same way (a bad key, an unknown model).
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+_HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+
+
+class Trajectory:
+    """``trajectory.jsonl``: one JSON line per event, appended in the order things happened."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def append(self, kind: str, **event: Any) -> None:
+        line = json.dumps({"type": kind, **event}, sort_keys=True, ensure_ascii=False, default=str)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+
+# The trajectory of the attempt being run, set by the run stage: a ModelClient made without
+# one (a harness-free Benchmark's) records its calls there.
+ATTEMPT_TRAJECTORY: contextvars.ContextVar[Path | None] = contextvars.ContextVar("attempt_trajectory", default=None)
 
 
 @dataclass(slots=True)
@@ -91,11 +113,14 @@ def parse_seconds(value: Any, name: str) -> float:
 class ModelCallError(RuntimeError):
     """A model call that failed on every try; the message names the last error."""
 
+    status: int | None = None  # the HTTP status of a refusal, when there was one
+
 
 class _RetryableError(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
 @dataclass
@@ -132,22 +157,57 @@ class ChatReply:
 class Usage:
     calls: int = 0
     retries: int = 0
-    prompt_tokens: float = 0.0
-    completion_tokens: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     latency_seconds: float = 0.0
 
     @property
-    def total_tokens(self) -> float:
+    def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, int | float]:
         return {
             "calls": self.calls,
             "retries": self.retries,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
             "latency_seconds": round(self.latency_seconds, 6),
         }
+
+
+def token_count(value: Any) -> int | None:
+    """A token count a provider reported, as a whole number: ints as they are, finite floats
+    (and numeric strings) rounded; None for anything else (a missing count is 0 tokens, not an error)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, float) and math.isfinite(value):
+        return max(round(value), 0)
+    return None
+
+
+def reply_tokens(usage: Any) -> tuple[int, int, str | None]:
+    """(prompt, completion) tokens of a reply's ``usage`` object, and what could not be read, if anything.
+
+    ``input_tokens``/``output_tokens`` (the Responses API's names) are read when the chat names are absent.
+    """
+    if not isinstance(usage, dict):
+        return 0, 0, None if usage is None else f"usage is not an object: {str(usage)[:100]!r}"
+    counts, problems = [], []
+    for name, alias in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
+        raw = usage.get(name, usage.get(alias))
+        count = 0 if raw is None else token_count(raw)
+        if count is None:
+            problems.append(f"{name} is not a number: {str(raw)[:100]!r}")
+        counts.append(count or 0)
+    return counts[0], counts[1], "; ".join(problems) or None
 
 
 def endpoint_resource(base_url: str) -> str:
@@ -228,21 +288,38 @@ def _json_object(text: str) -> dict | str:
 class ModelClient:
     """Chat completions against one Model, for one attempt. Use as ``async with ModelClient(...) as client``."""
 
-    def __init__(self, model: ModelSpec, config: ModelCallConfig | None = None, *, rng: random.Random | None = None):
+    def __init__(
+        self, model: ModelSpec, config: ModelCallConfig | None = None, *, rng: random.Random | None = None,
+        trajectory: Trajectory | None = None,
+    ):
         if not model.base_url:
             raise ModelCallError("model.base_url is not set: give the Model an OpenAI-compatible endpoint URL")
         self.model = model
         self.config = config or ModelCallConfig()
         self.usage = Usage()
+        # the URL as configured (a ${VAR} stays one): what errors and records name
         self.url = model.base_url.rstrip("/") + "/chat/completions"
+        attempt_trajectory = ATTEMPT_TRAJECTORY.get()
+        self.trajectory = trajectory or (Trajectory(attempt_trajectory) if attempt_trajectory else None)
         self._rng = rng or random.Random()
         self._http: httpx.AsyncClient | None = None
+        self._wire_url = self.url
 
     async def __aenter__(self) -> "ModelClient":
         headers = {"Content-Type": "application/json"}
-        key = resolve_secret(self.model.api_key)  # in this job, at call time: never a param or a file
+        # resolved in this job, at call time: never a param, a record or a file
+        try:
+            key = resolve_secret(self.model.api_key)
+            base_url = resolve_secret(self.model.base_url) or ""
+            extra_headers = resolve_secret(self.model.headers)
+        except MissingSecretError as exc:
+            raise ModelCallError(f"model: {exc}") from None
+        if not _HTTP_URL.match(base_url):
+            raise ModelCallError(f"model.base_url {self.model.base_url!r} does not resolve to an http:// or https:// URL")
+        self._wire_url = base_url.rstrip("/") + "/chat/completions"
         if key:
             headers["Authorization"] = f"Bearer {key}"
+        headers.update(extra_headers)
         # the per-call limit is enforced around the whole request (below); httpx's own
         # timeouts are per read, so a server trickling bytes would never trip them
         self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.config.timeout))
@@ -260,30 +337,59 @@ class ModelClient:
             body["tools"] = tools
         return body
 
-    async def complete(self, messages: list[dict], tools: list[dict] | None = None) -> ChatReply:
+    async def complete(
+        self, messages: list[dict], tools: list[dict] | None = None, trajectory: Trajectory | None = None, **where: Any
+    ) -> ChatReply:
         """One chat completion, retried on transient faults; raises ModelCallError when they persist."""
-        return parse_reply(await self.send(self.request_body(messages, tools)))
+        return parse_reply(await self.send(self.request_body(messages, tools), trajectory, **where))
 
-    async def send(self, body: dict[str, Any]) -> Any:
-        """POST ``body`` with retries; the reply body (parsed JSON, or the raw text when it is not JSON)."""
+    async def send(self, body: dict[str, Any], trajectory: Trajectory | None = None, **where: Any) -> Any:
+        """POST ``body`` with retries; the reply body (parsed JSON, or the raw text when it is not JSON).
+
+        Each try is a ``model_call`` line of ``trajectory`` (else the client's own), with ``where``
+        (e.g. ``turn=2``), the body as configured (its ${VAR} references unresolved), the try's
+        number, HTTP status and reply, or its error and whether it is retried.
+        """
         if self._http is None:
             raise RuntimeError("use ModelClient inside 'async with'")
+        record = trajectory or self.trajectory
+        try:  # only the Model's own params may hold references: the messages are the task's text
+            wire = {**body, **{k: resolve_secret(body[k]) for k in self.model.params if k in body}}
+        except MissingSecretError as exc:
+            raise ModelCallError(f"model.params: {exc}") from None
         tries = self.config.max_model_retries + 1
         for number in range(1, tries + 1):
             try:
-                return await self._post_once(body)
+                status, data, tokens_unread = await self._post_once(wire)
             except _RetryableError as exc:
-                if number == tries:
+                last = number == tries
+                self._record(record, where, body, number, status=exc.status, error=str(exc), retried=not last)
+                if last:
                     raise ModelCallError(f"model call failed after {tries} tries; last error: {exc}") from None
                 self.usage.retries += 1
                 await asyncio.sleep(self._delay(number, exc.retry_after))
+            except ModelCallError as exc:
+                self._record(record, where, body, number, status=exc.status, error=str(exc),
+                             retried=False)
+                raise
+            else:
+                extra = {"usage_unreadable": tokens_unread} if tokens_unread else {}
+                self._record(record, where, body, number, status=status, reply=data,
+                             malformed=parse_reply(data).malformed, **extra)
+                return data
         raise AssertionError("unreachable")
 
-    async def _post_once(self, body: dict[str, Any]) -> Any:
+    @staticmethod
+    def _record(trajectory: Trajectory | None, where: dict, body: dict, number: int, **outcome: Any) -> None:
+        if trajectory is not None:
+            trajectory.append("model_call", **where, request=body, **{"try": number}, **outcome)
+
+    async def _post_once(self, body: dict[str, Any]) -> tuple[int, Any, str | None]:
+        """One POST: its status, its body, and which token counts could not be read."""
         self.usage.calls += 1
         started = time.monotonic()
         try:
-            reply = await asyncio.wait_for(self._http.post(self.url, json=body), self.config.timeout)
+            reply = await asyncio.wait_for(self._http.post(self._wire_url, json=body), self.config.timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             raise _RetryableError(f"no reply within {self.config.timeout} s (timeout)") from None
         except httpx.RequestError as exc:  # refused, reset, closed without a reply, a body that breaks off
@@ -291,18 +397,20 @@ class ModelClient:
         finally:
             self.usage.latency_seconds += time.monotonic() - started
         if reply.status_code >= 500 or reply.status_code in RETRYABLE_STATUS:
-            raise _RetryableError(_status_error(reply), retry_after_seconds(reply.headers.get("Retry-After")))
+            raise _RetryableError(_status_error(reply), retry_after_seconds(reply.headers.get("Retry-After")),
+                                  reply.status_code)
         if reply.status_code >= 400:
-            raise ModelCallError(f"model call refused: {_status_error(reply)}")
+            refused = ModelCallError(f"model call refused: {_status_error(reply)}")
+            refused.status = reply.status_code
+            raise refused
         try:
             data = reply.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return reply.text
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if isinstance(usage, dict):
-            self.usage.prompt_tokens += _number(usage.get("prompt_tokens"))
-            self.usage.completion_tokens += _number(usage.get("completion_tokens"))
-        return data
+            return reply.status_code, reply.text, None
+        prompt, completion, unread = reply_tokens(data.get("usage") if isinstance(data, dict) else None)
+        self.usage.prompt_tokens += prompt
+        self.usage.completion_tokens += completion
+        return reply.status_code, data, unread
 
     def _delay(self, number: int, retry_after: float | None) -> float:
         """Seconds before retry ``number``: what the server asked (capped), else backoff with jitter."""
@@ -316,7 +424,3 @@ class ModelClient:
 def _status_error(reply: httpx.Response) -> str:
     detail = reply.text.strip().replace("\n", " ")
     return f"HTTP {reply.status_code}" + (f": {detail[:200]}" if detail else "")
-
-
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0

@@ -252,44 +252,66 @@ def test_override_layer_declaring_requests_replaces_file_requests(isolated, tmp_
 # --- ${VAR} references ---------------------------------------------------------------
 
 
-def test_whole_field_reference_resolves_for_ordinary_fields(isolated, monkeypatch, tmp_path):
-    monkeypatch.setenv("AC_TEST_BASE_URL", "http://127.0.0.1:9999/v1")
+def test_references_stay_references_in_every_field(isolated, monkeypatch, tmp_path):
+    monkeypatch.setenv("AC_TEST_HOST", "127.0.0.1:9999")
     monkeypatch.setenv("AC_TEST_KEY", "sk-should-not-appear")
-    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request(model={
-        "id": "m", "base_url": "${AC_TEST_BASE_URL}", "api_key": "${AC_TEST_KEY}",
-    })}})
-    config = load_run_config([path], start=isolated)
-    model = config.data["requests"]["r"]["model"]
-    assert model["base_url"] == "http://127.0.0.1:9999/v1"
-    assert model["api_key"] == "${AC_TEST_KEY}"
-    assert "sk-should-not-appear" not in repr(config.data)
-
-
-def test_references_resolve_inside_lists_and_component_tables(isolated, monkeypatch, tmp_path):
     monkeypatch.setenv("AC_TEST_TASK", "capital-france")
     monkeypatch.setenv("AC_TEST_TOKEN", "secret-token")
     path = write_yaml(tmp_path / "c.yaml", {
-        "requests": {"r": request()},
+        "requests": {"r": request(model={
+            "id": "m", "base_url": "http://${AC_TEST_HOST}/v1", "api_key": "${AC_TEST_KEY}",
+            "params": {"user": "Bearer ${AC_TEST_TOKEN}"},
+        })},
         "benchmarks": {"example_exact_match": {"task_ids": ["${AC_TEST_TASK}"]}},
         "harnesses": {"chat": {"auth_token": "${AC_TEST_TOKEN}"}},
     })
     config = load_run_config([path], start=isolated)
-    assert config.data["benchmarks"]["example_exact_match"]["task_ids"] == ["capital-france"]
-    # a field named like a secret keeps its reference
+    model = config.data["requests"]["r"]["model"]
+    assert model["base_url"] == "http://${AC_TEST_HOST}/v1" and model["api_key"] == "${AC_TEST_KEY}"
+    assert model["params"]["user"] == "Bearer ${AC_TEST_TOKEN}"
+    assert config.data["benchmarks"]["example_exact_match"]["task_ids"] == ["${AC_TEST_TASK}"]
     assert config.data["harnesses"]["chat"]["auth_token"] == "${AC_TEST_TOKEN}"
+    for value in ("sk-should-not-appear", "secret-token", "capital-france", "127.0.0.1:9999"):
+        assert value not in repr(config.data)
 
 
-def test_embedded_reference_raises_naming_file_and_dotted_field(isolated, monkeypatch, tmp_path):
+@pytest.mark.parametrize("field, data", [
+    ("requests.r.model.id", {"requests": {"r": request(model={"id": "${AC_TEST_HOST}"})}}),
+    ("requests.r.output.run_id", {"requests": {"r": request(output={"run_id": "${AC_TEST_HOST}"})}}),
+    ("runtime.results_dir", {"runtime": {"results_dir": "out-${AC_TEST_HOST}"}}),
+    ("requests.r.harness", {"requests": {"r": {**request(), "harness": "${AC_TEST_HOST}"}}}),
+])
+def test_reference_in_a_field_that_shapes_the_workflow_raises_naming_file_and_field(
+        isolated, monkeypatch, tmp_path, field, data):
     monkeypatch.setenv("AC_TEST_HOST", "127.0.0.1")
-    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request(model={
-        "id": "m", "base_url": "http://${AC_TEST_HOST}:8000/v1",
-    })}})
+    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request()}, **data})
     with pytest.raises(ConfigError) as info:
         load_run_config([path], start=isolated)
     message = str(info.value)
-    assert str(path) in message
-    assert "requests.r.model.base_url" in message
-    assert "Fix:" in message
+    assert str(path) in message and f"field '{field}'" in message
+    assert "steers the workflow" in message and "Fix: write the value here" in message
+
+
+@pytest.mark.parametrize("params, field, why", [
+    ({"stream": True}, "stream", "not a stream"),
+    ({"n": 3}, "n", "first choice only"),
+    ({"model": "other"}, "model", "model.id"),
+    ({"messages": []}, "messages", "remove it"),
+])
+def test_model_params_the_client_cannot_honour_are_refused(isolated, tmp_path, params, field, why):
+    path = write_yaml(tmp_path / "c.yaml", {"requests": {"r": request(model={"id": "m", "params": params})}})
+    with pytest.raises(ConfigError) as info:
+        load_run_config([path], start=isolated)
+    message = str(info.value)
+    assert str(path) in message and f"field 'requests.r.model.params.{field}'" in message and why in message
+
+
+def test_model_params_the_client_honours_pass(isolated, tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", {"defaults": {"model": {"params": {"stream": False, "n": 1}}},
+                                           "requests": {"r": request(model={"id": "m", "params": {"seed": 1}})}})
+    load_run_config([path], start=isolated)
+    with pytest.raises(ConfigError, match="field 'defaults.model.params.stream'"):
+        load_run_config([path], {"defaults": {"model": {"params": {"stream": True}}}}, start=isolated)
 
 
 def test_unset_variable_raises_naming_variable_and_file(isolated, monkeypatch, tmp_path):

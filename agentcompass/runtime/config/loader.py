@@ -1,4 +1,4 @@
-"""Run config loading: layers, ``deep_merge``, ``${VAR}`` references, schema validation.
+"""Run config loading: layers, ``deep_merge``, ``${VAR}`` checks, schema validation.
 
 Layers, lowest precedence first: the user config, the nearest project
 ``configs/config.yaml``, each explicit config file in argument order, then
@@ -24,6 +24,8 @@ import yaml
 
 from agentcompass import PROJECT_ROOT
 
+from agentcompass.secrets import references
+
 from .fields import ConfigError, yaml_list
 
 USER_CONFIG_ENV = "AGENTCOMPASS_USER_CONFIG"
@@ -31,9 +33,9 @@ PROJECT_CONFIG = Path("configs") / "config.yaml"
 SCHEMA_DIR = PROJECT_ROOT / "schemas"
 
 _WHOLE_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-_ANY_REF = re.compile(r"\$\{[^}]*\}")
-# Fields whose ${VAR} stays unresolved until the job that uses it: Snakemake keeps
-# rule params in .snakemake/metadata, so a resolved secret must never be a param.
+# Component param tables, flat under a component id.
+_COMPONENT_TABLES = ("benchmarks", "harnesses", "environments")
+# Fields that only ever hold a reference (the schema requires one): an error never echoes them.
 _SECRET_KEY = re.compile(r"(^|_)(api_key|key|token|secret|password)$")
 # The keys that travel together from the highest layer that declares requests.
 _REQUEST_KEYS = ("requests", "defaults")
@@ -107,28 +109,84 @@ def config_error(source: str, path: tuple | list, problem: str, fix: str) -> Con
     return ConfigError(f"{source}: field '{dotted(path)}': {problem}. Fix: {fix}")
 
 
-def _resolve_refs(node: Any, source: str, path: tuple = ()) -> Any:
-    """Resolve whole-field ``${VAR}`` (secrets stay references); reject embedded ones."""
+def _reference_allowed(path: tuple) -> bool:
+    """Whether a ``${VAR}`` may stand at ``path``: in the values a job uses, not in what shapes the workflow."""
+    if len(path) >= 2 and path[0] in _COMPONENT_TABLES:
+        return True  # a component's params, flat under its id
+    if path[:1] == ("requests",):
+        path = path[2:]
+    elif path[:1] == ("defaults",):
+        path = path[1:]
+    else:
+        return False
+    if len(path) >= 2 and path[0] in ("benchmark", "harness", "environment"):
+        return path[1] == "params"
+    return len(path) >= 2 and path[0] == "model" and path[1] in ("api_key", "base_url", "headers", "params")
+
+
+def _check_refs(node: Any, source: str, path: tuple = ()) -> None:
+    """Check every ``${VAR}`` in a layer: allowed where it stands, its variable set. It stays a reference."""
     if isinstance(node, dict):
-        return {k: _resolve_refs(v, source, path + (k,)) for k, v in node.items()}
+        for key, value in node.items():
+            _check_refs(value, source, path + (key,))
+        return
     if isinstance(node, list):
-        return [_resolve_refs(v, source, path + (i,)) for i, v in enumerate(node)]
-    if not isinstance(node, str) or "${" not in node:
-        return node
-    name = env_ref(node)
-    if name is None:
+        for index, value in enumerate(node):
+            _check_refs(value, source, path + (index,))
+        return
+    names = references(node)
+    if not names:
+        return
+    if not _reference_allowed(path):
         raise config_error(
-            source, path, f"'{node}' embeds a ${{VAR}} reference inside a longer string",
-            "make the whole value one reference such as '${MY_VAR}', and put the full "
-            "string in that environment variable",
+            source, path, f"'{node}' holds a ${{VAR}} reference, but this field steers the workflow itself "
+            "and is written as it is",
+            "write the value here; ${VAR} references belong in model.api_key, model.base_url, "
+            "model.headers, model.params and component params, where the job that uses them resolves them",
         )
-    if name not in os.environ:
-        raise config_error(
-            source, path, f"environment variable {name} is not set",
-            f"export {name}=... before running, or remove the reference",
-        )
-    key = path[-1] if path else ""
-    return node if is_secret_key(str(key)) else os.environ[name]
+    for name in names:
+        if name not in os.environ:
+            raise config_error(
+                source, path, f"environment variable {name} is not set",
+                f"export {name}=... before running (it is read by the job that uses this field, "
+                "and never written), or remove the reference",
+            )
+
+
+# Model params the client cannot honour, and why: it reads one JSON reply and its first choice,
+# and sets the call's own fields itself. Refused when the config is read.
+UNSUPPORTED_PARAMS: dict[str, str] = {
+    "stream": "the client reads one JSON reply, not a stream of events; leave 'stream' out (or set it to false)",
+    "n": "the client reads the first choice only, so the others would be paid for and lost; leave 'n' out "
+         "(or set it to 1), and sample again with more attempts (execution.attempts) instead",
+    "model": "the request's model is model.id; set model.id instead",
+    "messages": "the messages are the task's, set by the harness; remove it",
+    "tools": "the tools are the task's, set by the harness; remove it",
+}
+
+
+def unsupported_param(name: str, value: Any) -> str | None:
+    """Why the client cannot send model param ``name`` with ``value``; None when it can."""
+    if name == "stream":
+        return None if value is False or value is None else UNSUPPORTED_PARAMS[name]
+    if name == "n":
+        return None if value == 1 and not isinstance(value, bool) else UNSUPPORTED_PARAMS[name]
+    return UNSUPPORTED_PARAMS.get(name)
+
+
+
+def check_model_params(config: RunConfig) -> None:
+    """Refuse model params the model client cannot honour, naming the file and field."""
+    models = [(("defaults", "model"), (config.data.get("defaults") or {}).get("model"))]
+    models += [(("requests", name, "model"), (request or {}).get("model"))
+               for name, request in (config.data.get("requests") or {}).items() if isinstance(request, dict)]
+    for where, model in models:
+        params = model.get("params") if isinstance(model, dict) else None
+        for key, value in (params or {}).items() if isinstance(params, dict) else ():
+            why = unsupported_param(str(key), value)
+            if why:
+                path = (*where, "params", key)
+                raise config_error(config.source_of(path), path, f"model param {key!r} cannot be honoured", why)
 
 
 class _DuplicateKey(Exception):
@@ -208,7 +266,8 @@ def prepare_layer(layer: ConfigLayer) -> ConfigLayer:
             "move each model under 'requests.<name>.model' (or 'defaults.model') as "
             "{id, base_url, api_key: ${VAR}, params}",
         )
-    return ConfigLayer(layer.source, _resolve_refs(layer.data, layer.source))
+    _check_refs(layer.data, layer.source)
+    return layer
 
 
 def user_config_path() -> Path | None:
@@ -274,6 +333,7 @@ def load_run_config(
     layers = [prepare_layer(layer) for layer in raw]
     config = RunConfig(merge_layers(layers), layers)
     validate_config(config)
+    check_model_params(config)
     return config
 
 

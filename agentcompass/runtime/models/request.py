@@ -14,9 +14,14 @@ EvaluationMode = Literal["task", "fresh"]
 Retention = Literal["never", "on_failure", "always"]
 
 ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-# http:// or https://, a host, then anything without spaces (the same pattern as config.schema.yaml)
-BASE_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+# http:// or https://, a host, then anything without spaces, or one that starts with a ${VAR}
+# reference, resolved and checked by the job that calls the model (the same pattern as config.schema.yaml)
+BASE_URL = re.compile(r"^(https?://[^\s/?#]+|\$\{[A-Za-z_][A-Za-z0-9_]*\})[^\s]*$")
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# an HTTP header name (RFC 9110 token), and the names whose value is a credential
+HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+SECRET_HEADER = re.compile(r"authorization|key|token|secret|password|cookie", re.IGNORECASE)
+ANY_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
 def _require_slug(value: str, where: str) -> None:
@@ -58,6 +63,8 @@ class ModelSpec(Contract):
     api_key: str | None = None
     protocol: Literal["openai_chat"] = "openai_chat"
     params: dict[str, Any] = field(default_factory=dict)
+    # extra HTTP headers of every model request; a credential's value holds a ${VAR} reference
+    headers: dict[str, str] = field(default_factory=dict)
     key_wrapping: bool = False
     # prices change the cost in metrics.json and nothing else (agentcompass.pipeline.reuse.model_view)
     pricing: ModelPricing | None = None
@@ -76,6 +83,14 @@ class ModelSpec(Contract):
                 "ModelSpec.api_key must name an environment variable as '${VAR}'; "
                 "a literal key would be written into results"
             )
+        for name, value in self.headers.items():
+            if not HEADER_NAME.match(name):
+                raise ContractError(f"ModelSpec.headers: {name!r} is not an HTTP header name")
+            if SECRET_HEADER.search(name) and not ANY_REF.search(value):
+                raise ContractError(
+                    f"ModelSpec.headers.{name} carries a credential, so its value must hold a '${{VAR}}' "
+                    f"reference such as 'Bearer ${{MY_TOKEN}}'; a literal one would be written into results"
+                )
 
     @property
     def api_key_env(self) -> str | None:

@@ -38,7 +38,7 @@ class RunResult(Contract):
     error: str | None = None
     error_stage: str | None = None
     artifacts: list[str] = field(default_factory=list)
-    usage: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, int | float] = field(default_factory=dict)  # counters are whole numbers, latency seconds
     timings: dict[str, float] = field(default_factory=dict)
     retries_used: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -15,6 +15,9 @@ completion never runs in the process that holds the token:
 - the child has no token, no tests and not the checker's stdout (its stdout is
   the checker's stderr); the checker is marked non-dumpable, so a process of the
   same user cannot read its memory or open its file descriptors through /proc;
+  the child gives up every Linux capability and sets no_new_privs before it
+  reads the program, since root (CAP_SYS_PTRACE) could read or write any
+  process's memory; a child that keeps any refuses to run, and the check fails;
   the child dies with the checker.
 
 So ending the interpreter (exit, sys.exit, os._exit, SystemExit), patching
@@ -26,6 +29,7 @@ status 0, is a pass.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -85,8 +89,43 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+def _drop_privileges() -> None:
+    """Give up every Linux capability for good (CAP_SYS_PTRACE lets root read any process's memory)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in range(64):
+            if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:  # PR_CAPBSET_DROP
+                break
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        libc.capset(header, (ctypes.c_uint32 * 6)())  # effective, permitted, inheritable: none
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no exec gains any back
+    except (ImportError, OSError, AttributeError):
+        pass
+    left = _privileges_left()
+    if left:
+        raise SystemExit(f"humaneval check: the completion's process could not give up {left}; "
+                         "run the evaluation as a user other than root, on Linux")
+
+
+def _privileges_left() -> str:
+    """What of root's power this process still has: '' when none."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+    except OSError:
+        return "root" if hasattr(os, "geteuid") and os.geteuid() == 0 else ""
+    names = ["CapEff", "CapPrm"] + (["CapBnd"] if os.geteuid() == 0 else [])
+    left = [name for name in names if int(fields.get(name, "0").strip(), 16)]
+    if fields.get("NoNewPrivs", "1").strip() != "1":
+        left.append("NoNewPrivs")
+    return ", ".join(f"capabilities ({name})" for name in left)
+
+
 def serve(requests_fd: int, replies_fd: int) -> None:
     """The child: exec the program, then answer each call of the entry point with its encoded result."""
+    _drop_privileges()
     _prctl(1, 9)  # PR_SET_PDEATHSIG: SIGKILL when the checker ends
     requests = os.fdopen(requests_fd, "r", encoding="utf-8")
     replies = os.fdopen(replies_fd, "w", encoding="utf-8")

@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import errno
 import json
+import linecache
 import os
 import subprocess
 import sys
+import traceback
 from typing import Any
 
 _TAGS = ("list", "tuple", "set", "frozenset", "dict", "bytes", "complex")
@@ -191,10 +193,15 @@ def check(payload: str, source: str) -> None:
         if ask([settings["program"], settings["entry_point"]]) != {"ready": True}:
             raise CompletionFailed("the completion's process did not start")
         namespace: dict[str, Any] = {"__name__": "humaneval_check"}
+        for name in ("prompt", "test"):  # a traceback shows the failing line of the tests
+            linecache.cache[f"<{name}>"] = (len(settings[name]), None, settings[name].splitlines(True), f"<{name}>")
         exec(compile(settings["prompt"], "<prompt>", "exec"), namespace)
         namespace[settings["entry_point"]] = candidate  # a test may call the function by its name
         exec(compile(settings["test"], "<test>", "exec"), namespace)
         namespace["check"](candidate)
+    except BaseException:
+        traceback.print_exc()  # with the failing line of the tests, from linecache
+        raise SystemExit(1) from None
     finally:
         child.kill()
         child.wait()

@@ -139,7 +139,7 @@ def serve(requests_fd: int, replies_fd: int) -> None:
     program, entry_point = json.loads(requests.readline())
     namespace: dict[str, Any] = {"__name__": "completion"}
     try:
-        exec(compile(program, "<completion>", "exec"), namespace)
+        exec(compile(program, "<completion>", "exec", dont_inherit=True), namespace)
         candidate = namespace[entry_point]
     except BaseException as exc:  # noqa: BLE001 - the program's failure is the verdict
         send({"error": f"the program failed: {type(exc).__name__}: {exc}"})
@@ -195,9 +195,9 @@ def check(payload: str, source: str) -> None:
         namespace: dict[str, Any] = {"__name__": "humaneval_check"}
         for name in ("prompt", "test"):  # a traceback shows the failing line of the tests
             linecache.cache[f"<{name}>"] = (len(settings[name]), None, settings[name].splitlines(True), f"<{name}>")
-        exec(compile(settings["prompt"], "<prompt>", "exec"), namespace)
+        exec(compile(settings["prompt"], "<prompt>", "exec", dont_inherit=True), namespace)
         namespace[settings["entry_point"]] = candidate  # a test may call the function by its name
-        exec(compile(settings["test"], "<test>", "exec"), namespace)
+        exec(compile(settings["test"], "<test>", "exec", dont_inherit=True), namespace)
         namespace["check"](candidate)
     except BaseException:
         traceback.print_exc()  # with the failing line of the tests, from linecache

@@ -52,7 +52,7 @@ for pid in ("self", str(os.getppid())):
             low, high = (int(x, 16) for x in line.split()[0].split("-"))
             try:
                 memory.seek(low)
-                found.update(m.decode() for m in re.findall(rb"[0-9a-f]{32}", memory.read(min(high - low, 1 << 24))))
+                found.update(m.decode() for m in re.findall(rb"[0-9a-f]{32}", memory.read(min(high - low, 1 << 20))))
             except (OSError, ValueError, OverflowError):
                 pass
     except OSError:
@@ -84,8 +84,9 @@ def adversarial_completions(problem: dict) -> dict[str, str]:
     answers = {"right": right, "wrong": WRONG, "never ends": "    while True:\n        pass\n"}
     for stop in EXITS:
         answers[f"body is {stop}"] = f"    {stop}\n"
-        answers[f"{stop}, then the right body"] = f"    {stop}\n{right}"
         answers[f"wrong body, then {stop}"] = f"{WRONG}\n{stop}\n"
+    for stop in EXITS[2:]:  # sys.exit, SystemExit, os._exit: around a right body too
+        answers[f"{stop}, then the right body"] = f"    {stop}\n{right}"
         answers[f"right body, then {stop}"] = f"{right}\n{stop}\n"
     quiet = "\nimport builtins\nbuiltins.AssertionError = type('Quiet', (Exception,), {})\n"
     answers.update({

@@ -114,15 +114,15 @@ def _drop_privileges() -> None:
 def _privileges_left() -> str:
     """What of root's power this process still has: '' when none."""
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
+        with open("/proc/self/status", encoding="utf-8", errors="replace") as status:
             fields = dict(line.split(":", 1) for line in status if ":" in line)
     except OSError:
         return "root" if hasattr(os, "geteuid") and os.geteuid() == 0 else ""
     names = ["CapEff", "CapPrm"] + (["CapBnd"] if os.geteuid() == 0 else [])
-    left = [name for name in names if int(fields.get(name, "0").strip(), 16)]
+    left = [f"its capabilities ({name})" for name in names if int(fields.get(name, "0").strip(), 16)]
     if fields.get("NoNewPrivs", "1").strip() != "1":
-        left.append("NoNewPrivs")
-    return ", ".join(f"capabilities ({name})" for name in left)
+        left.append("the right to gain privileges (no_new_privs is not set)")
+    return ", ".join(left)
 
 
 def serve(requests_fd: int, replies_fd: int) -> None:

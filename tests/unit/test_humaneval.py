@@ -100,3 +100,15 @@ def test_a_completion_that_never_ends_times_out_and_scores_zero():
 def test_an_answer_that_is_not_text_scores_zero():
     result = evaluate([{"name": "f", "arguments": {}}], task_index=2)
     assert result.correct is False and "must be text" in result.metadata["humaneval"]["error"]
+
+
+def test_the_completion_runs_without_capabilities_and_cannot_gain_any():
+    """Right only where the completion's own process has no capability left and no_new_privs set."""
+    answer = (
+        "    status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)\n"
+        "    bare = all(int(status[k], 16) == 0 for k in ('CapEff', 'CapPrm')) and status['NoNewPrivs'].strip() == '1'\n"
+        "    return number % 1.0 if bare else None\n"
+    )
+    assert evaluate(answer, task_index=2).correct is True
+    # the same check, inverted, fails: the answer above was right only because of what it saw
+    assert evaluate(answer.replace("if bare", "if not bare"), task_index=2).correct is False

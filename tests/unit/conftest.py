@@ -7,6 +7,8 @@ import types
 
 import pytest
 
+from agentcompass.benchmarks import bfcl
+
 
 @pytest.fixture(autouse=True)
 def _no_user_config(monkeypatch):
@@ -21,6 +23,10 @@ def bfcl_ast_checker():
     Only convert_func_name reads the table, for whether a model's tool names turn
     '.' into '_'; OpenAI's do, and so does this stand-in.
     """
+    # the real table says so for OpenAI's tool-calling models, e.g.
+    source = (bfcl.data_dir().parent / "constants" / "model_config.py").read_text()
+    entry = source[source.index('"gpt-4o-2024-11-20-FC": ModelConfig('):]
+    assert "underscore_to_dot=True" in entry[:entry.index("),")]
     table = types.ModuleType("bfcl_eval.constants.model_config")
     table.MODEL_CONFIG_MAPPING = {"stand-in": types.SimpleNamespace(underscore_to_dot=True)}
     saved = {name: module for name, module in sys.modules.items() if name.startswith("bfcl_eval")}

@@ -10,7 +10,8 @@ completion never runs in the process that holds the token:
 - ``check`` runs in the checker and gets a stand-in for the function: each call
   sends its arguments to the child as tagged JSON and reads back the return
   value, decoded into plain Python data (None, bool, int, float, complex, str,
-  bytes, list, tuple, dict, set); any other value, a raised exception, or the
+  bytes, list, tuple, dict, set, range; an iterator arrives as an iterator
+  over its items); any other value, a raised exception, or the
   child ending, fails the call and so the check;
 - the child has no token, no tests and not the checker's stdout (its stdout is
   the checker's stderr); the checker is marked non-dumpable, so a process of the
@@ -36,9 +37,10 @@ import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
-_TAGS = ("list", "tuple", "set", "frozenset", "dict", "bytes", "complex")
+_TAGS = ("list", "tuple", "set", "frozenset", "dict", "bytes", "complex", "range", "iterator")
 
 
 def encode(value: Any) -> Any:
@@ -60,6 +62,10 @@ def encode(value: Any) -> Any:
     for kind in (list, tuple, frozenset, set):
         if isinstance(value, kind):
             return {kind.__name__: [encode(item) for item in value]}
+    if isinstance(value, range):
+        return {"range": [value.start, value.stop, value.step]}
+    if isinstance(value, Iterator):  # a generator, map, zip...: its items, read once as the tests would
+        return {"iterator": [encode(item) for item in value]}
     raise TypeError(f"the function returned a {type(value).__name__}, which is not plain data")
 
 
@@ -78,6 +84,10 @@ def decode(data: Any) -> Any:
         raise ValueError(f"not an encoded {tag}")
     if tag == "dict":
         return {decode(k): decode(v) for k, v in inner}
+    if tag == "range":
+        return range(*inner)
+    if tag == "iterator":
+        return iter([decode(item) for item in inner])
     return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode(item) for item in inner)
 
 

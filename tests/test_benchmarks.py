@@ -55,6 +55,19 @@ def test_humaneval_empty_answers_score_zero_and_are_no_errors(workdir: Path):
     assert result["metadata"]["humaneval"]["returncode"] != 0 and "AssertionError" in result["metadata"]["humaneval"]["stderr"]
 
 
+def test_humaneval_an_answer_that_ends_the_interpreter_scores_zero(workdir: Path):
+    done = agentcompass(workdir, "run", "humaneval", "fixed_answer", "none", "-H", "answer=import sys; sys.exit(0)",
+                        "-b", "limit=3", "--cores", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = workdir / "results/default/humaneval-fixed_answer-none"
+    metrics = read(run / "metrics.json")
+    assert metrics["counts"] == {"completed": 3}
+    assert metrics["metrics"]["accuracy"] == metrics["metrics"]["pass@1"] == 0.0
+    evidence = read(run / "attempts/HumanEval%2F0/1/result.json")["metadata"]["humaneval"]
+    # the program ended with status 0 before check() ran: no token, no pass
+    assert evidence["token_seen"] is False and "the program failed: SystemExit: 0" in evidence["stderr"]
+
+
 def test_humaneval_tests_and_solutions_never_reach_the_harness(workdir: Path):
     config = workdir / "probe.yaml"
     config.write_text(json.dumps({"requests": {"probe": {

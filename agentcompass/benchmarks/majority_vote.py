@@ -139,7 +139,8 @@ class MajorityVoteBenchmark(HarnessFreeBenchmark):
     async def evaluate(self, task, prepared, result, env, req, plan):
         _ = prepared, env, req, plan
         samples = result.metadata.get("samples") or []
-        correct = result.answer == task.ground_truth
+        # an integer equal to the answer: not 2245.0, "2245" or True where 1 is expected
+        correct = type(result.answer) is int and result.answer == task.ground_truth
         return dataclasses.replace(
             result,
             status=TaskStatus.COMPLETED,
@@ -147,7 +148,7 @@ class MajorityVoteBenchmark(HarnessFreeBenchmark):
             score=1.0 if correct else 0.0,
             ground_truth=task.ground_truth,
             metadata={**result.metadata,
-                      "sample_accuracy": sum(s == task.ground_truth for s in samples) / len(samples) if samples else 0.0},
+                      "sample_accuracy": sum(type(s) is int and s == task.ground_truth for s in samples) / len(samples) if samples else 0.0},
         )
 
     def aggregate_metrics(self, results: list[RunResult], req: RunRequest) -> MetricResult:

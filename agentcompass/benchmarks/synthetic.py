@@ -60,5 +60,6 @@ class SyntheticBenchmark(BaseBenchmark):
         return self._require_plan(plan).expected
 
     async def evaluate(self, task, prepared, result, env, req, plan):
-        correct = str(result.answer).strip() == self._require_plan(plan).expected
+        # text only: no list or object whose printed form happens to match
+        correct = isinstance(result.answer, str) and result.answer.strip() == self._require_plan(plan).expected
         return dataclasses.replace(result, status=TaskStatus.COMPLETED, correct=correct, score=float(correct))

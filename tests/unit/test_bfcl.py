@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-import types
 
 import pytest
 
@@ -52,7 +50,8 @@ SIMPLE = task("simple_python", [TRIANGLE], [TRIANGLE_TRUTH])
 
 @pytest.mark.parametrize("answer, valid", [
     ([call("geometry_triangle_area", base=10.0, height=5)], True),
-    ([call("geometry.triangle_area", base=10.0, height=5)], True),  # BFCL's own (dotted) name
+    ([call("geometry.triangle_area", base=10.0, height=5)], False),  # a tool call must use the offered name
+    ([{"geometry.triangle_area": {"base": 10.0, "height": 5}}], True),  # BFCL's own form, with BFCL's (dotted) name
     ([call("geometry_triangle_area", base=10, height=5)], True),  # an int where a float is declared
     ([call("geometry_triangle_area", base=10.0, height=5, unit="Square-Meters")], True),  # normalised string
     ([call("triangle_area", base=10.0, height=5)], False),  # wrong function name
@@ -161,32 +160,14 @@ def test_every_supported_category_loads_from_the_pinned_package(all_tasks):
     assert {t.task_id for t in all_tasks} - {t.task_id for t in default} == set(bfcl.UNSATISFIABLE)
 
 
-@pytest.fixture(scope="module")
-def bfcl_ast_checker():
-    """bfcl-eval's own ast_checker, imported without its model table (which imports every model SDK).
-
-    Only convert_func_name reads the table, for whether a model's tool names turn
-    '.' into '_'; OpenAI's do, and so does this stand-in.
-    """
-    table = types.ModuleType("bfcl_eval.constants.model_config")
-    table.MODEL_CONFIG_MAPPING = {"stand-in": types.SimpleNamespace(underscore_to_dot=True)}
-    saved = {name: module for name, module in sys.modules.items() if name.startswith("bfcl_eval")}
-    sys.modules["bfcl_eval.constants.model_config"] = table
-    try:
-        from bfcl_eval.constants.enums import Language
-        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
-    finally:
-        for name in [n for n in sys.modules if n.startswith("bfcl_eval")]:
-            del sys.modules[name]
-        sys.modules.update(saved)
-    return lambda functions, output, truth, category: ast_checker(functions, output, truth, Language.PYTHON, category, "stand-in")
-
-
-def variants(reference: list[dict]) -> list[list[dict]]:
-    """The reference and answers one mistake away from it."""
-    out = [reference, list(reversed(reference))]
+def variants(reference: list[dict], dotted: list[str | None]) -> list[list[dict]]:
+    """The reference and answers one mistake away from it (``dotted``: each call's BFCL name if it has a dot)."""
+    out = [reference, list(reversed(reference)), reference[:-1], reference + reference[:1], []]
     first = reference[0]
     out.append([{"name": first["name"] + "_x", "arguments": first["arguments"]}, *reference[1:]])
+    for index, name in enumerate(dotted):
+        if name is not None:  # the function's BFCL name instead of the tool name offered
+            out.append([*reference[:index], {"name": name, "arguments": reference[index]["arguments"]}, *reference[index + 1:]])
     out.append([{"name": first["name"], "arguments": {**first["arguments"], "unexpected_x": 1}}, *reference[1:]])
     for param, value in first["arguments"].items():
         for changed in wrong_values(value):
@@ -213,19 +194,22 @@ def wrong_values(value):
 
 
 def test_checker_agrees_with_bfcl_evals_own_on_references_and_near_misses(all_tasks, bfcl_ast_checker):
-    compared = 0
+    """Names (a dotted BFCL name as a tool call too), missing and extra parameters, types, values, order, missing calls."""
+    compared = dotted_names = 0
     for t in all_tasks:
         if "irrelevance" in t.category:
             continue
         reference = bfcl.reference_calls(t.metadata["functions"], t.ground_truth)
-        for answer in variants(reference):
+        dotted = [next(iter(c)) if "." in next(iter(c)) else None for c in t.ground_truth]
+        for answer in variants(reference, dotted):
             output = [{c["name"]: c["arguments"]} for c in answer]
             theirs = bfcl_ast_checker(copy.deepcopy(t.metadata["functions"]), copy.deepcopy(output),
                                       copy.deepcopy(t.ground_truth), t.category)
             ours = bfcl.check(t, answer)
             assert (ours["valid"], ours.get("error_type")) == (theirs["valid"], theirs.get("error_type")), (t.task_id, answer)
             compared += 1
-    assert compared > 20_000
+            dotted_names += any("." in c["name"] for c in answer)
+    assert compared > 20_000 and dotted_names > 100
 
 
 def test_the_oracle_reference_passes_every_task_but_the_unsatisfiable_ones(all_tasks, bfcl_ast_checker):

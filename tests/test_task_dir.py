@@ -157,6 +157,21 @@ def test_a_failing_solution_is_a_run_error_and_a_missing_reward_an_eval_error(tm
     assert "exit status 3" in log.read_text()
 
 
+def test_a_reward_written_before_the_verifier_timed_out_is_no_verdict(tmp_path: Path, workdir: Path):
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    (tasks / "hello-file" / "tests" / "test.sh").write_text(
+        "#!/bin/sh\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\nsleep 120\n")
+    config = write_config(workdir, "oracle", {"id": "host_process"},
+                          {"path": str(tasks), "task_ids": ["hello-file"], "verifier_timeout": 5})
+    done = snakemake(workdir, "--configfile", str(config))
+    assert done.returncode == 0, done.stderr[-3000:]
+    hello = results_of(workdir)["hello-file"]
+    assert hello["status"] == "eval_error" and hello["score"] is None, hello
+    assert "timed out after 5.0 s): it did not finish, so no reward it wrote counts" in hello["error"], hello["error"]
+    assert hello["metadata"]["verifier"]["timed_out"] is True
+
+
 def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_model_call(tmp_path: Path, workdir: Path):
     from agentcompass.testing.endpoint import ScriptedEndpoint, completion
 

@@ -821,6 +821,9 @@ class TaskDirBenchmark(BaseBenchmark):
             "stdout": scrub(ran.stdout[-_TAIL:], secrets),
             "stderr": scrub(ran.stderr[-_TAIL:], secrets),
         }
+        if ran.timed_out:
+            # as in Harbor: a verifier that did not finish gives no verdict, whatever it wrote before
+            problems.insert(0, "it did not finish, so no reward it wrote counts")
         try:
             if problems:
                 raise ValueError("; ".join(problems))

@@ -2,15 +2,22 @@
 
 Each command runs in its own process group and carries the session's markers
 (``leftovers``), so a timeout or ``close()`` ends every process it started.
-A phase under network policy ``none`` runs its commands in a network
-namespace with nothing but loopback (``netns``); where no namespace can be
-made, such a phase is refused, never run open.
+Where bubblewrap works (``sandbox``: ``auto`` or ``bubblewrap``), every
+command runs in the session's sandbox (``bubblewrap``): its own processes
+only, the host's system folders read-only, no Unix socket of the host, and
+under network policy ``none`` nothing but loopback. With ``sandbox: off``
+commands are plain host processes, and a ``none`` phase gets a network
+namespace only (``netns``). Isolation a phase asks for is refused where it
+cannot be made, never run weaker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -34,6 +41,7 @@ from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedEr
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns
+from .bubblewrap import Sandbox, SandboxUnavailableError, require_sandbox, sandbox_support
 from .leftovers import (
     EXEC_VAR,
     LABEL_VAR,
@@ -67,6 +75,15 @@ class HostProcessConfig(ComponentConfig):
         description="Directory under which per-attempt workspaces are created (default: the system temp dir).",
     )
     keep_workspace: bool = config_field(default=False, description="Leave the workspace behind after the session closes.")
+    sandbox: str = config_field(
+        default="auto",
+        choices=["auto", "bubblewrap", "off"],
+        description="How commands are confined. 'bubblewrap': in a bubblewrap sandbox (own processes only, the "
+        "host's system folders read-only, no host Unix socket; only loopback under 'none'), refused where it "
+        "cannot be made. 'auto': the sandbox where it can be made; elsewhere a 'public' phase runs plain host "
+        "processes (with a warning) and a 'none' phase is refused. 'off': plain host processes, and a 'none' "
+        "phase in a network namespace only (host Unix sockets stay reachable).",
+    )
 
 
 _PIPE_GRACE_SECONDS = 1.0
@@ -105,9 +122,24 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def _exit_status(returncode: int) -> int:
+    """A command killed by signal N exits with 128+N, as a shell and docker report it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _user_change(user: str) -> list[str]:
+    """``setpriv`` options that run a command as ``user`` (a name or a numeric uid of this machine)."""
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, ValueError):
+        raise LookupError(f"unable to find user {user}: no matching entries in passwd file") from None
+    return ["--reuid", str(entry.pw_uid), "--regid", str(entry.pw_gid), "--init-groups"]
+
+
 class HostProcessSession(EnvironmentSession):
-    def __init__(self, root: Path, keep: bool, label: str) -> None:
+    def __init__(self, root: Path, keep: bool, label: str, sandboxed: bool = False) -> None:
         self.root = root
+        self.sandboxed = sandboxed
         self.keep = keep
         self.label = label
         self.session_id = uuid.uuid4().hex
@@ -117,6 +149,7 @@ class HostProcessSession(EnvironmentSession):
         self._started_any = False
         self._mode = "public"
         self._isolated: netns.IsolatedNetwork | None = None
+        self._sandbox: Sandbox | None = None
         self._relays: list[asyncio.subprocess.Process] = []
 
     @property
@@ -131,7 +164,7 @@ class HostProcessSession(EnvironmentSession):
         p = Path(path)
         return p if p.is_absolute() else self.root / p
 
-    async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None) -> ExecResult:
+    async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None, user=None) -> ExecResult:
         if shell and not isinstance(cmd, str):
             raise TypeError("exec(shell=True) takes a command string")
         if not shell and not (isinstance(cmd, list) and all(isinstance(c, str) for c in cmd)):
@@ -144,9 +177,21 @@ class HostProcessSession(EnvironmentSession):
         argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)
         if not os.path.isdir(workdir):
             raise FileNotFoundError(f"exec: working directory {workdir} does not exist")
+        if user is not None:
+            if os.geteuid() != 0:
+                raise PermissionError(
+                    f"host_process: running a command as user {user!r} needs agentcompass to run as root; "
+                    "run it as root, use the docker environment, or leave `user` unset"
+                )
+            try:
+                change = _user_change(str(user))
+            except LookupError as exc:
+                return ExecResult(returncode=126, stdout="", stderr=f"{exc}\n")
+        else:
+            change = []
         self._check_network()
         try:
-            proc = await self._start(argv, workdir, full_env, stdin=stdin)
+            proc = await self._start(argv, workdir, full_env, stdin=stdin, user_change=change)
         except (FileNotFoundError, PermissionError) as exc:
             # as a shell reports it, and as under 'none' (where nsenter execs the program)
             code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -183,26 +228,42 @@ class HostProcessSession(EnvironmentSession):
             # killed by a signal: by the agent, or with the whole session (its holder too)
             self._check_network()
         return ExecResult(
-            returncode=proc.returncode,
+            returncode=_exit_status(proc.returncode),
             stdout=out.decode(errors="replace"),
             stderr=err.decode(errors="replace"),
             timed_out=timed_out,
         )
 
     def _check_network(self) -> None:
-        """Raise ``SandboxDiedError`` if the isolated network's holder died: the session was
-        ended from outside (its processes killed, as ``agentcompass clean --all`` does)."""
+        """Raise ``SandboxDiedError`` if the sandbox's or the isolated network's holder died: the
+        session was ended from outside (its processes killed, as ``agentcompass clean --all`` does)."""
+        if self._sandbox is not None and not child_running(self._sandbox.holder):
+            raise SandboxDiedError(
+                f"host_process: the sandbox holder of session {self.label} died mid-attempt: "
+                "its processes were killed from outside"
+            )
         if self._isolated is not None and not child_running(self._isolated.holder):
             raise SandboxDiedError(
                 f"host_process: the network namespace holder of session {self.label} died mid-attempt: "
                 "its processes were killed from outside"
             )
 
-    async def _start(self, argv: list[str], cwd: str, env: dict[str, str], stdin) -> asyncio.subprocess.Process:
-        """``argv`` in the session's network, in a process group of its own that close() ends."""
+    async def _start(
+        self, argv: list[str], cwd: str, env: dict[str, str], stdin, user_change: list[str] | None = None,
+        network_only: bool = False,
+    ) -> asyncio.subprocess.Process:
+        """``argv`` in the session's sandbox (or with ``network_only``, in its network only: a relay to a
+        host socket), in a process group of its own that close() ends."""
         pass_fds: tuple[int, ...] = ()
-        if self._isolated is not None:
-            argv, pass_fds = self._isolated.wrap(argv), self._isolated.pass_fds
+        network = self._sandbox.network if self._sandbox is not None else self._isolated
+        if self._sandbox is not None and not network_only:
+            argv, pass_fds = self._sandbox.wrap(argv, cwd, user_change or []), self._sandbox.pass_fds
+        elif network is not None:
+            if user_change:
+                argv = ["setpriv", *user_change, "--", *argv]
+            argv, pass_fds = network.wrap(argv), network.pass_fds
+        elif user_change:
+            argv = ["setpriv", *user_change, "--", *argv]
         self._started_any = True
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=stdin, pass_fds=pass_fds,
@@ -216,7 +277,7 @@ class HostProcessSession(EnvironmentSession):
         # the relay needs no more of the job's environment than a path and the session's markers
         env = {"PATH": os.environ.get("PATH", os.defpath), **self._markers}
         argv = [sys.executable, "-I", _SOCKET_RELAY, str(socket_path)]
-        relay = await self._start(argv, str(self.root), env, stdin=asyncio.subprocess.DEVNULL)
+        relay = await self._start(argv, str(self.root), env, stdin=asyncio.subprocess.DEVNULL, network_only=True)
         self._relays.append(relay)
         try:
             line = await asyncio.wait_for(relay.stdout.readline(), _RELAY_START_TIMEOUT)
@@ -277,8 +338,9 @@ class HostProcessSession(EnvironmentSession):
         return self._path(path).is_dir()
 
     async def endpoint(self, port: int) -> str:
-        if self._isolated is not None:
-            return self._isolated.endpoint(port)
+        network = self._sandbox.network if self._sandbox is not None else self._isolated
+        if network is not None:
+            return network.endpoint(port)
         return f"127.0.0.1:{port}"
 
     async def set_network(self, policy: NetworkPolicy) -> None:
@@ -286,13 +348,22 @@ class HostProcessSession(EnvironmentSession):
 
         Switching to ``none`` first ends the processes the session started: they
         run on the host's network and must not carry it into an isolated phase.
-        Processes started under ``none`` stay in their namespace after a switch
-        to ``public``.
+        In the sandbox, every switch ends them and starts a new sandbox (with a
+        fresh ``/tmp``); the workspace stays. Without it, processes started
+        under ``none`` stay in their namespace after a switch to ``public``.
         """
-        if policy.mode == self._mode:
+        if policy.mode == self._mode and (self._sandbox is not None or not self.sandboxed):
             return
         if policy.mode == "none":
             netns.require_isolation("host_process")
+        if self.sandboxed:
+            self._end_processes()
+            await self._reap_relays()
+            await self._release_network()
+            self._sandbox = await Sandbox.create(
+                str(self.root), policy.mode == "none", {**sandbox_environment(), **self._markers}, "host_process"
+            )
+        elif policy.mode == "none":
             self._end_processes()
             await self._reap_relays()
             self._isolated = await netns.IsolatedNetwork.create(
@@ -311,6 +382,9 @@ class HostProcessSession(EnvironmentSession):
             kill_marked(SESSION_VAR, self.session_id)
 
     async def _release_network(self) -> None:
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            await sandbox.close()
         if self._isolated is not None:
             isolated, self._isolated = self._isolated, None
             await isolated.close()
@@ -336,7 +410,34 @@ class HostProcessEnvironment(BaseEnvironment):
     id = "host_process"
     config_class = HostProcessConfig
 
+    def build_config(self, spec: EnvironmentSpec) -> HostProcessConfig:
+        """The params, refused when the isolation they and the spec's phase policies ask for cannot be made."""
+        config = super().build_config(spec)
+        none_phases = [
+            phase for phase in ("baseline", "run", "evaluation")
+            if (policy := getattr(spec, f"{phase}_network", None)) is not None and policy.mode == "none"
+        ]
+        self._sandboxed(config, none_phases)
+        return config
+
+    @staticmethod
+    def _sandboxed(config: HostProcessConfig, none_phases: list[str]) -> bool:
+        """Whether sessions run in the sandbox; raise if what ``config`` asks for cannot be made here."""
+        if config.sandbox == "off":
+            if none_phases:
+                netns.require_isolation(f"host_process ({', '.join(none_phases)} phase)")
+            return False
+        if config.sandbox == "bubblewrap":
+            require_sandbox("host_process (sandbox: bubblewrap)")
+            return True
+        if sandbox_support()[0]:
+            return True
+        if none_phases:
+            require_sandbox(f"host_process (network policy 'none' in the {', '.join(none_phases)} phase)")
+        return False
+
     def resolve_network_policy(self, policy: NetworkPolicy, phase: str) -> NetworkPolicy:
+        # whether the sandbox can be made is checked with the params (build_config)
         if policy.mode == "none":
             netns.require_isolation(f"host_process ({phase} phase)")
         return policy
@@ -345,14 +446,25 @@ class HostProcessEnvironment(BaseEnvironment):
         config = self.build_config(spec)
         if network.mode == "none":
             netns.require_isolation("host_process")
+        sandboxed = self._sandboxed(config, ["this"] if network.mode == "none" else [])
+        if not sandboxed and config.sandbox == "auto":
+            _warn_unconfined()
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:40]
         root = Path(tempfile.mkdtemp(prefix=f"agentcompass-{safe}-", dir=config.workspace_root))
         # beside the workspace, not in it: the agent's files stay its own
         record_session(root, label)
-        session = HostProcessSession(root, keep=config.keep_workspace, label=label)
+        session = HostProcessSession(root, keep=config.keep_workspace, label=label, sandboxed=sandboxed)
         try:
             await session.set_network(network)
         except BaseException:
             await session.close()
             raise
         return session
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_unconfined() -> None:
+    logging.getLogger(__name__).warning(
+        "host_process: commands run as plain host processes, not in a sandbox: %s (set `sandbox: off` to "
+        "silence this, or `sandbox: bubblewrap` to refuse to run without it)", sandbox_support()[1],
+    )

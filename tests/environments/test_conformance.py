@@ -10,9 +10,18 @@ test sends traffic anywhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 import urllib.request
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -595,3 +604,154 @@ def test_async_with_closes_the_session(provider):
     while provider.leftovers(session) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert provider.leftovers(session) == []
+
+
+# --- what the sandbox holds -------------------------------------------------------------------
+#
+# Checked by what a command in the sandbox sees: its /proc, the Unix sockets it can reach, the
+# host files it can change, its network links. A leak here is a way to the job's own secrets
+# (its /proc/<pid>/environ) or to a service of the host (a Docker engine's socket).
+
+SECRET_VAR = "AGENTCOMPASS_PROBE_SECRET"
+# every environ in the sandbox's /proc that holds the value, one per line: "PID VALUE-FOUND"
+SCAN_ENVIRONS = 'for f in /proc/[0-9]*/environ; do tr "\\0" "\\n" < "$f" 2>/dev/null | grep -q "$1" && echo "${f%/environ}"; done; true'
+
+
+@pytest.mark.parametrize("mode", ["public", "none"])
+def test_sandbox_sees_its_own_processes_and_not_the_jobs_environment(sandboxed_provider, mode, request):
+    secret = f"probe-{uuid.uuid4().hex}"
+    # a process of the job that holds a secret in its environment, as the job holds an API key
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env={**os.environ, SECRET_VAR: secret})
+    request.addfinalizer(holder.kill)
+
+    async def body(s):
+        scanned = await s.exec(["sh", "-c", SCAN_ENVIRONS, "sh", secret])
+        # the scan finds a value where it is: in the command's own environment
+        own = await s.exec(["sh", "-c", SCAN_ENVIRONS, "sh", "visible-to-itself"], env={"AC_OWN": "visible-to-itself"})
+        listing = await s.exec("ls /proc | grep -E '^[0-9]+$'", shell=True)
+        ours = await s.exec(["cat", f"/proc/{holder.pid}/cmdline"])
+        return scanned, own, listing, ours
+
+    scanned, own, listing, ours = sandboxed_provider.run(body, mode=mode)
+    assert scanned.stdout == "", f"the job's secret is readable in the sandbox at {scanned.stdout.split()}"
+    assert own.stdout.strip(), own
+    assert "time.sleep(120)" not in ours.stdout
+    assert len(listing.stdout.split()) < 20, f"the sandbox sees processes not its own: {listing.stdout.split()}"
+
+
+class UnixServer:
+    """A listening Unix socket at a path on this machine (or abstract, in this network), counting connections."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen()
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                conn.sendall(SERVER_GREETING.encode() + b"\n")
+
+    def close(self) -> None:
+        self.sock.close()
+        if not self.path.startswith("\0"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+
+@pytest.fixture
+def planted_sockets(tmp_path):
+    """Listening Unix sockets where a job's own processes reach them: under /tmp, under the working
+    directory (where the results folder is), and an abstract one."""
+    near_results = Path(tempfile.mkdtemp(prefix=".probe-", dir=os.getcwd()))
+    servers = [
+        UnixServer(str(tmp_path / "planted.sock")),
+        UnixServer(str(near_results / "planted.sock")),
+        UnixServer(f"\0agentcompass-probe-{uuid.uuid4().hex}"),
+    ]
+    yield servers
+    for server in servers:
+        server.close()
+    shutil.rmtree(near_results, ignore_errors=True)
+
+
+UNIX_CONNECT_PY = (
+    "import socket, sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    s = socket.socket(socket.AF_UNIX)\n"
+    "    try:\n"
+    "        s.connect(path.replace('@', '\\0', 1) if path.startswith('@') else path)\n"
+    "        print('CONNECTED', path, s.recv(100))\n"
+    "    except OSError as exc:\n"
+    "        print('UNREACHABLE', path, exc)\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["public", "none"])
+def test_sandbox_reaches_no_host_unix_socket_but_the_one_it_is_handed(sandboxed_provider, mode, planted_sockets):
+    provider = sandboxed_provider
+    paths = [s.path.replace("\0", "@", 1) for s in planted_sockets]
+    files, abstract = paths[:2], paths[2]
+    if provider.name == "host_process" and mode == "public":
+        # the host's network, and with it its abstract sockets: see the README's Environments section
+        paths = files
+    handed = planted_sockets[0]
+
+    async def body(s):
+        seen = await s.exec(["sh", "-c", 'for p; do [ -e "$p" ] && echo "$p"; done; true', "sh", *files])
+        listed = await s.exec(["cat", "/proc/net/unix"])
+        tried = None
+        if provider.name == "host_process":
+            tried = await s.exec([sys.executable, "-c", UNIX_CONNECT_PY, *paths])
+        host, port = (await s.expose_host_socket(Path(handed.path))).split(":")
+        through = await provider.connect(s, host, int(port))
+        return seen, listed, tried, through
+
+    seen, listed, tried, through = provider.run(body, mode=mode)
+    assert seen.ok and seen.stdout == "", f"host socket files are in the sandbox: {seen.stdout.split()}"
+    if abstract in paths:
+        assert listed.ok and abstract not in listed.stdout, "the host's abstract socket is in the sandbox's network"
+    if tried is not None:
+        assert "CONNECTED" not in tried.stdout and tried.stdout.count("UNREACHABLE") == len(paths), tried
+    assert through.ok and through.stdout.strip() == SERVER_GREETING, through
+    assert [s.connections for s in planted_sockets] == [1, 0, 0]
+
+
+@pytest.mark.parametrize("mode", ["public", "none"])
+def test_sandbox_writes_only_its_workspace_and_a_private_tmp(sandboxed_provider, mode, tmp_path):
+    host_file = tmp_path / "host.txt"
+    host_file.write_text("the host's own\n")
+    probe = f"agentcompass-probe-{uuid.uuid4().hex}"
+    writes = (
+        f'echo changed > "{host_file}"; echo new > "{tmp_path}/new.txt"; touch /etc/{probe}; '
+        f'touch "$HOME/{probe}"; echo private > /tmp/{probe}; echo mine > mine.txt; '
+        f'cat /tmp/{probe} mine.txt'
+    )
+
+    async def main():
+        a = await sandboxed_provider.open(mode)
+        b = await sandboxed_provider.open(mode)
+        try:
+            wrote = await a.exec(writes, shell=True)
+            other = await b.exec(["ls", "/tmp"])
+            return wrote, await a.read_text("mine.txt"), other
+        finally:
+            await a.close()
+            await b.close()
+
+    wrote, mine, other = asyncio.run(main())
+    assert wrote.stdout == "private\nmine\n", wrote
+    assert mine == "mine\n"
+    assert host_file.read_text() == "the host's own\n"
+    assert not (tmp_path / "new.txt").exists()
+    assert not os.path.exists(f"/etc/{probe}") and not os.path.exists(os.path.expanduser(f"~/{probe}"))
+    assert not os.path.exists(f"/tmp/{probe}")
+    assert probe not in other.stdout, "sessions share /tmp"

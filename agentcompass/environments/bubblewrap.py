@@ -111,7 +111,8 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _holder_argv(workspace: str, isolated: bool, info_fd: int) -> list[str]:
-    argv = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--info-fd", str(info_fd)]
+    # --new-session: no command can push input into the terminal of the job (TIOCSTI)
+    argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--info-fd", str(info_fd)]
     if isolated:
         argv.append("--unshare-net")
     # fresh folders first: a visible folder inside one (a Python under the home folder) is bound over it
@@ -127,7 +128,8 @@ def _holder_argv(workspace: str, isolated: bool, info_fd: int) -> list[str]:
             argv += ["--ro-bind", folder, folder]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
-    return [*argv, "--", "sh", "-c", "echo ready; exec sleep infinity"]
+    # the holder leads a process group of its own, as the holder of a network namespace does
+    return [*argv, "--", "sh", "-c", "echo ready; exec setsid sleep infinity"]
 
 
 class Sandbox:

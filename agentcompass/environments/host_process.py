@@ -239,7 +239,7 @@ class HostProcessSession(EnvironmentSession):
         session was ended from outside (its processes killed, as ``agentcompass clean --all`` does)."""
         if self._sandbox is not None and not child_running(self._sandbox.holder):
             raise SandboxDiedError(
-                f"host_process: the sandbox holder of session {self.label} died mid-attempt: "
+                f"host_process: the namespace holder of session {self.label} (its sandbox) died mid-attempt: "
                 "its processes were killed from outside"
             )
         if self._isolated is not None and not child_running(self._isolated.holder):

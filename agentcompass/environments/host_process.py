@@ -309,6 +309,8 @@ class HostProcessSession(EnvironmentSession):
 
     async def upload(self, local: Path, remote: str) -> None:
         target = self._path(remote)
+        if not Path(local).is_dir() and target.is_dir():
+            raise IsADirectoryError(f"{remote} is a directory: a file cannot be uploaded onto it")
         target.parent.mkdir(parents=True, exist_ok=True)
         if Path(local).is_dir():
             shutil.copytree(local, target, symlinks=True, dirs_exist_ok=True)

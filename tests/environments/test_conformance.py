@@ -214,6 +214,19 @@ def test_upload_into_an_existing_directory_merges_with_its_files(provider, tmp_p
     assert provider.run(body) == ["new.txt", "old.txt"]
 
 
+def test_upload_of_a_file_onto_an_existing_directory_raises_is_a_directory(provider, tmp_path):
+    local = tmp_path / "file.txt"
+    local.write_text("a file")
+
+    async def body(s):
+        await s.write_text("target/old.txt", "old")
+        with pytest.raises(IsADirectoryError):
+            await s.upload(local, "target")
+        return sorted((await s.exec(["ls", "target"])).stdout.split())
+
+    assert provider.run(body) == ["old.txt"]
+
+
 def test_download_of_a_missing_path_raises_file_not_found(provider, tmp_path):
     async def body(s):
         with pytest.raises(FileNotFoundError):
@@ -354,6 +367,46 @@ def test_exec_of_a_missing_or_non_executable_program_reports_127_or_126(provider
     assert missing.returncode == 127 and missing.stderr
     assert not_executable.returncode == 126 and not_executable.stderr
     assert "never" not in not_executable.stdout
+
+
+def test_exec_killed_by_a_signal_exits_with_128_plus_the_signal(provider):
+    async def body(s):
+        return await s.exec("kill -9 $$", shell=True), await s.exec(["sh", "-c", "kill -TERM $$"])
+
+    killed, terminated = provider.run(body)
+    assert (killed.returncode, killed.timed_out) == (137, False)
+    assert terminated.returncode == 143
+
+
+def test_exec_as_another_user_and_as_an_unknown_one(provider):
+    if provider.name == "host_process" and os.geteuid() != 0:
+        pytest.skip("host_process runs a command as another user only when agentcompass runs as root")
+
+    async def body(s):
+        # a uid, not a name: the docker test image has no /etc/passwd
+        return (
+            await s.exec(["id", "-u"], user="65534"),
+            await s.exec(["id", "-u"]),
+            await s.exec(["id", "-u"], user="no-such-user-here"),
+        )
+
+    other, default, unknown = provider.run(body)
+    assert other.ok and other.stdout.strip() == "65534", other
+    assert default.ok and default.stdout.strip() == "0"
+    assert unknown.returncode == 126 and "unable to find user no-such-user-here" in unknown.stderr, unknown
+
+
+def test_exec_as_another_user_without_root_is_refused_on_host_process():
+    if os.geteuid() == 0:
+        pytest.skip("agentcompass runs as root here: host_process can change the user")
+    from .envkit import Provider
+
+    async def body(s):
+        with pytest.raises(PermissionError, match="needs agentcompass to run as root"):
+            await s.exec(["id", "-u"], user="65534")
+        return True
+
+    assert Provider("host_process").run(body)
 
 
 def test_exec_within_its_timeout_is_not_timed_out(provider):

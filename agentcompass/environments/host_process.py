@@ -38,10 +38,11 @@ from agentcompass.runtime import (
 )
 from agentcompass.aio import child_running
 from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
-from agentcompass.runtime.config import ComponentConfig, config_field
+from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 
 from . import netns
-from .bubblewrap import Sandbox, SandboxUnavailableError, require_sandbox, sandbox_support
+from .bubblewrap import Sandbox, require_sandbox, sandbox_support
+from .cgroups import Limits, SessionCgroup, memory_bytes, require_limits
 from .leftovers import (
     EXEC_VAR,
     LABEL_VAR,
@@ -84,6 +85,41 @@ class HostProcessConfig(ComponentConfig):
         "processes (with a warning) and a 'none' phase is refused. 'off': plain host processes, and a 'none' "
         "phase in a network namespace only (host Unix sockets stay reachable).",
     )
+    memory: str | None = config_field(
+        default=None, description="Memory limit of the session's processes together, e.g. '512m' or '2g' (a cgroup, "
+        "as docker's --memory); null: no limit.",
+    )
+    cpus: float | None = config_field(
+        default=None, description="CPU limit of the session's processes together, in cores, e.g. 1.5 (a cgroup); "
+        "null: no limit.",
+    )
+    pids_limit: int | None = config_field(
+        default=None, description="Most processes the session may hold at once, its own helpers included (a cgroup, "
+        "as docker's --pids-limit); null: no limit.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.memory is not None:
+            if isinstance(self.memory, bool):
+                raise ConfigError(f"memory must be a size such as '512m' or '2g', got {self.memory!r}")
+            memory_bytes(str(self.memory))
+            self.memory = str(self.memory)
+        if self.cpus is not None:
+            try:
+                self.cpus = float(self.cpus)
+            except (TypeError, ValueError):
+                raise ConfigError(f"cpus must be a number of cores, got {self.cpus!r}") from None
+            if not self.cpus > 0:
+                raise ConfigError(f"cpus must be positive, got {self.cpus!r}")
+        if self.pids_limit is not None:
+            self.pids_limit = parse_int(self.pids_limit, "pids_limit", minimum=1)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            memory=memory_bytes(self.memory) if self.memory is not None else None,
+            cpus=self.cpus, pids=self.pids_limit,
+        )
 
 
 _PIPE_GRACE_SECONDS = 1.0
@@ -137,9 +173,11 @@ def _user_change(user: str) -> list[str]:
 
 
 class HostProcessSession(EnvironmentSession):
-    def __init__(self, root: Path, keep: bool, label: str, sandboxed: bool = False) -> None:
+    def __init__(self, root: Path, keep: bool, label: str, sandboxed: bool = False, limits: Limits = Limits()) -> None:
         self.root = root
         self.sandboxed = sandboxed
+        self.limits = limits
+        self._cgroup: SessionCgroup | None = None
         self.keep = keep
         self.label = label
         self.session_id = uuid.uuid4().hex
@@ -264,6 +302,8 @@ class HostProcessSession(EnvironmentSession):
             argv, pass_fds = network.wrap(argv), network.pass_fds
         elif user_change:
             argv = ["setpriv", *user_change, "--", *argv]
+        if self._cgroup is not None:
+            argv = self._cgroup.wrap(argv)
         self._started_any = True
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=stdin, pass_fds=pass_fds,
@@ -364,7 +404,7 @@ class HostProcessSession(EnvironmentSession):
             await self._release_network()
             self._sandbox = await Sandbox.create(
                 str(self.root), policy.mode == "none", {**sandbox_environment(), **self._markers}, "host_process"
-            )
+            )  # the holder stays out of the session's cgroup: no memory shortage of the agent's kills it
         elif policy.mode == "none":
             self._end_processes()
             await self._reap_relays()
@@ -400,6 +440,9 @@ class HostProcessSession(EnvironmentSession):
         self._end_processes()
         await self._reap_relays()
         await self._release_network()
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)
+            self._cgroup = None
         if not keeps(retain, "always" if self.keep else "never", failed):
             shutil.rmtree(self.root, ignore_errors=True)
         forget_session(self.root)
@@ -420,6 +463,8 @@ class HostProcessEnvironment(BaseEnvironment):
             if (policy := getattr(spec, f"{phase}_network", None)) is not None and policy.mode == "none"
         ]
         self._sandboxed(config, none_phases)
+        if config.limits:
+            require_limits(tuple(config.limits.controllers()))
         return config
 
     @staticmethod
@@ -455,8 +500,10 @@ class HostProcessEnvironment(BaseEnvironment):
         root = Path(tempfile.mkdtemp(prefix=f"agentcompass-{safe}-", dir=config.workspace_root))
         # beside the workspace, not in it: the agent's files stay its own
         record_session(root, label)
-        session = HostProcessSession(root, keep=config.keep_workspace, label=label, sandboxed=sandboxed)
+        session = HostProcessSession(root, keep=config.keep_workspace, label=label, sandboxed=sandboxed, limits=config.limits)
         try:
+            if config.limits:
+                session._cgroup = SessionCgroup.create(config.limits, f"agentcompass-{session.session_id}")
             await session.set_network(network)
         except BaseException:
             await session.close()

@@ -469,6 +469,41 @@ def test_exec_timeout_kills_the_whole_process_tree_including_escaped_children(pr
     assert alive == [], f"processes survived the timeout: {alive}"
 
 
+# --- limits ------------------------------------------------------------------------------------
+
+HOG = "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo ${#x}"  # holds 100 MB in a shell variable
+FORKS = "i=0; while [ $i -lt 40 ]; do sleep 2 & i=$((i+1)); done; wait"
+
+
+def test_memory_and_pids_limits_hold_for_the_whole_session(provider):
+    if provider.name == "host_process":
+        from agentcompass.environments.cgroups import LimitsUnavailableError, require_limits
+
+        try:
+            require_limits(("memory", "pids"))
+        except LimitsUnavailableError as exc:
+            pytest.skip(str(exc))
+
+    async def body(s):
+        hog = await s.exec(HOG, shell=True, timeout=120)
+        small = await s.exec(["echo", "fine"])
+        forks = await s.exec(FORKS, shell=True, timeout=120)
+        return hog, small, forks
+
+    hog, small, forks = provider.run(body, memory="32m", pids_limit=16)
+    assert hog.returncode == 137 and "100000000" not in hog.stdout, hog  # killed for its memory
+    assert small.ok and small.stdout == "fine\n"
+    assert forks.returncode != 0 and "fork" in forks.stderr.lower(), forks
+
+
+def test_limits_are_checked_before_a_session_opens(provider):
+    from agentcompass.runtime.config import ConfigError
+
+    for bad in ({"memory": "lots"}, {"cpus": 0}, {"pids_limit": 0}):
+        with pytest.raises(ConfigError):
+            provider.environment.build_config(provider.spec(**bad))
+
+
 # --- network policies ------------------------------------------------------------------------------
 
 ROUTES_AND_LINKS = "cat /proc/net/dev; echo ===; cat /proc/net/route"

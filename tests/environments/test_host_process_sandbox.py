@@ -1,0 +1,75 @@
+"""host_process on a machine without bubblewrap: what asks for the sandbox is refused before any
+work, and what does not still runs (the default example must run anywhere)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from agentcompass.environments.netns import network_isolation
+
+from .envkit import clean_env
+
+CHECK = """
+import asyncio, json
+from agentcompass.environments import HostProcessEnvironment
+from agentcompass.runtime.config import ConfigError
+from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
+
+env = HostProcessEnvironment()
+out = {}
+cases = {
+    "bubblewrap": ({"sandbox": "bubblewrap"}, None),
+    "auto, run phase none": ({}, "none"),
+    "auto, public": ({}, None),
+    "off, run phase none": ({"sandbox": "off"}, "none"),
+}
+for name, (params, run_network) in cases.items():
+    spec = EnvironmentSpec(id="host_process", params=params,
+                           run_network=NetworkPolicy(mode=run_network) if run_network else None)
+    try:
+        env.build_config(spec)
+        out[name] = "accepted"
+    except ConfigError as exc:
+        out[name] = str(exc)
+
+async def main():
+    session = await env.open(EnvironmentSpec(id="host_process"), NetworkPolicy(), "nobwrap-task-1-run")
+    try:
+        return (await session.exec(["echo", "ran"])).stdout, session.sandboxed
+    finally:
+        await session.close()
+
+out["ran"] = asyncio.run(main())
+print(json.dumps(out))
+"""
+
+
+def path_without(tmp_path, program: str) -> str:
+    """A PATH that finds every program this one finds, but ``program``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            target = os.path.join(directory, name)
+            if name != program and not (bin_dir / name).exists() and os.access(target, os.X_OK):
+                (bin_dir / name).symlink_to(target)
+    return str(bin_dir)
+
+
+def test_without_bubblewrap_the_sandbox_is_refused_and_plain_public_phases_still_run(tmp_path):
+    env = clean_env(PATH=path_without(tmp_path, "bwrap"))
+    checked = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    out = json.loads(checked.stdout)
+    assert "needs the bubblewrap sandbox" in out["bubblewrap"] and "apt-get install bubblewrap" in out["bubblewrap"]
+    assert "run phase" in out["auto, run phase none"] and "apt-get install bubblewrap" in out["auto, run phase none"]
+    assert out["auto, public"] == "accepted"
+    if network_isolation()[0]:
+        assert out["off, run phase none"] == "accepted"
+    assert out["ran"] == ["ran\n", False]
+    assert "not in a sandbox" in checked.stderr and "sandbox: off" in checked.stderr  # said once, with the way out

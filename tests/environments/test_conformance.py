@@ -222,9 +222,15 @@ def test_upload_of_a_file_onto_an_existing_directory_raises_is_a_directory(provi
         await s.write_text("target/old.txt", "old")
         with pytest.raises(IsADirectoryError):
             await s.upload(local, "target")
-        return sorted((await s.exec(["ls", "target"])).stdout.split())
+        await s.upload(local, "target/old.txt")  # onto an existing file: replaces it
+        await s.upload(local, "with space/a file.bin")
+        return (
+            sorted((await s.exec(["ls", "target"])).stdout.split()),
+            await s.read_text("target/old.txt"),
+            await s.read_text("with space/a file.bin"),
+        )
 
-    assert provider.run(body) == ["old.txt"]
+    assert provider.run(body) == (["old.txt"], "a file", "a file")
 
 
 def test_download_of_a_missing_path_raises_file_not_found(provider, tmp_path):

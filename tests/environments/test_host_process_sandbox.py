@@ -73,3 +73,29 @@ def test_without_bubblewrap_the_sandbox_is_refused_and_plain_public_phases_still
         assert out["off, run phase none"] == "accepted"
     assert out["ran"] == ["ran\n", False]
     assert "not in a sandbox" in checked.stderr and "sandbox: off" in checked.stderr  # said once, with the way out
+
+
+DOCKER_DEFAULT_CAPABILITIES = 0xA80425FB  # chown ... setfcap, as Docker grants them
+
+
+def test_a_root_command_in_the_sandbox_keeps_only_dockers_capabilities():
+    import pytest
+
+    from agentcompass.environments.bubblewrap import sandbox_support
+
+    from .envkit import Provider
+
+    if os.geteuid() != 0 or not sandbox_support()[0]:
+        pytest.skip("needs root and the sandbox")
+
+    async def body(s):
+        return (
+            await s.exec(["grep", "CapBnd", "/proc/self/status"]),
+            await s.exec(["mount", "-o", "remount,rw", "/usr"]),
+            await s.exec(["touch", "/usr/agentcompass-probe"]),
+        )
+
+    caps, remount, touch = Provider("host_process", {"sandbox": "bubblewrap"}).run(body)
+    assert int(caps.stdout.split()[1], 16) == DOCKER_DEFAULT_CAPABILITIES
+    assert remount.returncode != 0 and touch.returncode != 0
+    assert not os.path.exists("/usr/agentcompass-probe")

@@ -24,6 +24,7 @@ command, used by the next) alive across commands, as in a container.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import json
 import os
@@ -53,6 +54,7 @@ KEPT_CAPABILITIES = (
 BOUNDING_SET = "-all," + ",".join(f"+{cap}" for cap in KEPT_CAPABILITIES)
 
 _TOOLS = ("bwrap", "nsenter", "setpriv")
+_NS_GET_PARENT = 0xB702  # ioctl: the parent of a user namespace
 _START_TIMEOUT = 10.0
 _INSTALL = "install bubblewrap and util-linux (Debian: apt-get install bubblewrap)"
 
@@ -141,7 +143,7 @@ class Sandbox:
         # the network namespace under 'none', for endpoints and the socket relay
         self.network: netns.IsolatedNetwork | None = None
         if "net" in fds:
-            self.network = netns.IsolatedNetwork(holder, fds["net"], fds.get("user"))
+            self.network = netns.IsolatedNetwork(holder, fds["net"], fds.get("owner"))
 
     @classmethod
     async def create(cls, workspace: str, isolated: bool, env: dict[str, str], what: str) -> "Sandbox":
@@ -167,6 +169,11 @@ class Sandbox:
             kinds = ["pid", "mnt", "ipc"] + (["net"] if isolated else []) + ([] if _rootful() else ["user"])
             for kind in kinds:
                 fds[kind] = os.open(f"/proc/{child}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+            if "user" in fds:
+                # unprivileged, bubblewrap owns the namespaces from one user namespace and runs the
+                # command in a second one, nested in it, that holds no capability over them
+                fds["owner"] = fcntl.ioctl(fds["user"], _NS_GET_PARENT)
+                os.set_inheritable(fds["owner"], False)
             if isolated and os.fstat(fds["net"]).st_ino == os.stat("/proc/self/ns/net").st_ino:
                 raise SandboxUnavailableError(f"{what}: the sandbox shares this process's network")
         except BaseException:
@@ -188,14 +195,15 @@ class Sandbox:
         only); the descriptors in ``pass_fds`` must be inherited."""
         enter = ["nsenter"]
         if "user" in self._fds:
-            # unprivileged: the user namespace bubblewrap made owns the others; we are its root already
-            enter += ["--preserve-credentials", f"--user=/proc/self/fd/{self._fds['user']}"]
+            # unprivileged: join the namespaces as the user namespace that owns them (we made it), then
+            # drop into the sandbox's own one, which has no capability over them
+            enter += ["--preserve-credentials", f"--user=/proc/self/fd/{self._fds['owner']}"]
         names = {"pid": "--pid", "mnt": "--mount", "ipc": "--ipc", "net": "--net"}
         enter += [f"{names[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items() if kind in names]
         # the directory is looked up inside, never opened from outside (its host mount would be the way out)
         enter += [f"--wdns={cwd}", "--"]
         if "user" in self._fds:
-            return [*enter, *argv]
+            return [*enter, "nsenter", "--preserve-credentials", f"--user=/proc/self/fd/{self._fds['user']}", "--", *argv]
         return [*enter, "setpriv", "--bounding-set", BOUNDING_SET, *user_change, "--", *argv]
 
     def alive(self) -> bool:

@@ -209,7 +209,9 @@ class HostProcessSession(EnvironmentSession):
             raise TypeError("exec(shell=False) takes an argv list of strings")
         started = time.monotonic()
         exec_id = uuid.uuid4().hex
-        full_env = {**sandbox_environment(), **(env or {}), **self._markers, EXEC_VAR: exec_id}
+        # in the sandbox the job's own temporary folder is not there: its private /tmp is
+        private = {"TMPDIR": "/tmp"} if self._sandbox is not None and "TMPDIR" in os.environ else {}
+        full_env = {**sandbox_environment(), **private, **(env or {}), **self._markers, EXEC_VAR: exec_id}
         workdir = str(self._path(cwd)) if cwd else str(self.root)
         stdin = asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
         argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)

@@ -387,6 +387,12 @@ class HostProcessSession(EnvironmentSession):
             return network.endpoint(port)
         return f"127.0.0.1:{port}"
 
+    async def start(self, network: NetworkPolicy) -> None:
+        """Make the session's cgroup (if it has limits) and its sandbox or network."""
+        if self.limits:
+            self._cgroup = SessionCgroup.create(self.limits, f"agentcompass-{self.session_id}")
+        await self.set_network(network)
+
     async def set_network(self, policy: NetworkPolicy) -> None:
         """Switch the network of the commands started from now on.
 
@@ -464,25 +470,29 @@ class HostProcessEnvironment(BaseEnvironment):
             phase for phase in ("baseline", "run", "evaluation")
             if (policy := getattr(spec, f"{phase}_network", None)) is not None and policy.mode == "none"
         ]
-        self._sandboxed(config, none_phases)
+        if none_phases:
+            self._sandboxed(config, f"the {', '.join(none_phases)} phase")
+        else:
+            self._sandboxed(config, None)
         if config.limits:
             require_limits(tuple(config.limits.controllers()))
         return config
 
     @staticmethod
-    def _sandboxed(config: HostProcessConfig, none_phases: list[str]) -> bool:
-        """Whether sessions run in the sandbox; raise if what ``config`` asks for cannot be made here."""
+    def _sandboxed(config: HostProcessConfig, isolated: str | None) -> bool:
+        """Whether sessions run in the sandbox, given what runs under network policy 'none' (``isolated``,
+        e.g. 'the run phase'; None: nothing); raise if what is asked for cannot be made here."""
         if config.sandbox == "off":
-            if none_phases:
-                netns.require_isolation(f"host_process ({', '.join(none_phases)} phase)")
+            if isolated:
+                netns.require_isolation(f"host_process ({isolated})")
             return False
         if config.sandbox == "bubblewrap":
             require_sandbox("host_process (sandbox: bubblewrap)")
             return True
         if sandbox_support()[0]:
             return True
-        if none_phases:
-            require_sandbox(f"host_process (network policy 'none' in the {', '.join(none_phases)} phase)")
+        if isolated:
+            require_sandbox(f"host_process (network policy 'none' in {isolated})")
         return False
 
     def resolve_network_policy(self, policy: NetworkPolicy, phase: str) -> NetworkPolicy:
@@ -495,7 +505,7 @@ class HostProcessEnvironment(BaseEnvironment):
         config = self.build_config(spec)
         if network.mode == "none":
             netns.require_isolation("host_process")
-        sandboxed = self._sandboxed(config, ["this"] if network.mode == "none" else [])
+        sandboxed = self._sandboxed(config, "this session" if network.mode == "none" else None)
         if not sandboxed and config.sandbox == "auto":
             _warn_unconfined()
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:40]
@@ -504,9 +514,7 @@ class HostProcessEnvironment(BaseEnvironment):
         record_session(root, label)
         session = HostProcessSession(root, keep=config.keep_workspace, label=label, sandboxed=sandboxed, limits=config.limits)
         try:
-            if config.limits:
-                session._cgroup = SessionCgroup.create(config.limits, f"agentcompass-{session.session_id}")
-            await session.set_network(network)
+            await session.start(network)
         except BaseException:
             await session.close()
             raise

@@ -344,9 +344,9 @@ def test_resolve_network_policy_accepts_none_where_isolation_is_available(monkey
 
 def test_open_with_unknown_param_raises():
     async def main():
-        await HostProcessEnvironment().open(EnvironmentSpec(params={"cpus": 2}), NetworkPolicy(), "label")
+        await HostProcessEnvironment().open(EnvironmentSpec(params={"gpus": 2}), NetworkPolicy(), "label")
 
-    with pytest.raises(ConfigError, match="cpus"):
+    with pytest.raises(ConfigError, match="gpus"):
         asyncio.run(main())
 
 

@@ -461,6 +461,8 @@ class HostProcessEnvironment(BaseEnvironment):
     """Host subprocesses in a per-attempt workspace directory (the embedded default)."""
 
     id = "host_process"
+    # 2: commands run in the sandbox where it can be made; a command killed by a signal exits 128+N
+    version = "2"
     config_class = HostProcessConfig
 
     def build_config(self, spec: EnvironmentSpec) -> HostProcessConfig:

@@ -99,3 +99,35 @@ def test_a_root_command_in_the_sandbox_keeps_only_dockers_capabilities():
     assert int(caps.stdout.split()[1], 16) == DOCKER_DEFAULT_CAPABILITIES
     assert remount.returncode != 0 and touch.returncode != 0
     assert not os.path.exists("/usr/agentcompass-probe")
+
+
+def test_cpus_is_a_cpu_quota_on_the_cgroup_every_command_is_in():
+    import pytest
+
+    from agentcompass.environments.cgroups import LimitsUnavailableError, require_limits
+
+    from .envkit import Provider
+
+    try:
+        require_limits(("cpu",))
+    except LimitsUnavailableError as exc:
+        pytest.skip(str(exc))
+
+    def quota_of(listing: str) -> int:
+        """The CPU quota (microseconds per 100 ms) of the cgroup ``/proc/self/cgroup`` names."""
+        lines = [line.split(":", 2) for line in listing.splitlines()]
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            path = next(path for _, names, path in lines if names == "")
+            return int(open(f"/sys/fs/cgroup{path}/cpu.max").read().split()[0])
+        path = next(path for _, names, path in lines if "cpu" in names.split(","))
+        mount = next(m for m in os.listdir("/sys/fs/cgroup") if "cpu" in m.split(","))
+        return int(open(f"/sys/fs/cgroup/{mount}{path}/cpu.cfs_quota_us").read())
+
+    async def body(s):
+        first = await s.exec(["cat", "/proc/self/cgroup"])
+        second = await s.exec("sleep 1 & cat /proc/self/cgroup", shell=True)
+        return first.stdout, second.stdout, quota_of(first.stdout)
+
+    first, second, quota = Provider("host_process").run(body, cpus=0.5)
+    assert second == first  # every command, and what it starts, in the session's cgroup
+    assert quota == 50_000  # half of each 100 ms period

@@ -206,9 +206,6 @@ class Sandbox:
             return [*enter, "nsenter", "--preserve-credentials", f"--user=/proc/self/fd/{self._fds['user']}", "--", *argv]
         return [*enter, "setpriv", "--bounding-set", BOUNDING_SET, *user_change, "--", *argv]
 
-    def alive(self) -> bool:
-        return self.holder.returncode is None
-
     async def close(self) -> None:
         if self.network is not None:
             self.network.close_relays()

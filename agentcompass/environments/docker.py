@@ -463,8 +463,8 @@ class DockerSession(EnvironmentSession):
         if not timed_out and returncode in (None, 128 + signal.SIGKILL):
             # killed: by the agent, or with its whole container (docker kill, docker stop, the engine)
             await self._call("checking the container", self._raise_if_dying)
-        if returncode == 126 and stdout.startswith(b"OCI runtime exec failed"):
-            # the program could not start: report it as a shell (and host_process) would
+        if returncode == 126 and stdout.startswith((b"OCI runtime exec failed", b"unable to find user")):
+            # the program could not start, or not as that user: report it as a shell (and host_process) would
             message = stdout.decode(errors="replace").strip()
             missing = "unable to find user" not in message and ("not found" in message or "no such file" in message)
             return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")

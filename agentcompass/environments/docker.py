@@ -440,7 +440,7 @@ class DockerSession(EnvironmentSession):
 
     # --- commands ------------------------------------------------------------------
 
-    async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None) -> ExecResult:
+    async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None, user=None) -> ExecResult:
         if shell and not isinstance(cmd, str):
             raise TypeError("exec(shell=True) takes a command string")
         if not shell and not (isinstance(cmd, list) and all(isinstance(c, str) for c in cmd)):
@@ -454,7 +454,7 @@ class DockerSession(EnvironmentSession):
         api = self.client.api
         created = await self._call(
             "starting a command", api.exec_create, self.container.id, argv, stdin=data is not None,
-            environment={**(env or {}), EXEC_VAR: exec_id}, workdir=workdir,
+            environment={**(env or {}), EXEC_VAR: exec_id}, workdir=workdir, user=str(user) if user is not None else "",
         )
         eid = created["Id"]
         attached = await self._call("starting a command", api.exec_start, eid, socket=True)
@@ -475,13 +475,13 @@ class DockerSession(EnvironmentSession):
         if not timed_out and returncode in (None, 128 + signal.SIGKILL):
             # killed: by the agent, or with its whole container (docker kill, docker stop, the engine)
             await self._call("checking the container", self._raise_if_dying)
-        if returncode == 126 and stdout.startswith(b"OCI runtime exec failed"):
-            # the program could not start: report it as a shell (and host_process) would
+        if returncode == 126 and stdout.startswith((b"OCI runtime exec failed", b"unable to find user")):
+            # the program could not start, or not as that user: report it as a shell (and host_process) would
             message = stdout.decode(errors="replace").strip()
-            missing = "not found" in message or "no such file" in message
+            missing = "unable to find user" not in message and ("not found" in message or "no such file" in message)
             return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")
         return ExecResult(
-            returncode=returncode if returncode is not None else -9,
+            returncode=returncode if returncode is not None else 128 + signal.SIGKILL,
             stdout=stdout.decode(errors="replace"),
             stderr=stderr.decode(errors="replace"),
             timed_out=timed_out,
@@ -565,7 +565,13 @@ class DockerSession(EnvironmentSession):
         local = Path(local)
         if not local.exists():
             raise FileNotFoundError(str(local))
-        await self._call("copying files in", self._put_now, self._path(remote), lambda tar, name: tar.add(local, arcname=name, filter=_tar_filter))
+
+        def put() -> None:
+            if not local.is_dir() and (stat := self._resolve_now(self._path(remote))[1]) is not None and stat["mode"] & _MODE_DIR:
+                raise IsADirectoryError(f"{remote} is a directory in the container: a file cannot be uploaded onto it")
+            self._put_now(self._path(remote), lambda tar, name: tar.add(local, arcname=name, filter=_tar_filter))
+
+        await self._call("copying files in", put)
 
     async def write_text(self, path: str, text: str) -> None:
         data = text.encode("utf-8")

@@ -2,15 +2,22 @@
 
 Each command runs in its own process group and carries the session's markers
 (``leftovers``), so a timeout or ``close()`` ends every process it started.
-A phase under network policy ``none`` runs its commands in a network
-namespace with nothing but loopback (``netns``); where no namespace can be
-made, such a phase is refused, never run open.
+Where bubblewrap works (``sandbox``: ``auto`` or ``bubblewrap``), every
+command runs in the session's sandbox (``bubblewrap``): its own processes
+only, the host's system folders read-only, no Unix socket of the host, and
+under network policy ``none`` nothing but loopback. With ``sandbox: off``
+commands are plain host processes, and a ``none`` phase gets a network
+namespace only (``netns``). Isolation a phase asks for is refused where it
+cannot be made, never run weaker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -31,9 +38,11 @@ from agentcompass.runtime import (
 )
 from agentcompass.aio import child_running
 from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
-from agentcompass.runtime.config import ComponentConfig, config_field
+from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 
 from . import netns
+from .bubblewrap import Sandbox, require_sandbox, sandbox_support
+from .cgroups import Limits, SessionCgroup, memory_bytes, require_limits
 from .leftovers import (
     EXEC_VAR,
     LABEL_VAR,
@@ -67,6 +76,50 @@ class HostProcessConfig(ComponentConfig):
         description="Directory under which per-attempt workspaces are created (default: the system temp dir).",
     )
     keep_workspace: bool = config_field(default=False, description="Leave the workspace behind after the session closes.")
+    sandbox: str = config_field(
+        default="auto",
+        choices=["auto", "bubblewrap", "off"],
+        description="How commands are confined. 'bubblewrap': in a bubblewrap sandbox (own processes only, the "
+        "host's system folders read-only, no host Unix socket; only loopback under 'none'), refused where it "
+        "cannot be made. 'auto': the sandbox where it can be made; elsewhere a 'public' phase runs plain host "
+        "processes (with a warning) and a 'none' phase is refused. 'off': plain host processes, and a 'none' "
+        "phase in a network namespace only (host Unix sockets stay reachable).",
+    )
+    memory: str | None = config_field(
+        default=None, description="Memory limit of the session's processes together, e.g. '512m' or '2g' (a cgroup, "
+        "as docker's --memory); null: no limit.",
+    )
+    cpus: float | None = config_field(
+        default=None, description="CPU limit of the session's processes together, in cores, e.g. 1.5 (a cgroup); "
+        "null: no limit.",
+    )
+    pids_limit: int | None = config_field(
+        default=None, description="Most processes the session may hold at once, its own helpers included (a cgroup, "
+        "as docker's --pids-limit); null: no limit.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.memory is not None:
+            if isinstance(self.memory, bool):
+                raise ConfigError(f"memory must be a size such as '512m' or '2g', got {self.memory!r}")
+            memory_bytes(str(self.memory))
+            self.memory = str(self.memory)
+        if self.cpus is not None:
+            try:
+                self.cpus = float(self.cpus)
+            except (TypeError, ValueError):
+                raise ConfigError(f"cpus must be a number of cores, got {self.cpus!r}") from None
+            if not self.cpus > 0:
+                raise ConfigError(f"cpus must be positive, got {self.cpus!r}")
+        if self.pids_limit is not None:
+            self.pids_limit = parse_int(self.pids_limit, "pids_limit", minimum=1)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            memory=memory_bytes(self.memory) if self.memory is not None else None,
+            cpus=self.cpus, pids=self.pids_limit,
+        )
 
 
 _PIPE_GRACE_SECONDS = 1.0
@@ -105,9 +158,26 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def _exit_status(returncode: int) -> int:
+    """A command killed by signal N exits with 128+N, as a shell and docker report it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _user_change(user: str) -> list[str]:
+    """``setpriv`` options that run a command as ``user`` (a name or a numeric uid of this machine)."""
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, ValueError):
+        raise LookupError(f"unable to find user {user}: no matching entries in passwd file") from None
+    return ["--reuid", str(entry.pw_uid), "--regid", str(entry.pw_gid), "--init-groups"]
+
+
 class HostProcessSession(EnvironmentSession):
-    def __init__(self, root: Path, keep: bool, label: str) -> None:
+    def __init__(self, root: Path, keep: bool, label: str, sandboxed: bool = False, limits: Limits = Limits()) -> None:
         self.root = root
+        self.sandboxed = sandboxed
+        self.limits = limits
+        self._cgroup: SessionCgroup | None = None
         self.keep = keep
         self.label = label
         self.session_id = uuid.uuid4().hex
@@ -117,6 +187,7 @@ class HostProcessSession(EnvironmentSession):
         self._started_any = False
         self._mode = "public"
         self._isolated: netns.IsolatedNetwork | None = None
+        self._sandbox: Sandbox | None = None
         self._relays: list[asyncio.subprocess.Process] = []
 
     @property
@@ -131,22 +202,36 @@ class HostProcessSession(EnvironmentSession):
         p = Path(path)
         return p if p.is_absolute() else self.root / p
 
-    async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None) -> ExecResult:
+    async def exec(self, cmd, *, shell=False, timeout=None, cwd=None, env=None, input=None, user=None) -> ExecResult:
         if shell and not isinstance(cmd, str):
             raise TypeError("exec(shell=True) takes a command string")
         if not shell and not (isinstance(cmd, list) and all(isinstance(c, str) for c in cmd)):
             raise TypeError("exec(shell=False) takes an argv list of strings")
         started = time.monotonic()
         exec_id = uuid.uuid4().hex
-        full_env = {**sandbox_environment(), **(env or {}), **self._markers, EXEC_VAR: exec_id}
+        # in the sandbox the job's own temporary folder is not there: its private /tmp is
+        private = {"TMPDIR": "/tmp"} if self._sandbox is not None and "TMPDIR" in os.environ else {}
+        full_env = {**sandbox_environment(), **private, **(env or {}), **self._markers, EXEC_VAR: exec_id}
         workdir = str(self._path(cwd)) if cwd else str(self.root)
         stdin = asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
         argv = ["/bin/sh", "-c", cmd] if shell else list(cmd)
         if not os.path.isdir(workdir):
             raise FileNotFoundError(f"exec: working directory {workdir} does not exist")
+        if user is not None:
+            if os.geteuid() != 0:
+                raise PermissionError(
+                    f"host_process: running a command as user {user!r} needs agentcompass to run as root; "
+                    "run it as root, use the docker environment, or leave `user` unset"
+                )
+            try:
+                change = _user_change(str(user))
+            except LookupError as exc:
+                return ExecResult(returncode=126, stdout="", stderr=f"{exc}\n")
+        else:
+            change = []
         self._check_network()
         try:
-            proc = await self._start(argv, workdir, full_env, stdin=stdin)
+            proc = await self._start(argv, workdir, full_env, stdin=stdin, user_change=change)
         except (FileNotFoundError, PermissionError) as exc:
             # as a shell reports it, and as under 'none' (where nsenter execs the program)
             code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -183,26 +268,44 @@ class HostProcessSession(EnvironmentSession):
             # killed by a signal: by the agent, or with the whole session (its holder too)
             self._check_network()
         return ExecResult(
-            returncode=proc.returncode,
+            returncode=_exit_status(proc.returncode),
             stdout=out.decode(errors="replace"),
             stderr=err.decode(errors="replace"),
             timed_out=timed_out,
         )
 
     def _check_network(self) -> None:
-        """Raise ``SandboxDiedError`` if the isolated network's holder died: the session was
-        ended from outside (its processes killed, as ``agentcompass clean --all`` does)."""
+        """Raise ``SandboxDiedError`` if the sandbox's or the isolated network's holder died: the
+        session was ended from outside (its processes killed, as ``agentcompass clean --all`` does)."""
+        if self._sandbox is not None and not child_running(self._sandbox.holder):
+            raise SandboxDiedError(
+                f"host_process: the namespace holder of session {self.label} (its sandbox) died mid-attempt: "
+                "its processes were killed from outside"
+            )
         if self._isolated is not None and not child_running(self._isolated.holder):
             raise SandboxDiedError(
                 f"host_process: the network namespace holder of session {self.label} died mid-attempt: "
                 "its processes were killed from outside"
             )
 
-    async def _start(self, argv: list[str], cwd: str, env: dict[str, str], stdin) -> asyncio.subprocess.Process:
-        """``argv`` in the session's network, in a process group of its own that close() ends."""
+    async def _start(
+        self, argv: list[str], cwd: str, env: dict[str, str], stdin, user_change: list[str] | None = None,
+        network_only: bool = False,
+    ) -> asyncio.subprocess.Process:
+        """``argv`` in the session's sandbox (or with ``network_only``, in its network only: a relay to a
+        host socket), in a process group of its own that close() ends."""
         pass_fds: tuple[int, ...] = ()
-        if self._isolated is not None:
-            argv, pass_fds = self._isolated.wrap(argv), self._isolated.pass_fds
+        network = self._sandbox.network if self._sandbox is not None else self._isolated
+        if self._sandbox is not None and not network_only:
+            argv, pass_fds = self._sandbox.wrap(argv, cwd, user_change or []), self._sandbox.pass_fds
+        elif network is not None:
+            if user_change:
+                argv = ["setpriv", *user_change, "--", *argv]
+            argv, pass_fds = network.wrap(argv), network.pass_fds
+        elif user_change:
+            argv = ["setpriv", *user_change, "--", *argv]
+        if self._cgroup is not None:
+            argv = self._cgroup.wrap(argv)
         self._started_any = True
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=stdin, pass_fds=pass_fds,
@@ -216,7 +319,7 @@ class HostProcessSession(EnvironmentSession):
         # the relay needs no more of the job's environment than a path and the session's markers
         env = {"PATH": os.environ.get("PATH", os.defpath), **self._markers}
         argv = [sys.executable, "-I", _SOCKET_RELAY, str(socket_path)]
-        relay = await self._start(argv, str(self.root), env, stdin=asyncio.subprocess.DEVNULL)
+        relay = await self._start(argv, str(self.root), env, stdin=asyncio.subprocess.DEVNULL, network_only=True)
         self._relays.append(relay)
         try:
             line = await asyncio.wait_for(relay.stdout.readline(), _RELAY_START_TIMEOUT)
@@ -248,6 +351,8 @@ class HostProcessSession(EnvironmentSession):
 
     async def upload(self, local: Path, remote: str) -> None:
         target = self._path(remote)
+        if not Path(local).is_dir() and target.is_dir():
+            raise IsADirectoryError(f"{remote} is a directory: a file cannot be uploaded onto it")
         target.parent.mkdir(parents=True, exist_ok=True)
         if Path(local).is_dir():
             shutil.copytree(local, target, symlinks=True, dirs_exist_ok=True)
@@ -277,22 +382,38 @@ class HostProcessSession(EnvironmentSession):
         return self._path(path).is_dir()
 
     async def endpoint(self, port: int) -> str:
-        if self._isolated is not None:
-            return self._isolated.endpoint(port)
+        network = self._sandbox.network if self._sandbox is not None else self._isolated
+        if network is not None:
+            return network.endpoint(port)
         return f"127.0.0.1:{port}"
+
+    async def start(self, network: NetworkPolicy) -> None:
+        """Make the session's cgroup (if it has limits) and its sandbox or network."""
+        if self.limits:
+            self._cgroup = SessionCgroup.create(self.limits, f"agentcompass-{self.session_id}")
+        await self.set_network(network)
 
     async def set_network(self, policy: NetworkPolicy) -> None:
         """Switch the network of the commands started from now on.
 
         Switching to ``none`` first ends the processes the session started: they
         run on the host's network and must not carry it into an isolated phase.
-        Processes started under ``none`` stay in their namespace after a switch
-        to ``public``.
+        In the sandbox, every switch ends them and starts a new sandbox (with a
+        fresh ``/tmp``); the workspace stays. Without it, processes started
+        under ``none`` stay in their namespace after a switch to ``public``.
         """
-        if policy.mode == self._mode:
+        if policy.mode == self._mode and (self._sandbox is not None or not self.sandboxed):
             return
         if policy.mode == "none":
             netns.require_isolation("host_process")
+        if self.sandboxed:
+            self._end_processes()
+            await self._reap_relays()
+            await self._release_network()
+            self._sandbox = await Sandbox.create(
+                str(self.root), policy.mode == "none", {**sandbox_environment(), **self._markers}, "host_process"
+            )  # the holder stays out of the session's cgroup: no memory shortage of the agent's kills it
+        elif policy.mode == "none":
             self._end_processes()
             await self._reap_relays()
             self._isolated = await netns.IsolatedNetwork.create(
@@ -311,6 +432,9 @@ class HostProcessSession(EnvironmentSession):
             kill_marked(SESSION_VAR, self.session_id)
 
     async def _release_network(self) -> None:
+        if self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            await sandbox.close()
         if self._isolated is not None:
             isolated, self._isolated = self._isolated, None
             await isolated.close()
@@ -324,6 +448,9 @@ class HostProcessSession(EnvironmentSession):
         self._end_processes()
         await self._reap_relays()
         await self._release_network()
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)
+            self._cgroup = None
         if not keeps(retain, "always" if self.keep else "never", failed):
             shutil.rmtree(self.root, ignore_errors=True)
         forget_session(self.root)
@@ -334,9 +461,44 @@ class HostProcessEnvironment(BaseEnvironment):
     """Host subprocesses in a per-attempt workspace directory (the embedded default)."""
 
     id = "host_process"
+    # 2: commands run in the sandbox where it can be made; a command killed by a signal exits 128+N
+    version = "2"
     config_class = HostProcessConfig
 
+    def build_config(self, spec: EnvironmentSpec) -> HostProcessConfig:
+        """The params, refused when the isolation they and the spec's phase policies ask for cannot be made."""
+        config = super().build_config(spec)
+        none_phases = [
+            phase for phase in ("baseline", "run", "evaluation")
+            if (policy := getattr(spec, f"{phase}_network", None)) is not None and policy.mode == "none"
+        ]
+        if none_phases:
+            self._sandboxed(config, f"the {', '.join(none_phases)} phase")
+        else:
+            self._sandboxed(config, None)
+        if config.limits:
+            require_limits(tuple(config.limits.controllers()))
+        return config
+
+    @staticmethod
+    def _sandboxed(config: HostProcessConfig, isolated: str | None) -> bool:
+        """Whether sessions run in the sandbox, given what runs under network policy 'none' (``isolated``,
+        e.g. 'the run phase'; None: nothing); raise if what is asked for cannot be made here."""
+        if config.sandbox == "off":
+            if isolated:
+                netns.require_isolation(f"host_process ({isolated})")
+            return False
+        if config.sandbox == "bubblewrap":
+            require_sandbox("host_process (sandbox: bubblewrap)")
+            return True
+        if sandbox_support()[0]:
+            return True
+        if isolated:
+            require_sandbox(f"host_process (network policy 'none' in {isolated})")
+        return False
+
     def resolve_network_policy(self, policy: NetworkPolicy, phase: str) -> NetworkPolicy:
+        # whether the sandbox can be made is checked with the params (build_config)
         if policy.mode == "none":
             netns.require_isolation(f"host_process ({phase} phase)")
         return policy
@@ -345,14 +507,25 @@ class HostProcessEnvironment(BaseEnvironment):
         config = self.build_config(spec)
         if network.mode == "none":
             netns.require_isolation("host_process")
+        sandboxed = self._sandboxed(config, "this session" if network.mode == "none" else None)
+        if not sandboxed and config.sandbox == "auto":
+            _warn_unconfined()
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:40]
         root = Path(tempfile.mkdtemp(prefix=f"agentcompass-{safe}-", dir=config.workspace_root))
         # beside the workspace, not in it: the agent's files stay its own
         record_session(root, label)
-        session = HostProcessSession(root, keep=config.keep_workspace, label=label)
+        session = HostProcessSession(root, keep=config.keep_workspace, label=label, sandboxed=sandboxed, limits=config.limits)
         try:
-            await session.set_network(network)
+            await session.start(network)
         except BaseException:
             await session.close()
             raise
         return session
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_unconfined() -> None:
+    logging.getLogger(__name__).warning(
+        "host_process: commands run as plain host processes, not in a sandbox: %s (set `sandbox: off` to "
+        "silence this, or `sandbox: bubblewrap` to refuse to run without it)", sandbox_support()[1],
+    )

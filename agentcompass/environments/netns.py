@@ -276,10 +276,13 @@ class IsolatedNetwork:
             self._relays[port] = TcpRelay(functools.partial(connect_in_netns, self.net_fd, port))
         return self._relays[port].address
 
-    async def close(self) -> None:
+    def close_relays(self) -> None:
         for relay in self._relays.values():
             relay.close()
         self._relays.clear()
+
+    async def close(self) -> None:
+        self.close_relays()
         await _stop(self.holder)
         for fd in self.pass_fds:
             os.close(fd)

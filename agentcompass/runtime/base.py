@@ -265,12 +265,22 @@ class EnvironmentSession(abc.ABC):
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         input: str | bytes | None = None,
+        user: str | None = None,
     ) -> ExecResult:
-        """Run ``cmd`` (argv list with ``shell=False``, a string with ``shell=True``)."""
+        """Run ``cmd`` (argv list with ``shell=False``, a string with ``shell=True``).
+
+        ``user`` (a name or uid in the sandbox; None: the sandbox's default user) runs it as
+        that user; an unknown user is exit status 126 with "unable to find user" on stderr. A
+        command killed by signal N exits with 128+N.
+        """
 
     @abc.abstractmethod
     async def upload(self, local: Path, remote: str) -> None:
-        """Copy a local file or directory into the session."""
+        """Copy a local file or directory into the session.
+
+        A directory merges into an existing one; a file onto an existing directory raises
+        ``IsADirectoryError``.
+        """
 
     @abc.abstractmethod
     async def download(self, remote: str, local: Path) -> None:

@@ -10,12 +10,22 @@ test sends traffic anywhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 import urllib.request
+import uuid
+from pathlib import Path
 
 import pytest
 
+from agentcompass.runtime.base import SandboxDiedError
 from agentcompass.runtime.models import NetworkPolicy
 from .envkit import SERVER_GREETING, snapshot
 
@@ -205,6 +215,25 @@ def test_upload_into_an_existing_directory_merges_with_its_files(provider, tmp_p
     assert provider.run(body) == ["new.txt", "old.txt"]
 
 
+def test_upload_of_a_file_onto_an_existing_directory_raises_is_a_directory(provider, tmp_path):
+    local = tmp_path / "file.txt"
+    local.write_text("a file")
+
+    async def body(s):
+        await s.write_text("target/old.txt", "old")
+        with pytest.raises(IsADirectoryError):
+            await s.upload(local, "target")
+        await s.upload(local, "target/old.txt")  # onto an existing file: replaces it
+        await s.upload(local, "with space/a file.bin")
+        return (
+            sorted((await s.exec(["ls", "target"])).stdout.split()),
+            await s.read_text("target/old.txt"),
+            await s.read_text("with space/a file.bin"),
+        )
+
+    assert provider.run(body) == (["old.txt"], "a file", "a file")
+
+
 def test_download_of_a_missing_path_raises_file_not_found(provider, tmp_path):
     async def body(s):
         with pytest.raises(FileNotFoundError):
@@ -347,6 +376,46 @@ def test_exec_of_a_missing_or_non_executable_program_reports_127_or_126(provider
     assert "never" not in not_executable.stdout
 
 
+def test_exec_killed_by_a_signal_exits_with_128_plus_the_signal(provider):
+    async def body(s):
+        return await s.exec("kill -9 $$", shell=True), await s.exec(["sh", "-c", "kill -TERM $$"])
+
+    killed, terminated = provider.run(body)
+    assert (killed.returncode, killed.timed_out) == (137, False)
+    assert terminated.returncode == 143
+
+
+def test_exec_as_another_user_and_as_an_unknown_one(provider):
+    if provider.name == "host_process" and os.geteuid() != 0:
+        pytest.skip("host_process runs a command as another user only when agentcompass runs as root")
+
+    async def body(s):
+        # a uid, not a name: the docker test image has no /etc/passwd
+        return (
+            await s.exec(["id", "-u"], user="65534"),
+            await s.exec(["id", "-u"]),
+            await s.exec(["id", "-u"], user="no-such-user-here"),
+        )
+
+    other, default, unknown = provider.run(body)
+    assert other.ok and other.stdout.strip() == "65534", other
+    assert default.ok and default.stdout.strip() == "0"
+    assert unknown.returncode == 126 and "unable to find user no-such-user-here" in unknown.stderr, unknown
+
+
+def test_exec_as_another_user_without_root_is_refused_on_host_process():
+    if os.geteuid() == 0:
+        pytest.skip("agentcompass runs as root here: host_process can change the user")
+    from .envkit import Provider
+
+    async def body(s):
+        with pytest.raises(PermissionError, match="needs agentcompass to run as root"):
+            await s.exec(["id", "-u"], user="65534")
+        return True
+
+    assert Provider("host_process").run(body)
+
+
 def test_exec_within_its_timeout_is_not_timed_out(provider):
     async def body(s):
         return await s.exec(["sh", "-c", "sleep 0.1; echo done"], timeout=30)
@@ -405,6 +474,59 @@ def test_exec_timeout_kills_the_whole_process_tree_including_escaped_children(pr
     assert result.timed_out
     assert len(pids.split()) == 3, pids
     assert alive == [], f"processes survived the timeout: {alive}"
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+HOG = "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo ${#x}"  # holds 100 MB in a shell variable
+FORKS = "i=0; while [ $i -lt 40 ]; do sleep 2 & i=$((i+1)); done; wait"
+
+
+def require_limits_on(provider, *controllers: str) -> None:
+    if provider.name == "host_process":
+        from agentcompass.environments.cgroups import LimitsUnavailableError, require_limits
+
+        try:
+            require_limits(controllers)
+        except LimitsUnavailableError as exc:
+            pytest.skip(str(exc))
+
+
+def test_memory_limit_kills_what_takes_more(provider):
+    require_limits_on(provider, "memory")
+
+    async def body(s):
+        try:
+            return await s.exec(HOG, shell=True, timeout=120), await s.exec(["echo", "fine"])
+        except SandboxDiedError as exc:
+            return exc, None
+
+    hog, after = provider.run(body, memory="32m")
+    if isinstance(hog, SandboxDiedError):
+        # docker only: the kernel may pick the container's init, and the sandbox ends with it
+        assert provider.name == "docker" and "out of memory" in str(hog), hog
+    else:
+        assert hog.returncode == 137 and "100000000" not in hog.stdout, hog
+        assert after.ok and after.stdout == "fine\n"
+
+
+def test_pids_limit_holds_for_the_whole_session(provider):
+    require_limits_on(provider, "pids")
+
+    async def body(s):
+        return await s.exec(["echo", "fine"]), await s.exec(FORKS, shell=True, timeout=120)
+
+    small, forks = provider.run(body, pids_limit=16)
+    assert small.ok and small.stdout == "fine\n"
+    assert forks.returncode != 0 and "fork" in forks.stderr.lower(), forks
+
+
+def test_limits_are_checked_before_a_session_opens(provider):
+    from agentcompass.runtime.config import ConfigError
+
+    for bad in ({"memory": "lots"}, {"cpus": 0}, {"pids_limit": 0}):
+        with pytest.raises(ConfigError):
+            provider.environment.build_config(provider.spec(**bad))
 
 
 # --- network policies ------------------------------------------------------------------------------
@@ -595,3 +717,154 @@ def test_async_with_closes_the_session(provider):
     while provider.leftovers(session) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert provider.leftovers(session) == []
+
+
+# --- what the sandbox holds -------------------------------------------------------------------
+#
+# Checked by what a command in the sandbox sees: its /proc, the Unix sockets it can reach, the
+# host files it can change, its network links. A leak here is a way to the job's own secrets
+# (its /proc/<pid>/environ) or to a service of the host (a Docker engine's socket).
+
+SECRET_VAR = "AGENTCOMPASS_PROBE_SECRET"
+# every environ in the sandbox's /proc that holds the value, one per line: "PID VALUE-FOUND"
+SCAN_ENVIRONS = 'for f in /proc/[0-9]*/environ; do tr "\\0" "\\n" < "$f" 2>/dev/null | grep -q "$1" && echo "${f%/environ}"; done; true'
+
+
+@pytest.mark.parametrize("mode", ["public", "none"])
+def test_sandbox_sees_its_own_processes_and_not_the_jobs_environment(sandboxed_provider, mode, request):
+    secret = f"probe-{uuid.uuid4().hex}"
+    # a process of the job that holds a secret in its environment, as the job holds an API key
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env={**os.environ, SECRET_VAR: secret})
+    request.addfinalizer(holder.kill)
+
+    async def body(s):
+        scanned = await s.exec(["sh", "-c", SCAN_ENVIRONS, "sh", secret])
+        # the scan finds a value where it is: in the command's own environment
+        own = await s.exec(["sh", "-c", SCAN_ENVIRONS, "sh", "visible-to-itself"], env={"AC_OWN": "visible-to-itself"})
+        listing = await s.exec("ls /proc | grep -E '^[0-9]+$'", shell=True)
+        ours = await s.exec(["cat", f"/proc/{holder.pid}/cmdline"])
+        return scanned, own, listing, ours
+
+    scanned, own, listing, ours = sandboxed_provider.run(body, mode=mode)
+    assert scanned.stdout == "", f"the job's secret is readable in the sandbox at {scanned.stdout.split()}"
+    assert own.stdout.strip(), own
+    assert "time.sleep(120)" not in ours.stdout
+    assert len(listing.stdout.split()) < 20, f"the sandbox sees processes not its own: {listing.stdout.split()}"
+
+
+class UnixServer:
+    """A listening Unix socket at a path on this machine (or abstract, in this network), counting connections."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen()
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                conn.sendall(SERVER_GREETING.encode() + b"\n")
+
+    def close(self) -> None:
+        self.sock.close()
+        if not self.path.startswith("\0"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+
+@pytest.fixture
+def planted_sockets(tmp_path):
+    """Listening Unix sockets where a job's own processes reach them: under /tmp, under the working
+    directory (where the results folder is), and an abstract one."""
+    near_results = Path(tempfile.mkdtemp(prefix=".probe-", dir=os.getcwd()))
+    servers = [
+        UnixServer(str(tmp_path / "planted.sock")),
+        UnixServer(str(near_results / "planted.sock")),
+        UnixServer(f"\0agentcompass-probe-{uuid.uuid4().hex}"),
+    ]
+    yield servers
+    for server in servers:
+        server.close()
+    shutil.rmtree(near_results, ignore_errors=True)
+
+
+UNIX_CONNECT_PY = (
+    "import socket, sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    s = socket.socket(socket.AF_UNIX)\n"
+    "    try:\n"
+    "        s.connect(path.replace('@', '\\0', 1) if path.startswith('@') else path)\n"
+    "        print('CONNECTED', path, s.recv(100))\n"
+    "    except OSError as exc:\n"
+    "        print('UNREACHABLE', path, exc)\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["public", "none"])
+def test_sandbox_reaches_no_host_unix_socket_but_the_one_it_is_handed(sandboxed_provider, mode, planted_sockets):
+    provider = sandboxed_provider
+    paths = [s.path.replace("\0", "@", 1) for s in planted_sockets]
+    files, abstract = paths[:2], paths[2]
+    if provider.name == "host_process" and mode == "public":
+        # the host's network, and with it its abstract sockets: see the README's Environments section
+        paths = files
+    handed = planted_sockets[0]
+
+    async def body(s):
+        seen = await s.exec(["sh", "-c", 'for p; do [ -e "$p" ] && echo "$p"; done; true', "sh", *files])
+        listed = await s.exec(["cat", "/proc/net/unix"])
+        tried = None
+        if provider.name == "host_process":
+            tried = await s.exec([sys.executable, "-c", UNIX_CONNECT_PY, *paths])
+        host, port = (await s.expose_host_socket(Path(handed.path))).split(":")
+        through = await provider.connect(s, host, int(port))
+        return seen, listed, tried, through
+
+    seen, listed, tried, through = provider.run(body, mode=mode)
+    assert seen.ok and seen.stdout == "", f"host socket files are in the sandbox: {seen.stdout.split()}"
+    if abstract in paths:
+        assert listed.ok and abstract not in listed.stdout, "the host's abstract socket is in the sandbox's network"
+    if tried is not None:
+        assert "CONNECTED" not in tried.stdout and tried.stdout.count("UNREACHABLE") == len(paths), tried
+    assert through.ok and through.stdout.strip() == SERVER_GREETING, through
+    assert [s.connections for s in planted_sockets] == [1, 0, 0]
+
+
+@pytest.mark.parametrize("mode", ["public", "none"])
+def test_sandbox_writes_only_its_workspace_and_a_private_tmp(sandboxed_provider, mode, tmp_path):
+    host_file = tmp_path / "host.txt"
+    host_file.write_text("the host's own\n")
+    probe = f"agentcompass-probe-{uuid.uuid4().hex}"
+    writes = (
+        f'echo changed > "{host_file}"; echo new > "{tmp_path}/new.txt"; touch /etc/{probe}; '
+        f'touch "$HOME/{probe}"; echo private > /tmp/{probe}; echo mine > mine.txt; '
+        f'cat /tmp/{probe} mine.txt'
+    )
+
+    async def main():
+        a = await sandboxed_provider.open(mode)
+        b = await sandboxed_provider.open(mode)
+        try:
+            wrote = await a.exec(writes, shell=True)
+            other = await b.exec(["ls", "/tmp"])
+            return wrote, await a.read_text("mine.txt"), other
+        finally:
+            await a.close()
+            await b.close()
+
+    wrote, mine, other = asyncio.run(main())
+    assert wrote.stdout == "private\nmine\n", wrote
+    assert mine == "mine\n"
+    assert host_file.read_text() == "the host's own\n"
+    assert not (tmp_path / "new.txt").exists()
+    assert not os.path.exists(f"/etc/{probe}") and not os.path.exists(os.path.expanduser(f"~/{probe}"))
+    assert not os.path.exists(f"/tmp/{probe}")
+    assert probe not in other.stdout, "sessions share /tmp"

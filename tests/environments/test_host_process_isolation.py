@@ -1,4 +1,8 @@
-"""What only host_process does for a 'none' phase: the namespace holder, its capabilities, and its end."""
+"""What only host_process does for a 'none' phase: the holder of its namespaces, its capabilities, and its end.
+
+Each test runs without the sandbox (``sandbox: off``: a network namespace only) and in it (``sandbox:
+bubblewrap``, where bubblewrap works here).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 import pytest
 
 from agentcompass.environments.leftovers import LABEL_VAR, SESSION_VAR, environment_markers, marked_processes
+from agentcompass.environments.bubblewrap import sandbox_support
 from agentcompass.environments.netns import network_isolation
 from agentcompass.runtime.models import NetworkPolicy
 
@@ -22,9 +27,16 @@ from .envkit import Provider, unique_label
 pytestmark = pytest.mark.skipif(not network_isolation()[0], reason=f"host_process cannot isolate here: {network_isolation()[1]}")
 
 
-@pytest.fixture
-def host() -> Provider:
-    return Provider("host_process")
+@pytest.fixture(params=["off", "bubblewrap"])
+def host(request) -> Provider:
+    if request.param == "bubblewrap" and not sandbox_support()[0]:
+        pytest.skip(f"host_process cannot make its sandbox here: {sandbox_support()[1]}")
+    return Provider("host_process", {"sandbox": request.param})
+
+
+def holder_of(session):
+    """The process that holds the session's namespaces."""
+    return (session._sandbox or session._isolated).holder
 
 
 def gone(pid: int) -> bool:
@@ -64,7 +76,9 @@ def test_a_root_command_under_none_cannot_enter_the_host_network_again(host):
         )
 
     enter, unshare, veth, write = host.run(body, mode="none")
-    assert enter.returncode != 0 and "ermission denied" in enter.stderr
+    # without the sandbox /proc/1 is the host's init (its namespace cannot be opened); in it, the
+    # sandbox's own init (its namespace cannot be entered without sys_admin)
+    assert enter.returncode != 0 and ("ermission denied" in enter.stderr or "not permitted" in enter.stderr)
     assert unshare.returncode != 0
     assert veth.returncode != 0
     assert write.ok and write.stdout == "still root\n"
@@ -72,18 +86,21 @@ def test_a_root_command_under_none_cannot_enter_the_host_network_again(host):
 
 def test_switching_to_none_ends_processes_that_have_the_host_network(host):
     async def body(s):
-        await s.exec("sleep 300 >/dev/null 2>&1 & echo $! > pid", shell=True)
-        pid = int(await s.read_text("pid"))
+        await s.exec("sleep 300 >/dev/null 2>&1 &", shell=True)
+        holder = holder_of(s).pid if s._sandbox else None
+        # as this machine numbers them (in the sandbox, the PIDs a command sees are its namespace's)
+        started = [p for p in marked_processes(SESSION_VAR, s.session_id) if p != holder]
         await s.set_network(NetworkPolicy(mode="none"))
-        return pid
+        return started
 
-    pid = host.run(body, mode="public")
-    assert wait_gone([pid]) == []
+    started = host.run(body, mode="public")
+    assert started
+    assert wait_gone(started) == []
 
 
 def test_switching_to_public_stops_the_holder(host):
     async def body(s):
-        holder = s._isolated.holder.pid
+        holder = holder_of(s).pid
         await s.set_network(NetworkPolicy(mode="public"))
         return holder, await s.exec(["readlink", "/proc/self/ns/net"])
 
@@ -98,9 +115,10 @@ from agentcompass.environments import HostProcessEnvironment
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 
 async def main():
-    session = await HostProcessEnvironment().open(EnvironmentSpec(), NetworkPolicy(mode="none"), sys.argv[1])
+    spec = EnvironmentSpec(params={"sandbox": sys.argv[2]})
+    session = await HostProcessEnvironment().open(spec, NetworkPolicy(mode="none"), sys.argv[1])
     await session.exec("setsid sleep 300 >/dev/null 2>&1 &", shell=True)
-    print(session._isolated.holder.pid, session.session_id, session.workdir, flush=True)
+    print((session._sandbox or session._isolated).holder.pid, session.session_id, session.workdir, flush=True)
     await asyncio.sleep(600)
 
 asyncio.run(main())
@@ -110,7 +128,7 @@ asyncio.run(main())
 def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
     label = unique_label("hostkill")
     run_id = label.split("-")[0]
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, label], stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, label, host.params["sandbox"]], stdout=subprocess.PIPE, text=True)
     try:
         holder, session_id, workspace = owner.stdout.readline().split()
         left = marked_processes(SESSION_VAR, session_id)
@@ -119,8 +137,12 @@ def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
         owner.wait()
         assert wait_gone([int(holder)]) == [], "the holder outlived the process that owned it"
         orphans = [p for p in marked_processes(SESSION_VAR, session_id) if not gone(p)]
-        assert orphans, "the detached command is what clean must find"
-        assert all(environment_markers(p)[LABEL_VAR] == label for p in orphans)
+        if host.params["sandbox"] == "bubblewrap":
+            # the holder's PID namespace ended with it, and with it every process the session started
+            assert wait_gone(orphans) == [], "a command outlived its sandbox"
+        else:
+            assert orphans, "the detached command is what clean must find"
+            assert all(environment_markers(p)[LABEL_VAR] == label for p in orphans)
 
         cleaned = subprocess.run(
             [sys.executable, "-m", "agentcompass.cli", "clean", "--run", run_id],
@@ -177,7 +199,7 @@ def test_every_exit_status_survives_many_isolated_sessions_at_once(host, caplog)
             session = await host.open("none")
             try:
                 ran = await session.exec([sys.executable, "-"], input=f"import sys; sys.exit({code})", timeout=60)
-                holder = session._isolated.holder
+                holder = holder_of(session)
             finally:
                 await session.close()
             return ran.returncode, holder.returncode

@@ -267,8 +267,8 @@ def test_bad_harness_param_is_rejected():
 
 
 def test_bad_environment_param_is_rejected():
-    message = config_error({"requests": {"r": request(environment={"id": "host_process", "params": {"cpus": 2}})}})
-    assert "cpus" in message
+    message = config_error({"requests": {"r": request(environment={"id": "host_process", "params": {"gpus": 2}})}})
+    assert "gpus" in message
 
 
 def isolation(monkeypatch, available: bool) -> None:

@@ -1,0 +1,221 @@
+"""The host_process sandbox: one bubblewrap holder per session, every command entered with ``nsenter``.
+
+The holder (``bwrap ... sleep infinity``) owns the session's namespaces: a PID
+namespace with a fresh ``/proc`` (a command sees the session's processes
+only), an IPC namespace, and a mount namespace whose root is an empty tmpfs
+holding only read-only binds of the host's system folders (``HOST_FOLDERS``,
+the Python installation and agentcompass's own package), the workspace
+(read-write, at its host path) and fresh tmpfs for ``/tmp``, ``/var/tmp``,
+``/run``, ``/dev/shm`` and the home folder. Nothing else of the host's file
+system is there, so no Unix socket file of the host is: a read-only bind
+would not do, as ``connect()`` on a socket on a read-only mount still
+succeeds. Under network policy ``none`` the holder also owns a network
+namespace with only loopback, which keeps out the host's abstract Unix
+sockets too.
+
+Every command enters those namespaces through descriptors the session keeps
+open (``/proc/self/fd/N``: a holder whose PID was reused can never receive a
+command), and a root command keeps only Docker's default capabilities, so it
+can neither remount nor leave. One holder per session, rather than one
+``bwrap`` per command, keeps background processes (a server started by one
+command, used by the next) alive across commands, as in a container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import agentcompass
+from agentcompass.aio import kill_child
+from agentcompass.runtime.config import ConfigError
+
+from . import netns
+
+# The host folders a sandboxed command sees (read-only), when they exist: programs, libraries, settings.
+HOST_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+# Fresh and empty in every sandbox (besides the home folder): where sockets and temporary files live.
+PRIVATE_FOLDERS = ("/tmp", "/var/tmp", "/run", "/var/run")
+# What a root command keeps: Docker's default capability set. Without sys_admin it can neither
+# remount a read-only folder nor enter another namespace; without sys_ptrace or sys_module it
+# takes over nothing of the host.
+KEPT_CAPABILITIES = (
+    "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+    "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap",
+)
+BOUNDING_SET = "-all," + ",".join(f"+{cap}" for cap in KEPT_CAPABILITIES)
+
+_TOOLS = ("bwrap", "nsenter", "setpriv")
+_NS_GET_PARENT = 0xB702  # ioctl: the parent of a user namespace
+_START_TIMEOUT = 10.0
+_INSTALL = "install bubblewrap and util-linux (Debian: apt-get install bubblewrap)"
+
+
+class SandboxUnavailableError(ConfigError):
+    """The host_process sandbox cannot be made on this machine: refused, never run weaker."""
+
+
+def _rootful() -> bool:
+    return os.geteuid() == 0
+
+
+@functools.lru_cache(maxsize=1)
+def sandbox_support() -> tuple[bool, str]:
+    """Whether a bubblewrap sandbox can be made here; if not, why not."""
+    missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
+    if missing:
+        return False, f"the tools {missing} are not on PATH ({_INSTALL})"
+    usage = subprocess.run(["nsenter", "--help"], capture_output=True, text=True).stdout
+    if "--wdns" not in usage:
+        return False, "nsenter has no --wdns option (it needs util-linux 2.38 or later)"
+    argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--ro-bind", "/", "/",
+            "--proc", "/proc", "--dev", "/dev", "true"]
+    try:
+        probe = subprocess.run(argv, capture_output=True, text=True, timeout=_START_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"`{' '.join(argv)}` failed: {exc}"
+    if probe.returncode != 0:
+        reason = probe.stderr.strip() or f"exit status {probe.returncode}"
+        return False, f"`{' '.join(argv)}` failed: {reason} (it needs root or unprivileged user namespaces)"
+    return True, ""
+
+
+def require_sandbox(what: str) -> None:
+    available, reason = sandbox_support()
+    if not available:
+        raise SandboxUnavailableError(
+            f"{what} needs the bubblewrap sandbox, which cannot be made on this machine: {reason}. "
+            "Run where it can (as root, or with unprivileged user namespaces enabled), use the docker "
+            "environment, or set the environment's `sandbox: off` and every phase's network policy "
+            "to 'public' to run unconfined host processes"
+        )
+
+
+def visible_folders() -> list[str]:
+    """The host folders bound read-only into every sandbox, as they exist here."""
+    extra = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             str(Path(agentcompass.__file__).resolve().parent)}
+    folders = [f for f in HOST_FOLDERS if os.path.lexists(f)]
+    folders += sorted(p for p in extra if os.path.isdir(p) and not any(_inside(p, f) for f in HOST_FOLDERS))
+    return folders
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _holder_argv(workspace: str, isolated: bool, info_fd: int) -> list[str]:
+    # --new-session: no command can push input into the terminal of the job (TIOCSTI)
+    argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--info-fd", str(info_fd)]
+    if isolated:
+        argv.append("--unshare-net")
+    # fresh folders first: a visible folder inside one (a Python under the home folder) is bound over it
+    for folder in PRIVATE_FOLDERS:
+        argv += ["--tmpfs", folder]
+    home = os.environ.get("HOME")
+    if home and home != "/" and not any(_inside(home, f) for f in HOST_FOLDERS):
+        argv += ["--tmpfs", home]
+    for folder in visible_folders():
+        if os.path.islink(folder):  # /bin -> usr/bin on a merged-/usr system
+            argv += ["--symlink", os.readlink(folder), folder]
+        else:
+            argv += ["--ro-bind", folder, folder]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--bind", workspace, workspace, "--chdir", workspace]
+    # the holder leads a process group of its own, as the holder of a network namespace does
+    return [*argv, "--", "sh", "-c", "echo ready; exec setsid sleep infinity"]
+
+
+class Sandbox:
+    """The namespaces of one session, held by a bubblewrap process and entered by every command."""
+
+    def __init__(self, holder: asyncio.subprocess.Process, fds: dict[str, int]) -> None:
+        self.holder = holder
+        self._fds = fds
+        # the network namespace under 'none', for endpoints and the socket relay
+        self.network: netns.IsolatedNetwork | None = None
+        if "net" in fds:
+            self.network = netns.IsolatedNetwork(holder, fds["net"], fds.get("owner"))
+
+    @classmethod
+    async def create(cls, workspace: str, isolated: bool, env: dict[str, str], what: str) -> "Sandbox":
+        require_sandbox(what)
+        read, write = os.pipe()
+        try:
+            holder = await asyncio.create_subprocess_exec(
+                *_holder_argv(workspace, isolated, write), pass_fds=(write,), env=env,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        finally:
+            os.close(write)
+        fds: dict[str, int] = {}
+        try:
+            line = await asyncio.wait_for(holder.stdout.readline(), _START_TIMEOUT)
+            if line.strip() != b"ready":
+                err = (await asyncio.wait_for(holder.stderr.read(), _START_TIMEOUT)).decode(errors="replace")
+                raise SandboxUnavailableError(f"{what}: the bubblewrap holder failed: {err.strip() or 'no output'}")
+            # written before the command starts, so before 'ready'
+            child = int(json.loads(os.read(read, 65536).decode())["child-pid"])
+            fds["pidfd"] = os.pidfd_open(child)
+            kinds = ["pid", "mnt", "ipc"] + (["net"] if isolated else []) + ([] if _rootful() else ["user"])
+            for kind in kinds:
+                fds[kind] = os.open(f"/proc/{child}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+            if "user" in fds:
+                # unprivileged, bubblewrap owns the namespaces from one user namespace and runs the
+                # command in a second one, nested in it, that holds no capability over them
+                fds["owner"] = fcntl.ioctl(fds["user"], _NS_GET_PARENT)
+                os.set_inheritable(fds["owner"], False)
+            if isolated and os.fstat(fds["net"]).st_ino == os.stat("/proc/self/ns/net").st_ino:
+                raise SandboxUnavailableError(f"{what}: the sandbox shares this process's network")
+        except BaseException:
+            for fd in fds.values():
+                os.close(fd)
+            kill_child(holder)
+            await holder.wait()
+            raise
+        finally:
+            os.close(read)
+        return cls(holder, fds)
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return tuple(fd for kind, fd in self._fds.items() if kind != "pidfd")
+
+    def wrap(self, argv: list[str], cwd: str, user_change: list[str]) -> list[str]:
+        """``argv`` run inside the sandbox from ``cwd``, as ``setpriv``'s ``user_change`` options say (root
+        only); the descriptors in ``pass_fds`` must be inherited."""
+        enter = ["nsenter"]
+        if "user" in self._fds:
+            # unprivileged: join the namespaces as the user namespace that owns them (we made it), then
+            # drop into the sandbox's own one, which has no capability over them
+            enter += ["--preserve-credentials", f"--user=/proc/self/fd/{self._fds['owner']}"]
+        names = {"pid": "--pid", "mnt": "--mount", "ipc": "--ipc", "net": "--net"}
+        enter += [f"{names[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items() if kind in names]
+        # the directory is looked up inside, never opened from outside (its host mount would be the way out)
+        enter += [f"--wdns={cwd}", "--"]
+        if "user" in self._fds:
+            return [*enter, "nsenter", "--preserve-credentials", f"--user=/proc/self/fd/{self._fds['user']}", "--", *argv]
+        return [*enter, "setpriv", "--bounding-set", BOUNDING_SET, *user_change, "--", *argv]
+
+    async def close(self) -> None:
+        if self.network is not None:
+            self.network.close_relays()
+        kill_child(self.holder)
+        # and PID 1 of the namespace (through a descriptor: never a reused PID): every process in it ends with it
+        try:
+            signal.pidfd_send_signal(self._fds["pidfd"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        await self.holder.wait()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

@@ -347,8 +347,15 @@ def processes_running(text: str) -> list[int]:
 
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
 def test_a_process_the_agent_leaves_running_is_gone_before_the_verifier(provider, tmp_path: Path, workdir: Path):
+    from agentcompass.environments.bubblewrap import sandbox_support
+
+    writer = BACKGROUND_WRITER
+    if provider == "docker" or sandbox_support()[0]:
+        # a container or the sandbox's PID namespace: even a writer with no environment (no session
+        # markers) ends with the session; plain host processes are found by their markers only
+        writer = "env -i PATH=/usr/bin:/bin " + writer
     try:
-        results = run_shell_agents(provider, tmp_path, workdir, {"background-writer": BACKGROUND_WRITER})
+        results = run_shell_agents(provider, tmp_path, workdir, {"background-writer": writer})
     finally:
         writers = processes_running(": adversary-writer")
         for pid in writers:  # ours, if it outlived its session: stopped before anything is asserted

@@ -9,6 +9,7 @@ import pytest
 
 from agentcompass.benchmarks import bfcl
 from agentcompass.benchmarks.bfcl_checker import decode_calls
+from agentcompass.testing.dependencies import require
 from agentcompass.runtime import BenchmarkSpec, HarnessSpec, ModelSpec, RunRequest, TaskSpec
 from agentcompass.runtime.config import ConfigError
 
@@ -148,6 +149,7 @@ def request(**params) -> RunRequest:
 
 @pytest.fixture(scope="module")
 def all_tasks() -> list[TaskSpec]:
+    require(bfcl.DEPENDENCY)
     return bfcl.BfclBenchmark().load_tasks(request(include_unsatisfiable=True))
 
 

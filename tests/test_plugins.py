@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from agentcompass.benchmarks.example_exact_match import ExampleExactMatchBenchmark
 from agentcompass.harnesses.mini_swe_agent import MiniSweAgentConfig, MiniSweAgentHarness
 from agentcompass.plugins import PluginError, _load
 from agentcompass.runtime.dependencies import DependencySpec, missing_dependencies
+from agentcompass.runtime.registry import BENCHMARKS, load_components
 from conftest import agentcompass
 
 TINY = "agentcompass-tiny-plugin"
@@ -158,6 +160,18 @@ def test_an_entry_point_naming_a_class_of_another_kind_is_refused():
                        "agentcompass.harnesses")
     with pytest.raises(PluginError, match="entry point 'wrong'.*is not a BaseHarness subclass"):
         _load("harness", wrong)
+
+
+class DuplicateBfcl(ExampleExactMatchBenchmark):
+    id = "bfcl"
+
+
+def test_an_entry_point_taking_a_built_in_id_is_refused():
+    load_components()
+    duplicate = EntryPoint("dup", f"{__name__}:DuplicateBfcl", "agentcompass.benchmarks")
+    with pytest.raises(PluginError, match="entry point 'dup'.*benchmark id 'bfcl' is registered twice"):
+        _load("benchmark", duplicate)
+    assert BENCHMARKS.get("bfcl") is not DuplicateBfcl
 
 
 def test_dependency_spec_finds_missing_modules_without_importing_them():

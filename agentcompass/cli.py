@@ -12,10 +12,11 @@ import yaml
 from agentcompass import PROJECT_ROOT, sdk, status
 from agentcompass.jsonio import canonical_json, write_text_atomic
 from agentcompass.pipeline import locks
+from agentcompass.plugins import PluginError
 from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_USAGE
 from agentcompass.runtime.config import ConfigError, describe_config, load_run_config
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
-from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError, load_builtin_components
+from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError, load_components
 
 KINDS = list(REGISTRIES)
 
@@ -42,15 +43,20 @@ def _cores(value: str) -> str:
 
 
 def cmd_list(args) -> int:
-    load_builtin_components()
+    """Each component of one kind: its id, its package ("built-in" or a plug-in's) and its summary."""
+    try:
+        load_components()
+    except PluginError as exc:
+        print(f"agentcompass: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     registry = REGISTRIES[args.kind]
     for cid, cls in registry.items():
-        print(f"{cid:<24} {cls.summary()}")
+        print(f"{cid:<24} {registry.origin(cid):<16} {cls.summary()}")
     return 0
 
 
 def cmd_config_docs(args) -> int:
-    load_builtin_components()
+    load_components()
     registry = REGISTRIES[args.kind]
     try:
         cls = registry.get(args.id)
@@ -171,7 +177,7 @@ def cmd_status(args) -> int:
         print(f"agentcompass status: unexpected argument(s) {' '.join(args.snakemake_args)}: status takes "
               "BENCHMARK HARNESS MODEL and the options of 'run', and runs no Snakemake", file=sys.stderr)
         return 2
-    load_builtin_components()
+    load_components()
     if args.benchmark and not (args.harness or args.model) and args.benchmark not in REGISTRIES["benchmark"] \
             and Path(args.benchmark).is_dir():
         # 'status RESULTS_DIR' of earlier versions: a lone folder that is no benchmark id is still read so

@@ -28,7 +28,7 @@ from agentcompass.paths import task_segment
 from agentcompass.pipeline import fingerprints, reuse, stages
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
 from agentcompass.runtime.models.request import BenchmarkSpec, EnvironmentSpec, HarnessSpec, ModelSpec
-from agentcompass.runtime.registry import load_builtin_components
+from agentcompass.runtime.registry import load_components
 
 # The stages in the order their files are built, and the file each writes.
 REQUEST_STAGES = ("request", "tasks", "plans")
@@ -369,7 +369,7 @@ def _why(stage: str, reads: list[Change]) -> str:
 
 def diff(a: str | Path, b: str | Path) -> Diff:
     """What differs between A and B, which stage reads it, and what B's settings would rebuild in A's folder."""
-    load_builtin_components()
+    load_components()
     kind_a, kind_b = kind_of(a), kind_of(b)
     if kind_a != kind_b:
         raise DiffError(f"{a} is {_article(kind_a)} and {b} is {_article(kind_b)}: diff compares two of a kind. {FIX}")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentcompass.benchmarks import bfcl
+from agentcompass.testing.dependencies import needs
 from agentcompass.benchmarks.humaneval import load_problems
 from agentcompass.benchmarks.majority_vote import generate_question
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
@@ -102,6 +103,7 @@ def first_ids(per_category: int) -> list[str]:
     return [t.task_id for c in bfcl.SUPPORTED for t in bfcl.load_category(c, root)[:per_category]]
 
 
+@needs(bfcl.DEPENDENCY)
 def test_bfcl_oracle_scores_full_marks_in_every_supported_category(workdir: Path):
     ids = first_ids(3)
     done = agentcompass(workdir, "run", "bfcl", "oracle", "none", "-b", f"task_ids={json.dumps(ids)}", "--cores", "8")
@@ -118,6 +120,7 @@ def test_bfcl_oracle_scores_full_marks_in_every_supported_category(workdir: Path
                                 {"name": "spotify_play", "arguments": {"artist": "Maroon 5", "duration": 15}}]
 
 
+@needs(bfcl.DEPENDENCY)
 def test_bfcl_prepared_tasks_hold_the_question_and_tools_but_no_ground_truth(workdir: Path):
     ids = first_ids(2)
     done = agentcompass(workdir, "run", "bfcl", "fixed_answer", "none", "-b", f"task_ids={json.dumps(ids)}", "--cores", "8")
@@ -139,6 +142,7 @@ def test_bfcl_prepared_tasks_hold_the_question_and_tools_but_no_ground_truth(wor
     assert metrics["accuracy/simple_python"] == metrics["accuracy/parallel"] == 0.0
 
 
+@needs(bfcl.DEPENDENCY)
 def test_bfcl_a_wrong_function_name_or_value_scores_zero(workdir: Path):
     right = [{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}]
     answers = {

@@ -13,12 +13,17 @@ from pathlib import Path
 import pytest
 
 from agentcompass.environments.netns import network_isolation
+from agentcompass.harnesses.mini_swe_agent import MiniSweAgentHarness
+from agentcompass.testing.dependencies import needs
 from agentcompass.testing.endpoint import ScriptedEndpoint
 from conftest import clean_env, files_holding, snakemake
 
-pytestmark = pytest.mark.skipif(
-    not network_isolation()[0], reason=f"host_process cannot isolate a 'none' phase here: {network_isolation()[1]}"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not network_isolation()[0], reason=f"host_process cannot isolate a 'none' phase here: {network_isolation()[1]}"
+    ),
+    needs(*MiniSweAgentHarness.dependencies),
+]
 
 KEY_VARIABLE = "AGENTCOMPASS_TEST_KEY"
 

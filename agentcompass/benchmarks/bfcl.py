@@ -33,9 +33,14 @@ from agentcompass.runtime import (
     TaskStatus,
 )
 from agentcompass.runtime.config import ConfigError, config_field, parse_bool
+from agentcompass.runtime.dependencies import DependencySpec
 
 PACKAGE = "bfcl-eval"
 PACKAGE_VERSION = "2026.3.23"
+# only its data files are read: its own dependencies (torch, CUDA) are not needed
+DEPENDENCY = DependencySpec(
+    extra="bfcl", imports=("bfcl_eval",), pip=f"pip install --no-deps '{PACKAGE}=={PACKAGE_VERSION}'",
+)
 
 # The categories checked here, in BFCL's order: all are single-turn Python with
 # an AST check (the irrelevance ones pass when no function is called).
@@ -125,7 +130,7 @@ class BfclConfig(RuntimeBenchmarkConfig):
 
 def data_dir() -> Path:
     """``bfcl_eval/data`` of the pinned package, found without importing it (its imports are heavy)."""
-    fix = f"Fix: pip install --no-deps '{PACKAGE}=={PACKAGE_VERSION}' (only its data files are read)"
+    fix = f"Fix: {DEPENDENCY.pip} (only its data files are read)"
     spec = importlib.util.find_spec("bfcl_eval")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(f"benchmark 'bfcl' reads its tasks from the {PACKAGE} package, which is not installed. {fix}")
@@ -260,6 +265,7 @@ class BfclBenchmark(BaseBenchmark):
 
     id = "bfcl"
     config_class = BfclConfig
+    dependencies = (DEPENDENCY,)
 
     def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
         config = self.build_config(req)

@@ -25,6 +25,7 @@ from agentcompass.gateway import ModelGateway
 from agentcompass.runtime import HARNESSES, BaseHarness, RunResult, TaskStatus
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
+from agentcompass.runtime.dependencies import DependencySpec
 from agentcompass.secrets import resolve_secret, scrub
 
 # beside the workspace, not in it: the agent's config and trajectory, removed after the run
@@ -98,6 +99,13 @@ class MiniSweAgentHarness(BaseHarness):
 
     id = "mini_swe_agent"
     config_class = MiniSweAgentConfig
+    dependencies = (DependencySpec(
+        extra="mini-swe-agent", imports=("minisweagent",), pip="pip install 'agentcompass[mini-swe-agent]'",
+    ),)
+
+    def required_dependencies(self, config: MiniSweAgentConfig) -> tuple[DependencySpec, ...]:
+        """The package provides the default program; a set ``executable`` is found in the Environment instead."""
+        return () if config.executable else self.dependencies
 
     async def run(self, prepared, env, req, plan, context) -> RunResult:
         # ${VAR} references in the params this harness hands on are resolved here, where they are used

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from .config.benchmark import RuntimeBenchmarkConfig
 from .config.fields import ComponentConfig, build_component_config
+from .dependencies import DependencySpec
 from .models import (
     BenchmarkPlan,
     EnvironmentSpec,
@@ -34,6 +35,12 @@ class _Component:
     version: ClassVar[str] = "1"
     config_class: ClassVar[type] = ComponentConfig
     description: ClassVar[str] = ""
+    # Optional packages it imports; a request that selects it fails before any job when one is missing.
+    dependencies: ClassVar[tuple[DependencySpec, ...]] = ()
+
+    def required_dependencies(self, config: Any) -> tuple[DependencySpec, ...]:
+        """The dependencies this built config needs (all declared ones unless a component says otherwise)."""
+        return self.dependencies
 
     @classmethod
     def summary(cls) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .config.fields import ConfigError
 from .config.loader import RunConfig, config_error, deep_merge
+from .dependencies import missing_dependencies
 from .models import (
     BenchmarkSpec,
     ContractError,
@@ -23,7 +24,10 @@ from .models import (
     RunRuntimeSpec,
 )
 from .models.codec import from_dict
-from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES, load_builtin_components
+from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES, load_components
+
+if TYPE_CHECKING:
+    from .base import BaseBenchmark, BaseEnvironment, BaseHarness
 
 _PHASE_FIELDS = ("baseline_network", "run_network", "evaluation_network")
 
@@ -69,7 +73,7 @@ def resolve_orchestration(
     runtime_overrides: dict[str, Any] | None = None,
 ) -> Orchestration:
     """Every named request of ``config``, complete and validated, in declaration order."""
-    load_builtin_components()
+    load_components()
     data = config.data
     requests = data.get("requests") or {}
     if not requests:
@@ -192,9 +196,10 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and req.output.run_id is None:
         raise fail("output", f"request name {name!r} is not path-safe", "rename the request or set output.run_id")
     try:
-        benchmark.build_config(req)
+        benchmark_config = benchmark.build_config(req)
     except (ConfigError, ContractError) as exc:
         raise _param_error(config, name, "benchmark", "benchmarks", req.benchmark.id, exc, fail)
+    _check_dependencies("benchmark", benchmark, benchmark_config, fail)
     if req.harness.is_none:
         if not isinstance(benchmark, HarnessFreeBenchmark):
             raise fail("harness", f"harness 'none' needs a harness-free benchmark, and {req.benchmark.id!r} is not one", "select a harness (see 'agentcompass list harness')")
@@ -202,9 +207,10 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
     else:
         harness = HARNESSES.get(req.harness.id)()
         try:
-            harness.build_config(req)
+            harness_config = harness.build_config(req)
         except (ConfigError, ContractError) as exc:
             raise _param_error(config, name, "harness", "harnesses", req.harness.id, exc, fail)
+        _check_dependencies("harness", harness, harness_config, fail)
         needs_model = harness.requires_model
     if needs_model and req.model.is_none:
         raise fail("model", f"harness {req.harness.id!r} needs a model, but model.id is 'none'", "set model: {id: MODEL, base_url: URL, api_key: ${VAR}}")
@@ -228,9 +234,10 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
             )
     environment = ENVIRONMENTS.get(req.environment.id)()
     try:
-        environment.build_config(req.environment)
+        environment_config = environment.build_config(req.environment)
     except (ConfigError, ContractError) as exc:
         raise _param_error(config, name, "environment", "environments", req.environment.id, exc, fail)
+    _check_dependencies("environment", environment, environment_config, fail)
     try:
         for phase in ("baseline", "run", "evaluation"):
             policy = getattr(req.environment, f"{phase}_network")
@@ -238,6 +245,20 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
                 environment.resolve_network_policy(policy, phase)
     except (ConfigError, ContractError, ValueError) as exc:
         raise fail("environment", str(exc), "see 'agentcompass config docs environment " + req.environment.id + "'")
+
+
+def _check_dependencies(
+    kind: str, component: BaseBenchmark | BaseHarness | BaseEnvironment, built: Any, fail: Callable[[str, str, str], ConfigError],
+) -> None:
+    """A selected component whose optional package is missing fails here, naming the pip command."""
+    missing = missing_dependencies(component.required_dependencies(built))
+    if missing:
+        modules = ", ".join(name for spec in missing for name in spec.missing())
+        extras = ", ".join(repr(spec.extra) for spec in missing)
+        raise fail(
+            kind, f"{kind} {component.id!r} imports {modules} (optional extra {extras}), which is not installed",
+            " and ".join(spec.pip for spec in missing) + " (in the Python that runs agentcompass)",
+        )
 
 
 def _param_error(config: RunConfig, name: str, kind: str, table: str, cid: str, exc: Exception, fail) -> ConfigError:

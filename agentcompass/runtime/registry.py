@@ -20,6 +20,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._origins: dict[str, str] = {}  # id -> the distribution of a plug-in's component
 
     def register(self, id: str | None = None) -> Callable[[T], T]:
         """Class decorator: ``@BENCHMARKS.register()`` uses the class's ``id``."""
@@ -47,6 +48,13 @@ class Registry(Generic[T]):
                 f"(see 'agentcompass list {self.kind}')"
             ) from None
 
+    def origin(self, key: str) -> str:
+        """The package a component comes from: "built-in" or a plug-in's distribution name."""
+        return self._origins.get(key, "built-in")
+
+    def set_origin(self, key: str, distribution: str) -> None:
+        self._origins[key] = distribution
+
     def __contains__(self, key: object) -> bool:
         return key in self._items
 
@@ -59,6 +67,7 @@ class Registry(Generic[T]):
     def copy(self, kind: str | None = None) -> "Registry[T]":
         new = Registry(kind or self.kind)
         new._items = dict(self._items)
+        new._origins = dict(self._origins)
         return new
 
 
@@ -84,3 +93,11 @@ def load_builtin_components() -> None:
     import agentcompass.environments  # noqa: F401
     import agentcompass.harnesses  # noqa: F401
     import agentcompass.recipes  # noqa: F401
+
+
+def load_components() -> None:
+    """The built-in components, then the installed plug-ins' (each loaded once per process)."""
+    load_builtin_components()
+    from agentcompass.plugins import load_plugins
+
+    load_plugins()

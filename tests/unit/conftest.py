@@ -8,6 +8,7 @@ import types
 import pytest
 
 from agentcompass.benchmarks import bfcl
+from agentcompass.testing.dependencies import require
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +24,7 @@ def bfcl_ast_checker():
     Only convert_func_name reads the table, for whether a model's tool names turn
     '.' into '_'; OpenAI's do, and so does this stand-in.
     """
+    require(bfcl.DEPENDENCY)
     # the real table says so for OpenAI's tool-calling models, e.g.
     source = (bfcl.data_dir().parent / "constants" / "model_config.py").read_text()
     entry = source[source.index('"gpt-4o-2024-11-20-FC": ModelConfig('):]

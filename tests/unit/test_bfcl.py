@@ -9,6 +9,7 @@ import pytest
 
 from agentcompass.benchmarks import bfcl
 from agentcompass.benchmarks.bfcl_checker import decode_calls
+from agentcompass.testing.dependencies import needs, require
 from agentcompass.runtime import BenchmarkSpec, HarnessSpec, ModelSpec, RunRequest, TaskSpec
 from agentcompass.runtime.config import ConfigError
 
@@ -148,6 +149,7 @@ def request(**params) -> RunRequest:
 
 @pytest.fixture(scope="module")
 def all_tasks() -> list[TaskSpec]:
+    require(bfcl.DEPENDENCY)
     return bfcl.BfclBenchmark().load_tasks(request(include_unsatisfiable=True))
 
 
@@ -225,6 +227,7 @@ def test_the_oracle_reference_passes_every_task_but_the_unsatisfiable_ones(all_t
     assert failing == set(bfcl.UNSATISFIABLE)
 
 
+@needs(bfcl.DEPENDENCY)
 def test_every_data_file_of_the_package_is_either_supported_or_listed_as_unsupported():
     files = {p.name.removeprefix("BFCL_v4_").removesuffix(".json") for p in bfcl.data_dir().glob("BFCL_v4_*.json")}
     assert files == set(bfcl.SUPPORTED) | set(bfcl.UNSUPPORTED)

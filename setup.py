@@ -19,6 +19,7 @@ class BuildPyWithWorkflow(build_py):
         if self.editable_mode:
             return  # an editable install reads the clone's own files (agentcompass.PROJECT_ROOT)
         target = Path(self.build_lib) / "agentcompass" / "workflow"
+        shutil.rmtree(target, ignore_errors=True)  # no file removed from the clone stays in a rebuilt wheel
         for name in WORKFLOW_FILES:
             source, dest = HERE / name, target / name
             if not source.exists():

@@ -95,8 +95,16 @@ rule summary:
         import json
         open(output[0], "w").write(str(json.load(open(input[0]))["metrics"]["accuracy"]))
 """)
-    run([sys.executable, "-m", "snakemake", "--cores", "2", "all", "summary.txt"], project, env)
+    # no target: the workflow's `all` is the default target here too
+    run([sys.executable, "-m", "snakemake", "--cores", "2"], project, env)
     assert accuracy(project) == 1.0
+    assert not (project / "summary.txt").exists()
+    # the workflow's onstart and onsuccess ran though it is a module: the run's events are written
+    lines = (project / METRICS).with_name("events.jsonl").read_text().splitlines()
+    events = [json.loads(line)["event"] for line in lines]
+    assert events[0] == "request_started" and events[-1] == "request_finished", events
+    assert json.loads(lines[-1])["outcome"]["state"] == "completed"
+    run([sys.executable, "-m", "snakemake", "--cores", "2", "summary.txt"], project, env)
     assert (project / "summary.txt").read_text() == "1.0"
 
 

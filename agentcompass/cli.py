@@ -485,7 +485,8 @@ def _add_report_parser(sub) -> None:
 MODULE_SNAKEFILE = """\
 # The agentcompass workflow as a Snakemake module: `snakemake --cores 2` in this folder
 # builds the requests of configs/config.yaml into results/, as `agentcompass run` does.
-# Add rules of your own below; the module's rules keep their names.
+# Add rules of your own below; the module's rules keep their names. Declare no onstart,
+# onsuccess or onerror here: they would replace the workflow's (its events, its stops).
 from agentcompass import PROJECT_ROOT
 
 

@@ -51,3 +51,7 @@ onsuccess:
 
 onerror:
     EVAL.finish(ok=False)
+
+
+# The same handlers when this Snakefile is a module of another (README, Installed as a package).
+EVAL.run_handlers_as_module(workflow)

@@ -62,6 +62,17 @@ def main_snakefile(workflow) -> str:
     return str(workflow.main_snakefile)
 
 
+def run_handlers_as_module(workflow, start: Callable[[], None], finish: Callable[[bool], None]) -> None:
+    """Give ``start`` and ``finish`` to the main workflow when this Snakefile is a module of
+    another (``module ...: snakefile:``): Snakemake keeps the ``onstart``, ``onsuccess`` and
+    ``onerror`` of the main Snakefile only. Nothing to do when it is the main Snakefile."""
+    if workflow.modifier.is_main_snakefile():
+        return
+    workflow._onstart = lambda log: start()
+    workflow._onsuccess = lambda log: finish(True)
+    workflow._onerror = lambda log: finish(False)
+
+
 def is_main_process(workflow) -> bool:
     """False inside a job Snakemake spawned (a cluster job runs one Snakemake per job)."""
     return bool(getattr(workflow, "is_main_process", True))

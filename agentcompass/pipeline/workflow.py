@@ -240,6 +240,10 @@ class EvaluationWorkflow:
         if self.lifecycle is not None:
             self.lifecycle.start()
 
+    def run_handlers_as_module(self, workflow) -> None:
+        """``start`` and ``finish`` run also when the Snakefile is a module of another."""
+        engine.run_handlers_as_module(workflow, self.start, lambda ok: self.finish(ok=ok))
+
     def finish(self, ok: bool = True) -> None:
         """The run is over (``ok``: every job succeeded): write each request's outcome event, stop the
         progress line and the stop's timers, release the locks, and cancel what would hold the exit

@@ -1,0 +1,270 @@
+"""The ``dataset`` Benchmark: each scorer on passing, failing and adversarial answers; each file
+format; a bad mapping; and a YAML-only run over JSONL graded by a judge on a scripted endpoint."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentcompass.benchmarks.dataset import DatasetBenchmark, drop_judge_lines, read_rows
+from agentcompass.benchmarks.dataset_scorers import parse_grade, score_answer
+from agentcompass.pipeline.resources import evaluation_endpoints
+from agentcompass.runtime.config import ConfigError, ParameterError
+from agentcompass.runtime.model_client import endpoint_resource
+from agentcompass.runtime.models import RunRequest
+from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+from conftest import agentcompass, clean_env, files_holding
+
+ROWS = [
+    {"qid": "q1", "question": "What is 6 * 7?", "answer": "42", "topic": "math"},
+    {"qid": "q2", "question": "Capital of France?", "answer": "Paris", "topic": "geo"},
+]
+
+
+def request(params: dict) -> RunRequest:
+    return RunRequest.from_dict({"benchmark": {"id": "dataset", "params": params}, "harness": {"id": "oracle"},
+                                 "model": {"id": "none"}})
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# --- scorers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scorer, answer, targets, correct", [
+    ("exact", "Paris", ["Paris"], True),
+    ("exact", "  paris. ", ["Paris"], True),
+    ("exact", "Paris, or maybe Lyon", ["Paris"], False),
+    ("exact", "Lyon", ["Paris", "Lyon"], True),
+    ("exact", "London", ["Paris"], False),
+    ("includes", "The capital is Paris.", ["Paris"], True),
+    ("includes", "The capital is Lyon.", ["Paris"], False),
+    ("includes", "Par is", ["Paris"], False),
+    ("regex", "Paris", [r"Paris|Lutetia"], True),
+    ("regex", "lutetia", [r"Paris|Lutetia"], True),
+    ("regex", "Not Paris at all", [r"Paris"], False),  # a match inside a longer answer is not enough
+    ("regex", ".*", [r"Paris"], False),
+    ("numeric", "The answer is 42.", ["42"], True),
+    ("numeric", "1,234", ["1234"], True),
+    ("numeric", "42.04", ["42"], False),
+    ("numeric", "41 or 42", ["42"], False),  # hedged: two numbers
+    ("numeric", "forty-two", ["42"], False),
+    ("numeric", "inf", ["42"], False),
+    ("choice", "B", ["B"], True),
+    ("choice", "The answer is (B).", ["B"], True),
+    ("choice", "b", ["B"], True),
+    ("choice", "C", ["B"], False),
+    ("choice", "A or B", ["B"], False),  # hedged: two letters
+    ("choice", "B, C", ["B"], False),
+    ("choice", "Probably the second one", ["B"], False),
+    ("f1", "the Eiffel Tower in Paris", ["Eiffel Tower"], True),
+    ("f1", "a tower", ["Eiffel Tower"], True),  # F1 0.67 >= 0.5
+    ("f1", "Big Ben", ["Eiffel Tower"], False),
+    ("f1", "the a an", ["the Eiffel Tower"], False),  # only articles: no evidence
+])
+def test_scorers_pass_only_on_positive_evidence(scorer, answer, targets, correct):
+    score = score_answer(scorer, answer, targets, choices=["x", "y", "z", "w"] if scorer == "choice" else [])
+    assert score.correct is correct, score.explanation
+    if scorer != "f1":
+        assert score.value == float(correct)
+
+
+def test_scorers_refuse_empty_and_non_text_answers():
+    for scorer in ("exact", "includes", "regex", "numeric", "choice", "f1"):
+        assert not score_answer(scorer, "", ["x"]).correct
+        assert not score_answer(scorer, "   ", ["x"]).correct
+        assert not score_answer(scorer, None, ["x"]).correct
+
+
+def test_numeric_tolerance_and_choice_letters_outside_the_options():
+    assert score_answer("numeric", "3.14", ["3.14159"], tolerance=0.01).correct
+    assert not score_answer("numeric", "3.2", ["3.14159"], tolerance=0.01).correct
+    assert not score_answer("choice", "E", ["E"], choices=["a", "b"]).correct  # no option E among two
+    assert not score_answer("exact", "paris", ["Paris"], case_sensitive=True).correct
+
+
+@pytest.mark.parametrize("reply, grade", [
+    ("The answer matches.\nGRADE: C", True),
+    ("It names another city.\nGRADE: I", False),
+    ("GRADE: C\nGRADE: I", None),  # two verdicts
+    ("The answer is correct.", None),  # no verdict
+    ("GRADE: B", None),
+    ("grade: c", None),
+    ("I would say GRADE: C probably", None),  # not a line of its own
+])
+def test_judge_verdict_is_parsed_strictly(reply, grade):
+    assert parse_grade(reply) is grade
+
+
+# --- formats and mapping -------------------------------------------------------------
+
+
+def test_each_file_format_loads_the_same_tasks(tmp_path: Path):
+    jsonl = write_jsonl(tmp_path / "d.jsonl", ROWS)
+    with (tmp_path / "d.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(ROWS[0]))
+        writer.writeheader()
+        writer.writerows(ROWS)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "d.parquet")
+    mapping = {"id": "qid", "input": "question", "target": "answer", "category": "topic"}
+    loaded = []
+    for name in ("d.jsonl", "d.csv", "d.parquet"):
+        tasks = DatasetBenchmark().load_tasks(request({"path": str(tmp_path / name), "fields": mapping}))
+        loaded.append([(t.task_id, t.question, t.category, t.ground_truth) for t in tasks])
+    assert loaded[0] == [("q1", "What is 6 * 7?", "math", ["42"]), ("q2", "Capital of France?", "geo", ["Paris"])]
+    assert loaded[0] == loaded[1] == loaded[2]
+    assert read_rows(jsonl, "auto", None) == ROWS
+    other = tmp_path / "d.txt"
+    other.write_text(jsonl.read_text())
+    with pytest.raises(ConfigError, match="set format to one of"):
+        read_rows(other, "auto", None)
+    assert read_rows(other, "jsonl", None) == ROWS
+
+
+def test_a_saved_hugging_face_dataset_loads_or_names_the_package(tmp_path: Path):
+    folder = tmp_path / "saved"
+    try:
+        import datasets
+    except ImportError:
+        folder.mkdir()
+        with pytest.raises(ConfigError, match="pip install datasets"):
+            read_rows(folder, "auto", None)
+        return
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(ROWS)}).save_to_disk(str(folder))
+    with pytest.raises(ConfigError, match=r"splits \['test'\]"):
+        read_rows(folder, "auto", None)
+    tasks = DatasetBenchmark().load_tasks(request({"path": str(folder), "split": "test",
+                                                   "fields": {"id": "qid", "input": "question", "target": "answer"}}))
+    assert [t.task_id for t in tasks] == ["q1", "q2"]
+
+
+def test_a_bad_mapping_names_the_field_and_the_columns_the_file_has(tmp_path: Path):
+    path = write_jsonl(tmp_path / "d.jsonl", ROWS)
+    with pytest.raises(ParameterError) as caught:
+        DatasetBenchmark().load_tasks(request({"path": str(path), "fields": {"input": "prompt", "target": "answer"}}))
+    message = str(caught.value)
+    assert "fields.input" in message and "'prompt'" in message
+    assert "['qid', 'question', 'answer', 'topic']" in message
+    with pytest.raises(ParameterError, match="fields: unknown key"):
+        DatasetBenchmark().build_config(request({"path": str(path), "fields": {"input": "q", "target": "a", "x": "y"}}))
+    with pytest.raises(ParameterError, match=r"prompt_template names \{topik\}"):
+        DatasetBenchmark().load_tasks(request({"path": str(path), "prompt_template": "{topik}: {input}",
+                                               "fields": {"input": "question", "target": "answer"}}))
+    with pytest.raises(ConfigError, match="row 1 of d.jsonl: its target 'about 5 or 6' is not a single number"):
+        write_jsonl(path, [{"question": "q", "answer": "about 5 or 6"}])
+        DatasetBenchmark().load_tasks(request({"path": str(path), "scorer": "numeric",
+                                               "fields": {"input": "question", "target": "answer"}}))
+    with pytest.raises(ParameterError, match="needs a judge"):
+        DatasetBenchmark().build_config(request({"path": str(path), "scorer": "model_graded"}))
+
+
+def test_choices_are_lettered_in_the_prompt_and_a_text_target_becomes_its_letter(tmp_path: Path):
+    path = write_jsonl(tmp_path / "mc.jsonl", [{"q": "Sky colour?", "opts": ["red", "blue"], "a": "blue"}])
+    req = request({"path": str(path), "scorer": "choice", "prompt_template": "{input}\n{choices}",
+                   "fields": {"input": "q", "target": "a", "choices": "opts"}})
+    benchmark = DatasetBenchmark()
+    task = benchmark.load_tasks(req)[0]
+    plan = benchmark.build_plan(task, req, None)
+    assert plan.prompt == "Sky colour?\nA. red\nB. blue" and plan.targets == ["B"]
+    assert benchmark.reference_solution(task, plan) == "B"
+
+
+def test_the_judge_takes_its_own_endpoint_resource(tmp_path: Path):
+    path = write_jsonl(tmp_path / "d.jsonl", ROWS)
+    judged = request({"path": str(path), "scorer": "model_graded", "fields": {"input": "question", "target": "answer"},
+                      "judge": {"id": "judge", "base_url": "http://127.0.0.1:9/v1"}})
+    assert evaluation_endpoints(judged) == [endpoint_resource("http://127.0.0.1:9/v1")]
+    assert evaluation_endpoints(request({"path": str(path), "fields": {"input": "question", "target": "answer"}})) == []
+
+
+def test_a_re_evaluation_replaces_the_judges_lines(tmp_path: Path):
+    trajectory = tmp_path / "trajectory.jsonl"
+    trajectory.write_text('{"type": "model_call", "turn": 1}\n{"type": "model_call", "judge": true}\n')
+    drop_judge_lines(trajectory)
+    assert trajectory.read_text() == '{"type": "model_call", "turn": 1}\n'
+
+
+def test_config_docs_describe_every_field(capsys):
+    import dataclasses
+
+    from agentcompass import cli
+    from agentcompass.benchmarks.dataset import DatasetConfig
+
+    assert cli.main(["config", "docs", "benchmark", "dataset"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in [f.name for f in dataclasses.fields(DatasetConfig)]:
+        index = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
+        assert len(lines[index + 1].strip()) > 20, name
+
+
+# --- end to end ---------------------------------------------------------------------
+
+
+def test_yaml_only_run_over_jsonl_graded_by_a_judge(tmp_path: Path):
+    """chat answers through one scripted endpoint, the judge grades through its own; every judge
+    call is a line of the attempt's trajectory and counted in its usage; the judge's key never lands in a file."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    write_jsonl(workdir / "qa.jsonl", ROWS)
+
+    def answer(body):
+        return completion("42" if "6 * 7" in body["messages"][-1]["content"] else "Lyon")
+
+    def judge(body):
+        prompt = body["messages"][-1]["content"]
+        return completion("Same number.\nGRADE: C" if "Submitted answer:\n42" in prompt else "Wrong city.\nGRADE: I")
+
+    key = "judge-secret-5b1f"
+    with ScriptedEndpoint(answer) as model, ScriptedEndpoint(judge) as grader:
+        config = {"requests": {"qa": {
+            "benchmark": {"id": "dataset", "params": {
+                "path": "qa.jsonl", "scorer": "model_graded",
+                "fields": {"id": "qid", "input": "question", "target": "answer", "category": "topic"},
+                "prompt_template": "Question: {input}",
+                "judge": {"id": "grader", "base_url": grader.base_url, "api_key": "${JUDGE_KEY}"},
+            }},
+            "harness": "chat", "environment": "host_process",
+            "model": {"id": "answerer", "base_url": model.base_url},
+        }}}
+        (workdir / "eval.yaml").write_text(yaml.safe_dump(config))
+        done = agentcompass(workdir, "run", "--config", "eval.yaml", env=clean_env(JUDGE_KEY=key))
+        assert done.returncode == 0, done.stderr[-3000:]
+    run = workdir / "results/default/qa"
+    results = {t: json.loads((run / "attempts" / t / "1" / "result.json").read_text()) for t in ("q1", "q2")}
+    assert results["q1"]["correct"] is True and results["q2"]["correct"] is False
+    assert results["q2"]["status"] == "completed" and results["q2"]["metadata"]["judge_reply"].endswith("GRADE: I")
+    assert len(model.requests) == 2 and len(grader.requests) == 2
+    assert all(r.headers.get("Authorization") == f"Bearer {key}" for r in grader.requests)
+    for task_id, result in results.items():
+        lines = [json.loads(line) for line in (run / "attempts" / task_id / "1" / "trajectory.jsonl").read_text().splitlines()]
+        judged = [line for line in lines if line.get("judge") is True]
+        assert len(lines) == 2 and len(judged) == 1 and judged[0]["request"]["model"] == "grader"
+        assert judged[0]["reply"]["choices"][0]["message"]["content"] in results[task_id]["metadata"]["judge_reply"]
+        assert result["usage"]["calls"] == 1 and result["usage"]["judge_calls"] == 1
+        assert result["usage"]["judge_prompt_tokens"] == 10
+    assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 0.5
+    leaked, read = files_holding(key, workdir)
+    assert read > 0 and leaked == []
+
+
+def test_the_example_config_loads_and_its_references_pass(monkeypatch):
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)  # the example's path is relative to the repository root
+    params = yaml.safe_load((root / "examples/dataset/qa.yaml").read_text())["requests"]["qa-oracle"]["benchmark"]["params"]
+    req, benchmark = request(params), DatasetBenchmark()
+    tasks = benchmark.load_tasks(req)
+    assert [t.task_id for t in tasks] == ["boiling-point", "hamlet", "largest-ocean", "primes"]
+    for task in tasks:
+        plan = benchmark.build_plan(task, req, None)
+        assert plan.prompt.startswith("Answer briefly. ")
+        assert score_answer(plan.scorer, benchmark.reference_solution(task, plan), plan.targets,
+                            f1_threshold=plan.f1_threshold).correct

@@ -3,8 +3,10 @@ format; a bad mapping; and a YAML-only run over JSONL graded by a judge on a scr
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,8 @@ from agentcompass.benchmarks.dataset_scorers import parse_grade, score_answer
 from agentcompass.pipeline.resources import evaluation_endpoints
 from agentcompass.runtime.config import ConfigError, ParameterError
 from agentcompass.runtime.model_client import endpoint_resource
-from agentcompass.runtime.models import RunRequest
-from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+from agentcompass.runtime.models import RunRequest, RunResult, TaskStatus
+from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion
 from conftest import agentcompass, clean_env, files_holding
 
 ROWS = [
@@ -130,15 +132,15 @@ def test_each_file_format_loads_the_same_tasks(tmp_path: Path):
     assert read_rows(other, "jsonl", None) == ROWS
 
 
-def test_a_saved_hugging_face_dataset_loads_or_names_the_package(tmp_path: Path):
+def test_a_saved_dataset_without_the_datasets_package_names_the_install(tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # what an interpreter without the package does
+    with pytest.raises(ConfigError, match="needs the datasets package: pip install datasets"):
+        read_rows(tmp_path, "auto", None)
+
+
+def test_a_saved_hugging_face_dataset_loads(tmp_path: Path):
+    datasets = pytest.importorskip("datasets")
     folder = tmp_path / "saved"
-    try:
-        import datasets
-    except ImportError:
-        folder.mkdir()
-        with pytest.raises(ConfigError, match="pip install datasets"):
-            read_rows(folder, "auto", None)
-        return
     datasets.DatasetDict({"test": datasets.Dataset.from_list(ROWS)}).save_to_disk(str(folder))
     with pytest.raises(ConfigError, match=r"splits \['test'\]"):
         read_rows(folder, "auto", None)
@@ -206,12 +208,44 @@ def test_config_docs_describe_every_field(capsys):
         assert len(lines[index + 1].strip()) > 20, name
 
 
+def judged_evaluation(tmp_path: Path, base_url: str, answer: object):
+    path = write_jsonl(tmp_path / "d.jsonl", ROWS[:1])
+    req = request({"path": str(path), "scorer": "model_graded", "fields": {"input": "question", "target": "answer"},
+                   "judge": {"id": "judge", "base_url": base_url}, "judge_timeout": 5})
+    benchmark = DatasetBenchmark()
+    task = benchmark.load_tasks(req)[0]
+    plan = benchmark.build_plan(task, req, None)
+    output = RunResult(task_id=task.task_id, answer=answer)
+    return asyncio.run(benchmark.evaluate(task, None, output, None, req, plan))
+
+
+@pytest.mark.parametrize("reply", [
+    completion("It looks right to me."), completion("GRADE: C\nGRADE: I"), completion("GRADE: A"),
+    (400, {"error": "bad request"}),
+])
+def test_a_judge_without_a_single_verdict_is_an_eval_error_never_a_pass(tmp_path: Path, reply):
+    with ScriptedEndpoint(lambda body: reply) as judge:
+        result = judged_evaluation(tmp_path, judge.base_url, "42")
+    assert result.status == TaskStatus.EVAL_ERROR and result.correct is None and result.error.startswith("judge:")
+    assert result.usage["judge_calls"] == 1
+
+
+def test_no_text_answer_is_incorrect_without_asking_the_judge(tmp_path: Path):
+    with ScriptedEndpoint(lambda body: completion("GRADE: C")) as judge:
+        for answer in (None, "  ", ["42"]):
+            result = judged_evaluation(tmp_path, judge.base_url, answer)
+            assert result.status == TaskStatus.COMPLETED and result.correct is False
+    assert judge.requests == []
+
+
 # --- end to end ---------------------------------------------------------------------
 
 
 def test_yaml_only_run_over_jsonl_graded_by_a_judge(tmp_path: Path):
     """chat answers through one scripted endpoint, the judge grades through its own; every judge
-    call is a line of the attempt's trajectory and counted in its usage; the judge's key never lands in a file."""
+    call is a line of the attempt's trajectory and counted in its usage; the judge's key never lands
+    in a file. A new rubric regrades without asking the answering model again, replacing the judge's
+    lines, and a cap on the judge's endpoint resource holds its calls to one at a time."""
     workdir = tmp_path / "work"
     workdir.mkdir()
     write_jsonl(workdir / "qa.jsonl", ROWS)
@@ -221,37 +255,53 @@ def test_yaml_only_run_over_jsonl_graded_by_a_judge(tmp_path: Path):
 
     def judge(body):
         prompt = body["messages"][-1]["content"]
-        return completion("Same number.\nGRADE: C" if "Submitted answer:\n42" in prompt else "Wrong city.\nGRADE: I")
+        verdict = "Same number.\nGRADE: C" if "Submitted answer:\n42" in prompt else "Wrong city.\nGRADE: I"
+        return Reply(200, completion(verdict), delay=0.5)
+
+    def run_with(rubric: str | None, *extra: str) -> Path:
+        params = {
+            "path": "qa.jsonl", "scorer": "model_graded",
+            "fields": {"id": "qid", "input": "question", "target": "answer", "category": "topic"},
+            "prompt_template": "Question: {input}",
+            "judge": {"id": "grader", "base_url": grader.base_url, "api_key": "${JUDGE_KEY}"},
+        }
+        if rubric:
+            params["rubric"] = rubric
+        (workdir / "eval.yaml").write_text(yaml.safe_dump({"requests": {"qa": {
+            "benchmark": {"id": "dataset", "params": params}, "harness": "chat", "environment": "host_process",
+            "model": {"id": "answerer", "base_url": model.base_url},
+        }}}))
+        done = agentcompass(workdir, "run", "--config", "eval.yaml", "--cores", "4", *extra,
+                            env=clean_env(JUDGE_KEY=key))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return workdir / "results/default/qa"
+
+    def check(run: Path) -> None:
+        results = {t: json.loads((run / "attempts" / t / "1" / "result.json").read_text()) for t in ("q1", "q2")}
+        assert results["q1"]["correct"] is True and results["q2"]["correct"] is False
+        assert results["q2"]["status"] == "completed" and results["q2"]["metadata"]["judge_reply"].endswith("GRADE: I")
+        for task_id, result in results.items():
+            trajectory = run / "attempts" / task_id / "1" / "trajectory.jsonl"
+            lines = [json.loads(line) for line in trajectory.read_text().splitlines()]
+            judged = [line for line in lines if line.get("judge") is True]
+            assert len(lines) == 2 and len(judged) == 1 and judged[0]["request"]["model"] == "grader"
+            assert judged[0]["reply"]["choices"][0]["message"]["content"] == result["metadata"]["judge_reply"]
+            assert result["usage"]["calls"] == 1 and result["usage"]["judge_calls"] == 1
+            assert result["usage"]["judge_prompt_tokens"] == 10
+        assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 0.5
 
     key = "judge-secret-5b1f"
     with ScriptedEndpoint(answer) as model, ScriptedEndpoint(judge) as grader:
-        config = {"requests": {"qa": {
-            "benchmark": {"id": "dataset", "params": {
-                "path": "qa.jsonl", "scorer": "model_graded",
-                "fields": {"id": "qid", "input": "question", "target": "answer", "category": "topic"},
-                "prompt_template": "Question: {input}",
-                "judge": {"id": "grader", "base_url": grader.base_url, "api_key": "${JUDGE_KEY}"},
-            }},
-            "harness": "chat", "environment": "host_process",
-            "model": {"id": "answerer", "base_url": model.base_url},
-        }}}
-        (workdir / "eval.yaml").write_text(yaml.safe_dump(config))
-        done = agentcompass(workdir, "run", "--config", "eval.yaml", env=clean_env(JUDGE_KEY=key))
-        assert done.returncode == 0, done.stderr[-3000:]
-    run = workdir / "results/default/qa"
-    results = {t: json.loads((run / "attempts" / t / "1" / "result.json").read_text()) for t in ("q1", "q2")}
-    assert results["q1"]["correct"] is True and results["q2"]["correct"] is False
-    assert results["q2"]["status"] == "completed" and results["q2"]["metadata"]["judge_reply"].endswith("GRADE: I")
-    assert len(model.requests) == 2 and len(grader.requests) == 2
-    assert all(r.headers.get("Authorization") == f"Bearer {key}" for r in grader.requests)
-    for task_id, result in results.items():
-        lines = [json.loads(line) for line in (run / "attempts" / task_id / "1" / "trajectory.jsonl").read_text().splitlines()]
-        judged = [line for line in lines if line.get("judge") is True]
-        assert len(lines) == 2 and len(judged) == 1 and judged[0]["request"]["model"] == "grader"
-        assert judged[0]["reply"]["choices"][0]["message"]["content"] in results[task_id]["metadata"]["judge_reply"]
-        assert result["usage"]["calls"] == 1 and result["usage"]["judge_calls"] == 1
-        assert result["usage"]["judge_prompt_tokens"] == 10
-    assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 0.5
+        check(run_with(None))
+        assert len(model.requests) == 2 and len(grader.requests) == 2
+        assert all(r.headers.get("Authorization") == f"Bearer {key}" for r in grader.requests)
+
+        grader.max_in_flight = 0
+        cap = f"{endpoint_resource(grader.base_url)}=1"
+        check(run_with("Q: {input}\nReference: {target}\nSubmitted answer:\n{answer}", "--", "--resources", cap))
+        assert len(model.requests) == 2 and len(grader.requests) == 4  # regraded; not answered again
+        assert sorted("Reference: 42" in r.body["messages"][0]["content"] for r in grader.requests[2:]) == [False, True]
+        assert grader.max_in_flight == 1
     leaked, read = files_holding(key, workdir)
     assert read > 0 and leaked == []
 

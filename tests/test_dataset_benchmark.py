@@ -169,6 +169,20 @@ def test_a_bad_mapping_names_the_field_and_the_columns_the_file_has(tmp_path: Pa
         DatasetBenchmark().build_config(request({"path": str(path), "scorer": "model_graded"}))
 
 
+def test_a_bad_mapping_stops_the_run_before_any_job(tmp_path: Path):
+    write_jsonl(tmp_path / "d.jsonl", ROWS)
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump({"requests": {"bad": {
+        "benchmark": {"id": "dataset", "params": {"path": "d.jsonl", "fields": {"input": "prompt", "target": "answer"}}},
+        "harness": "oracle", "environment": "host_process", "model": {"id": "none"},
+    }}}))
+    done = agentcompass(tmp_path, "run", "--config", "eval.yaml")
+    assert done.returncode != 0
+    assert ("eval.yaml: field 'requests.bad.benchmark.params.fields'" in done.stderr
+            and "fields.input: d.jsonl has no column 'prompt'; its columns are ['qid', 'question', 'answer', 'topic']"
+            in done.stderr), done.stderr[-2000:]
+    assert not (tmp_path / "results").exists()
+
+
 def test_choices_are_lettered_in_the_prompt_and_a_text_target_becomes_its_letter(tmp_path: Path):
     path = write_jsonl(tmp_path / "mc.jsonl", [{"q": "Sky colour?", "opts": ["red", "blue"], "a": "blue"}])
     req = request({"path": str(path), "scorer": "choice", "prompt_template": "{input}\n{choices}",

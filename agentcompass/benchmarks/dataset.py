@@ -11,6 +11,7 @@ its calls are ``model_call`` lines of the attempt's trajectory (with
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import string
 from dataclasses import dataclass
@@ -153,6 +154,7 @@ class DatasetConfig(RuntimeBenchmarkConfig):
                 if name not in ("input", "target", "answer"):
                     raise ParameterError(f"rubric names {{{name}}}; it may name {{input}}, {{target}} and {{answer}}",
                                          ["rubric"])
+        dataset_tasks(self)  # the file, its columns and every row are checked before any job runs
 
     def _check_fields(self) -> None:
         unknown = sorted(set(self.fields) - set(MAPPED))
@@ -278,6 +280,91 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def dataset_tasks(config: DatasetConfig) -> tuple[TaskSpec, ...]:
+    """The tasks of the configured file; an error names the file, the row or the field and its columns."""
+    path = Path(config.path).expanduser().resolve()
+    try:
+        stat = path.stat()
+    except OSError:
+        raise ParameterError(f"path {str(path)!r} does not exist; point it at a .jsonl, .csv or .parquet file "
+                             "or a saved dataset folder", ["path"]) from None
+    return _load(str(path), config.format, config.split, json.dumps(config.fields, sort_keys=True),
+                 config.prompt_template, config.scorer, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)  # every stage builds the config again, once per task: read the file once
+def _load(path_text: str, fmt: str, split: str | None, fields: str, template: str, scorer: str,
+          mtime_ns: int, size: int) -> tuple[TaskSpec, ...]:
+    _ = mtime_ns, size  # part of the key: an edited file is read again
+    path, mapping = Path(path_text), json.loads(fields)
+    rows = read_rows(path, fmt, split)
+    if not rows:
+        raise ConfigError(f"dataset: {path} holds no rows")
+    columns = list(dict.fromkeys(c for row in rows for c in row))
+    for key, value in mapping.items():
+        for column in value if isinstance(value, list) else [value]:
+            if column not in columns:
+                raise ParameterError(f"fields.{key}: {path.name} has no column {column!r}; its columns are "
+                                     f"{columns}", ["fields"])
+    for name in _template_names(template, "prompt_template"):
+        if name not in columns and name not in TEMPLATE_NAMES:
+            raise ParameterError(f"prompt_template names {{{name}}}, which is no column of {path.name} "
+                                 f"(columns: {columns}) nor one of {list(TEMPLATE_NAMES)}", ["prompt_template"])
+    tasks: list[TaskSpec] = []
+    seen: set[str] = set()
+    for number, row in enumerate(rows, 1):
+        tasks.append(_task(row, number, mapping, scorer, path))
+        if tasks[-1].task_id in seen:
+            raise ConfigError(f"dataset: row {number} of {path.name} repeats the id {tasks[-1].task_id!r}; "
+                              f"ids (fields.id = {mapping.get('id')!r}) must be unique")
+        seen.add(tasks[-1].task_id)
+    return tuple(tasks)
+
+
+def _task(row: dict[str, Any], number: int, mapping: dict[str, Any], scorer: str, path: Path) -> TaskSpec:
+        where = f"dataset: row {number} of {path.name}"
+        question = row.get(mapping["input"])
+        if question is None or _text(question).strip() == "":
+            raise ConfigError(f"{where}: its input ({mapping['input']!r}) is empty")
+        raw_target = row.get(mapping["target"])
+        targets = raw_target if isinstance(raw_target, list) else [raw_target]
+        targets = [_text(t) for t in targets if t is not None and _text(t).strip() != ""]
+        if not targets:
+            raise ConfigError(f"{where}: its target ({mapping['target']!r}) is empty")
+        choices_field = mapping.get("choices")
+        if isinstance(choices_field, list):
+            choices = [_text(row.get(c)) for c in choices_field]
+        elif choices_field:
+            choices = row.get(choices_field)
+            if isinstance(choices, str):  # a CSV cell: a JSON list
+                try:
+                    choices = json.loads(choices)
+                except json.JSONDecodeError:
+                    choices = None
+            if not isinstance(choices, list) or not choices:
+                raise ConfigError(f"{where}: choices ({choices_field!r}) must be a non-empty list, such as "
+                                  f"[\"red\", \"blue\"] (a JSON list in a CSV cell), got {row.get(choices_field)!r}")
+            choices = [_text(c) for c in choices]
+        else:
+            choices = []
+        try:
+            _check_target(scorer, targets, choices)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if scorer == "choice":
+            targets = [to_letter(t, choices) for t in targets]
+        task_id = _text(row[mapping["id"]]).strip() if mapping.get("id") and row.get(mapping["id"]) is not None \
+            else f"row-{number}"
+        if not task_id:
+            raise ConfigError(f"{where}: its id ({mapping['id']!r}) is empty")
+        category = row.get(mapping["category"]) if mapping.get("category") else None
+        return TaskSpec(
+            task_id=task_id, question=_text(question),
+            category=None if category is None else _text(category), ground_truth=targets,
+            metadata={"choices": choices, "row": {str(k): _text(v) for k, v in row.items() if v is not None}},
+        )
+
+
 # --- the Benchmark ----------------------------------------------------------------
 
 
@@ -320,74 +407,7 @@ class DatasetBenchmark(BaseBenchmark):
         return tree_digest(Path(self.build_config(req).path).expanduser().resolve())
 
     def load_tasks(self, req: RunRequest) -> list[TaskSpec]:
-        config = self.build_config(req)
-        path = Path(config.path).expanduser().resolve()
-        rows = read_rows(path, config.format, config.split)
-        if not rows:
-            raise ConfigError(f"dataset: {path} holds no rows")
-        columns = list(dict.fromkeys(c for row in rows for c in row))
-        mapping = config.fields
-        for key, value in mapping.items():
-            for column in value if isinstance(value, list) else [value]:
-                if column not in columns:
-                    raise ParameterError(f"fields.{key}: {path.name} has no column {column!r}; its columns are "
-                                         f"{columns}", ["fields"])
-        for name in _template_names(config.prompt_template, "prompt_template"):
-            if name not in columns and name not in TEMPLATE_NAMES:
-                raise ParameterError(f"prompt_template names {{{name}}}, which is no column of {path.name} "
-                                     f"(columns: {columns}) nor one of {list(TEMPLATE_NAMES)}", ["prompt_template"])
-        tasks, seen = [], set()
-        for number, row in enumerate(rows, 1):
-            tasks.append(self._task(row, number, mapping, config.scorer, path))
-            if tasks[-1].task_id in seen:
-                raise ConfigError(f"dataset: row {number} of {path.name} repeats the id {tasks[-1].task_id!r}; "
-                                  f"ids (fields.id = {mapping.get('id')!r}) must be unique")
-            seen.add(tasks[-1].task_id)
-        return tasks
-
-    @staticmethod
-    def _task(row: dict[str, Any], number: int, mapping: dict[str, Any], scorer: str, path: Path) -> TaskSpec:
-        where = f"dataset: row {number} of {path.name}"
-        question = row.get(mapping["input"])
-        if question is None or _text(question).strip() == "":
-            raise ConfigError(f"{where}: its input ({mapping['input']!r}) is empty")
-        raw_target = row.get(mapping["target"])
-        targets = raw_target if isinstance(raw_target, list) else [raw_target]
-        targets = [_text(t) for t in targets if t is not None and _text(t).strip() != ""]
-        if not targets:
-            raise ConfigError(f"{where}: its target ({mapping['target']!r}) is empty")
-        choices_field = mapping.get("choices")
-        if isinstance(choices_field, list):
-            choices = [_text(row.get(c)) for c in choices_field]
-        elif choices_field:
-            choices = row.get(choices_field)
-            if isinstance(choices, str):  # a CSV cell: a JSON list
-                try:
-                    choices = json.loads(choices)
-                except json.JSONDecodeError:
-                    choices = None
-            if not isinstance(choices, list) or not choices:
-                raise ConfigError(f"{where}: choices ({choices_field!r}) must be a non-empty list, such as "
-                                  f"[\"red\", \"blue\"] (a JSON list in a CSV cell), got {row.get(choices_field)!r}")
-            choices = [_text(c) for c in choices]
-        else:
-            choices = []
-        try:
-            _check_target(scorer, targets, choices)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        if scorer == "choice":
-            targets = [to_letter(t, choices) for t in targets]
-        task_id = _text(row[mapping["id"]]).strip() if mapping.get("id") and row.get(mapping["id"]) is not None \
-            else f"row-{number}"
-        if not task_id:
-            raise ConfigError(f"{where}: its id ({mapping['id']!r}) is empty")
-        category = row.get(mapping["category"]) if mapping.get("category") else None
-        return TaskSpec(
-            task_id=task_id, question=_text(question),
-            category=None if category is None else _text(category), ground_truth=targets,
-            metadata={"choices": choices, "row": {str(k): _text(v) for k, v in row.items() if v is not None}},
-        )
+        return list(dataset_tasks(self.build_config(req)))
 
     def build_plan(self, task, req, environment) -> DatasetPlan:
         _ = environment

@@ -191,7 +191,11 @@ def test_choices_are_lettered_in_the_prompt_and_a_text_target_becomes_its_letter
     task = benchmark.load_tasks(req)[0]
     plan = benchmark.build_plan(task, req, None)
     assert plan.prompt == "Sky colour?\nA. red\nB. blue" and plan.targets == ["B"]
+    assert plan.answer_format == "Answer with the letter of one option only."
     assert benchmark.reference_solution(task, plan) == "B"
+    assert score_answer("choice", "B", plan.targets, choices=plan.choices).correct
+    req.benchmark.params["answer_format"] = "One letter."
+    assert benchmark.build_plan(task, req, None).answer_format == "One letter."
 
 
 def test_the_judge_takes_its_own_endpoint_resource(tmp_path: Path):

@@ -64,7 +64,7 @@ TEMPLATE_NAMES = ("input", "choices", "id", "category")
 class DatasetConfig(RuntimeBenchmarkConfig):
     path: str | None = config_field(
         default=None,
-        description="The data: a .jsonl, .csv or .parquet file, or a folder written by a Hugging Face dataset's "
+        description="Required. The data: a .jsonl, .csv or .parquet file, or a folder written by a Hugging Face dataset's "
         "save_to_disk (needs `pip install datasets`). A relative path resolves against the working directory.",
         stage="tasks",
     )

@@ -169,6 +169,24 @@ def test_a_bad_mapping_names_the_field_and_the_columns_the_file_has(tmp_path: Pa
         DatasetBenchmark().build_config(request({"path": str(path), "scorer": "model_graded"}))
 
 
+@pytest.mark.parametrize("rows, scorer, error", [
+    ([{"q": " ", "a": "x"}], "exact", "row 1 of d.jsonl: its input ('q') is empty"),
+    ([{"q": "a", "a": ""}], "exact", "row 1 of d.jsonl: its target ('a') is empty"),
+    ([{"id": "t", "q": "a", "a": "x"}, {"id": "t", "q": "b", "a": "y"}], "exact", "row 2 of d.jsonl repeats the id 't'"),
+    ([{"id": "t", "q": "a", "a": "x"}, {"id": None, "q": "b", "a": "y"}], "exact", "row 2 of d.jsonl: its id ('id') is empty"),
+    ([{"q": "a", "a": "(unclosed"}], "regex", "its target '(unclosed' is not a valid regular expression"),
+    ([{"q": "a", "a": "E", "c": ["x", "y"]}], "choice", "its target 'E' is neither an option letter (A-B)"),
+    ([{"q": "a", "a": "A", "c": "x, y"}], "choice", "choices ('c') must be a non-empty list"),
+])
+def test_a_bad_row_is_an_error_naming_the_row(tmp_path: Path, rows, scorer, error):
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    fields = {"input": "q", "target": "a", **({"id": "id"} if "id" in rows[0] else {}),
+              **({"choices": "c"} if "c" in rows[0] else {})}
+    with pytest.raises(ConfigError) as caught:
+        DatasetBenchmark().build_config(request({"path": str(path), "scorer": scorer, "fields": fields}))
+    assert error in str(caught.value)
+
+
 def test_a_bad_mapping_stops_the_run_before_any_job(tmp_path: Path):
     write_jsonl(tmp_path / "d.jsonl", ROWS)
     (tmp_path / "eval.yaml").write_text(yaml.safe_dump({"requests": {"bad": {

@@ -288,8 +288,11 @@ def dataset_tasks(config: DatasetConfig) -> tuple[TaskSpec, ...]:
     except OSError:
         raise ParameterError(f"path {str(path)!r} does not exist; point it at a .jsonl, .csv or .parquet file "
                              "or a saved dataset folder", ["path"]) from None
-    return _load(str(path), config.format, config.split, json.dumps(config.fields, sort_keys=True),
-                 config.prompt_template, config.scorer, stat.st_mtime_ns, stat.st_size)
+    try:
+        return _load(str(path), config.format, config.split, json.dumps(config.fields, sort_keys=True),
+                     config.prompt_template, config.scorer, stat.st_mtime_ns, stat.st_size)
+    except OSError as exc:
+        raise ParameterError(f"path {str(path)!r} cannot be read as a dataset: {exc}", ["path"]) from None
 
 
 @functools.lru_cache(maxsize=8)  # every stage builds the config again, once per task: read the file once
@@ -322,47 +325,47 @@ def _load(path_text: str, fmt: str, split: str | None, fields: str, template: st
 
 
 def _task(row: dict[str, Any], number: int, mapping: dict[str, Any], scorer: str, path: Path) -> TaskSpec:
-        where = f"dataset: row {number} of {path.name}"
-        question = row.get(mapping["input"])
-        if question is None or _text(question).strip() == "":
-            raise ConfigError(f"{where}: its input ({mapping['input']!r}) is empty")
-        raw_target = row.get(mapping["target"])
-        targets = raw_target if isinstance(raw_target, list) else [raw_target]
-        targets = [_text(t) for t in targets if t is not None and _text(t).strip() != ""]
-        if not targets:
-            raise ConfigError(f"{where}: its target ({mapping['target']!r}) is empty")
-        choices_field = mapping.get("choices")
-        if isinstance(choices_field, list):
-            choices = [_text(row.get(c)) for c in choices_field]
-        elif choices_field:
-            choices = row.get(choices_field)
-            if isinstance(choices, str):  # a CSV cell: a JSON list
-                try:
-                    choices = json.loads(choices)
-                except json.JSONDecodeError:
-                    choices = None
-            if not isinstance(choices, list) or not choices:
-                raise ConfigError(f"{where}: choices ({choices_field!r}) must be a non-empty list, such as "
-                                  f"[\"red\", \"blue\"] (a JSON list in a CSV cell), got {row.get(choices_field)!r}")
-            choices = [_text(c) for c in choices]
-        else:
-            choices = []
-        try:
-            _check_target(scorer, targets, choices)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        if scorer == "choice":
-            targets = [to_letter(t, choices) for t in targets]
-        task_id = _text(row[mapping["id"]]).strip() if mapping.get("id") and row.get(mapping["id"]) is not None \
-            else f"row-{number}"
-        if not task_id:
-            raise ConfigError(f"{where}: its id ({mapping['id']!r}) is empty")
-        category = row.get(mapping["category"]) if mapping.get("category") else None
-        return TaskSpec(
-            task_id=task_id, question=_text(question),
-            category=None if category is None else _text(category), ground_truth=targets,
-            metadata={"choices": choices, "row": {str(k): _text(v) for k, v in row.items() if v is not None}},
-        )
+    where = f"dataset: row {number} of {path.name}"
+    question = row.get(mapping["input"])
+    if question is None or _text(question).strip() == "":
+        raise ConfigError(f"{where}: its input ({mapping['input']!r}) is empty")
+    raw_target = row.get(mapping["target"])
+    targets = raw_target if isinstance(raw_target, list) else [raw_target]
+    targets = [_text(t) for t in targets if t is not None and _text(t).strip() != ""]
+    if not targets:
+        raise ConfigError(f"{where}: its target ({mapping['target']!r}) is empty")
+    choices_field = mapping.get("choices")
+    if isinstance(choices_field, list):
+        choices = [_text(row.get(c)) for c in choices_field]
+    elif choices_field:
+        choices = row.get(choices_field)
+        if isinstance(choices, str):  # a CSV cell: a JSON list
+            try:
+                choices = json.loads(choices)
+            except json.JSONDecodeError:
+                choices = None
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}: choices ({choices_field!r}) must be a non-empty list, such as "
+                              f"[\"red\", \"blue\"] (a JSON list in a CSV cell), got {row.get(choices_field)!r}")
+        choices = [_text(c) for c in choices]
+    else:
+        choices = []
+    try:
+        _check_target(scorer, targets, choices)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if scorer == "choice":
+        targets = [to_letter(t, choices) for t in targets]
+    raw_id = row.get(mapping["id"]) if mapping.get("id") else f"row-{number}"
+    task_id = "" if raw_id is None else _text(raw_id).strip()
+    if not task_id:
+        raise ConfigError(f"{where}: its id ({mapping['id']!r}) is empty")
+    category = row.get(mapping["category"]) if mapping.get("category") else None
+    return TaskSpec(
+        task_id=task_id, question=_text(question),
+        category=None if category is None else _text(category), ground_truth=targets,
+        metadata={"choices": choices, "row": {str(k): _text(v) for k, v in row.items() if v is not None}},
+    )
 
 
 # --- the Benchmark ----------------------------------------------------------------

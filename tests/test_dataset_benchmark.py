@@ -354,3 +354,13 @@ def test_the_example_config_loads_and_its_references_pass(monkeypatch):
         assert plan.prompt.startswith("Answer briefly. ")
         assert score_answer(plan.scorer, benchmark.reference_solution(task, plan), plan.targets,
                             f1_threshold=plan.f1_threshold).correct
+
+
+def test_editing_the_file_changes_its_fingerprint_and_tasks(tmp_path: Path):
+    path = write_jsonl(tmp_path / "d.jsonl", ROWS)
+    req = request({"path": str(path), "fields": {"id": "qid", "input": "question", "target": "answer"}})
+    benchmark = DatasetBenchmark()
+    before = benchmark.source_fingerprint(req)
+    write_jsonl(path, ROWS + [{"qid": "q3", "question": "2 + 2?", "answer": "4"}])
+    assert benchmark.source_fingerprint(req) != before
+    assert [t.task_id for t in benchmark.load_tasks(req)] == ["q1", "q2", "q3"]

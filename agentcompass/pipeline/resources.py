@@ -3,6 +3,8 @@
 - ``model_endpoint_<slug>``: one per model endpoint; a run job takes 1 of its
   own endpoint's and 0 of the others, so a profile's ``resources:`` caps the
   model calls in flight at that endpoint (README, Concurrency per endpoint).
+  An evaluate job takes 1 of the endpoint of each Model its Benchmark calls
+  while scoring (``evaluation_models``: a judge).
 - ``task_concurrency``: every prepare, run and evaluate job takes 1, so at most
   ``task_concurrency`` attempt jobs run at once, whatever ``--cores`` says.
 - ``environment_<id>``: every attempt job of a request whose Environment is
@@ -24,8 +26,9 @@ import os
 import re
 from typing import Any
 
+from agentcompass.runtime import BENCHMARKS
 from agentcompass.runtime.model_client import endpoint_resource
-from agentcompass.runtime.models import RunRequest
+from agentcompass.runtime.models import ModelSpec, RunRequest
 
 from . import engine
 from .invocation import Invocation
@@ -42,6 +45,15 @@ def environment_resource(environment_id: str) -> str:
 
 def calls_model(req: RunRequest) -> bool:
     return bool(req.model.base_url) and not req.model.is_none
+
+
+def evaluation_endpoints(req: RunRequest) -> list[str]:
+    """The endpoint resources of the Models the request's Benchmark calls in its evaluate stage."""
+    return [endpoint_resource(m.base_url) for m in _evaluation_models(req) if m.base_url]
+
+
+def _evaluation_models(req: RunRequest) -> list[ModelSpec]:
+    return BENCHMARKS.get(req.benchmark.id)().evaluation_models(req)
 
 
 class Resources:
@@ -70,6 +82,7 @@ class Resources:
     def names(self) -> list[str]:
         """Every resource a job of this invocation may claim."""
         endpoints = {endpoint_resource(r.model.base_url) for r in self.inv.requests if calls_model(r)}
+        endpoints |= {name for r in self.inv.requests for name in evaluation_endpoints(r)}
         environments = {environment_resource(r.environment.id) for r in self.inv.requests}
         return sorted(endpoints | environments | {TASK_CONCURRENCY})
 
@@ -77,6 +90,8 @@ class Resources:
         claims = {TASK_CONCURRENCY: 1, environment_resource(req.environment.id): 1}
         if rule in ("run", "shard") and calls_model(req):
             claims[endpoint_resource(req.model.base_url)] = 1
+        if rule in ("evaluate", "shard"):  # a judge the Benchmark calls while it scores
+            claims.update({name: 1 for name in evaluation_endpoints(req)})
         return claims
 
     def _attempt_job(self, name: str, rule: str, wildcards) -> int:

@@ -420,6 +420,7 @@ def evaluate(
         return output
 
     async def go() -> RunResult:
+        ATTEMPT_TRAJECTORY.set(attempt_dir / TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
         async with _open(req, plan, "evaluation", evaluation=True) as session:
             # task mode: the workspace as the agent left it; fresh mode: only its declared outputs
             final = attempt_dir / FINAL_WORKSPACE_DIR

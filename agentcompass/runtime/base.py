@@ -18,6 +18,7 @@ from .models import (
     ExecutionPlan,
     HarnessPlan,
     MetricResult,
+    ModelSpec,
     NetworkPolicy,
     PreparedTask,
     RunRequest,
@@ -133,6 +134,11 @@ class BaseBenchmark(_Component, abc.ABC):
         inputs changed reruns. None (the default) for data that ships with code.
         """
         return None
+
+    def evaluation_models(self, req: RunRequest) -> list[ModelSpec]:
+        """Models that ``evaluate`` calls itself (a judge): each evaluate job takes one unit of
+        each one's endpoint resource, as a run job does of the request's Model. None by default."""
+        return []
 
     def aggregate_metrics(self, results: list[RunResult], req: RunRequest) -> MetricResult:
         """Accuracy over attempts (errors count as incorrect) and counts by status."""

@@ -1,0 +1,176 @@
+"""The scorers of the ``dataset`` Benchmark: each needs positive evidence that the answer is right.
+
+An answer that is not text, is empty, hedges between candidates or cannot be
+read is incorrect, never passed for lack of a mismatch.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+
+SCORERS = ("exact", "includes", "regex", "numeric", "choice", "f1", "model_graded")
+
+DEFAULT_RUBRIC = (
+    "You are grading an answer to a question against a reference answer.\n\n"
+    "Question:\n{input}\n\nReference answer:\n{target}\n\nSubmitted answer:\n{answer}\n\n"
+    "The submitted answer is correct if it states the same final answer as the reference, without "
+    "also offering a different one."
+)
+GRADE_INSTRUCTION = (
+    "Reason briefly, then end your reply with one line that is exactly 'GRADE: C' if the submitted "
+    "answer is correct or 'GRADE: I' if it is incorrect."
+)
+_GRADE = re.compile(r"^\s*GRADE:\s*([A-Z])\s*$", re.MULTILINE)
+# a number as written in an answer: -1,234.5, 3e-2, .5 (thousands separators only in groups of three)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+@dataclass(frozen=True)
+class Score:
+    correct: bool
+    value: float
+    explanation: str
+
+
+def choice_letters(count: int) -> list[str]:
+    return list(string.ascii_uppercase[: max(0, min(count, 26))])
+
+
+def _norm(text: str, case_sensitive: bool) -> str:
+    text = " ".join(text.split())
+    return text if case_sensitive else text.casefold()
+
+
+def exact(answer: str, targets: list[str], case_sensitive: bool) -> Score:
+    """Equal text, ignoring surrounding and repeated whitespace and one final period."""
+    got = _norm(answer, case_sensitive).removesuffix(".").strip()
+    hit = next((t for t in targets if got and got == _norm(t, case_sensitive).removesuffix(".").strip()), None)
+    return Score(hit is not None, float(hit is not None), f"equals {hit!r}" if hit else "equals no target")
+
+
+def includes(answer: str, targets: list[str], case_sensitive: bool) -> Score:
+    """The target's text (non-empty) appears in the answer."""
+    got = _norm(answer, case_sensitive)
+    hit = next((t for t in targets if _norm(t, case_sensitive) and _norm(t, case_sensitive) in got), None)
+    return Score(hit is not None, float(hit is not None), f"includes {hit!r}" if hit else "includes no target")
+
+
+def regex(answer: str, targets: list[str], case_sensitive: bool) -> Score:
+    """The whole answer (stripped) matches the target pattern; a match inside a longer answer is not enough."""
+    flags = 0 if case_sensitive else re.IGNORECASE
+    got = answer.strip()
+    hit = next((t for t in targets if got and re.fullmatch(t, got, flags)), None)
+    return Score(hit is not None, float(hit is not None), f"matches {hit!r}" if hit else "matches no target pattern")
+
+
+def parse_number(text: str) -> float | None:
+    """The one number in ``text`` (1,234 reads as 1234); None when there is none, or more than one."""
+    found = [m.group(0) for m in _NUMBER.finditer(text) if re.search(r"\d", m.group(0))]
+    if len(found) != 1:
+        return None
+    try:
+        value = float(found[0].replace(",", ""))
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def numeric(answer: str, targets: list[str], tolerance: float) -> Score:
+    """The answer holds exactly one number, within ``tolerance`` of a target ("41 or 42" holds two: incorrect)."""
+    value = parse_number(answer)
+    if value is None:
+        return Score(False, 0.0, "the answer holds no single number")
+    for target in targets:
+        expected = parse_number(target)
+        if expected is not None and abs(value - expected) <= tolerance:
+            return Score(True, 1.0, f"{value:g} is within {tolerance:g} of {expected:g}")
+    return Score(False, 0.0, f"{value:g} is not within {tolerance:g} of {targets}")
+
+
+def choice(answer: str, targets: list[str], choices: list[str]) -> Score:
+    """Exactly one distinct option letter in the answer, and it is the target's ("A or B" names two: incorrect).
+
+    Letters are capitals standing alone ("B", "(B)", "B.", "Answer: B"); a lone
+    lowercase letter is read only when it is the whole answer.
+    """
+    letters = choice_letters(len(choices)) if choices else choice_letters(26)
+    got = answer.strip()
+    if len(got.rstrip(".)").lstrip("(")) == 1:
+        got = got.upper()
+    named = {m.group(1) for m in _LETTER.finditer(got) if m.group(1) in letters}
+    wanted = {to_letter(t, choices) for t in targets}
+    if len(named) != 1:
+        return Score(False, 0.0, f"the answer names {len(named)} option letters ({sorted(named)}), not exactly one")
+    letter = named.pop()
+    return Score(letter in wanted, float(letter in wanted), f"answered {letter}, expected {sorted(wanted)}")
+
+
+def to_letter(target: str, choices: list[str]) -> str:
+    """A choice target as its letter: a letter as it is, or the text of an option."""
+    target = target.strip()
+    if target in choices and target not in choice_letters(len(choices)):
+        return choice_letters(len(choices))[choices.index(target)]
+    return target
+
+
+def _tokens(text: str) -> list[str]:
+    text = "".join(ch for ch in text.casefold() if ch not in string.punctuation)
+    return _ARTICLES.sub(" ", text).split()
+
+
+def token_f1(answer: str, target: str) -> float:
+    """SQuAD's token F1: lowercased words without punctuation and articles, counted with repeats."""
+    got, want = _tokens(answer), _tokens(target)
+    common = sum((Counter(got) & Counter(want)).values())
+    if not got or not want or not common:
+        return 0.0
+    precision, recall = common / len(got), common / len(want)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1(answer: str, targets: list[str], threshold: float) -> Score:
+    best = max(token_f1(answer, t) for t in targets)
+    return Score(best > 0 and best >= threshold, round(best, 6), f"token F1 {best:.3f} (threshold {threshold:g})")
+
+
+def score_answer(
+    scorer: str, answer: str | None, targets: list[str], *, choices: list[str] | None = None,
+    case_sensitive: bool = False, tolerance: float = 0.0, f1_threshold: float = 0.5,
+) -> Score:
+    """Grade ``answer`` (None: the harness gave no text) by one of the offline scorers."""
+    if answer is None or not answer.strip():
+        return Score(False, 0.0, "no text answer")
+    if scorer == "exact":
+        return exact(answer, targets, case_sensitive)
+    if scorer == "includes":
+        return includes(answer, targets, case_sensitive)
+    if scorer == "regex":
+        return regex(answer, targets, case_sensitive)
+    if scorer == "numeric":
+        return numeric(answer, targets, tolerance)
+    if scorer == "choice":
+        return choice(answer, targets, choices or [])
+    if scorer == "f1":
+        return f1(answer, targets, f1_threshold)
+    raise ValueError(f"unknown scorer {scorer!r}; known: {list(SCORERS)}")
+
+
+def grade_request(rubric: str, question: str, targets: list[str], answer: str) -> list[dict[str, str]]:
+    """The judge's messages: the rubric filled in, then the fixed grading format."""
+    target = targets[0] if len(targets) == 1 else " | ".join(targets)
+    text = rubric.format_map({"input": question, "target": target, "answer": answer})
+    return [{"role": "user", "content": f"{text}\n\n{GRADE_INSTRUCTION}"}]
+
+
+def parse_grade(reply: str) -> bool | None:
+    """The judge's verdict: True for exactly one 'GRADE: C' line, False for one 'GRADE: I';
+    None (ungraded) for none, several, or any other letter."""
+    grades = _GRADE.findall(reply)
+    if len(grades) != 1 or grades[0] not in ("C", "I"):
+        return None
+    return grades[0] == "C"

@@ -78,14 +78,7 @@ def sandbox_support() -> tuple[bool, str]:
         return False, "nsenter has no --wdns option (it needs util-linux 2.38 or later)"
     argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--ro-bind", "/", "/",
             "--proc", "/proc", "--dev", "/dev", "true"]
-    try:
-        probe = subprocess.run(argv, capture_output=True, text=True, timeout=_START_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"`{' '.join(argv)}` failed: {exc}"
-    if probe.returncode != 0:
-        reason = probe.stderr.strip() or f"exit status {probe.returncode}"
-        return False, f"`{' '.join(argv)}` failed: {reason} (it needs root or unprivileged user namespaces)"
-    return True, ""
+    return netns.probe(argv, " (it needs root or unprivileged user namespaces)")
 
 
 def require_sandbox(what: str) -> None:

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcompass.runtime.config import ConfigError
+from agentcompass.runtime.config import ConfigError, parse_int
 
 _ROOT = Path("/sys/fs/cgroup")
 _CPU_PERIOD_US = 100_000
@@ -42,6 +42,24 @@ def memory_bytes(size: str) -> int:
     if not match:
         raise ConfigError(f"memory must be a size such as '512m' or '2g', got {size!r}")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def check_limits(config) -> None:
+    """Validate and normalise a config's ``memory``, ``cpus`` and ``pids_limit`` (docker's names), in place."""
+    if config.memory is not None:
+        if isinstance(config.memory, bool):
+            raise ConfigError(f"memory must be a size such as '512m' or '2g', got {config.memory!r}")
+        memory_bytes(str(config.memory))
+        config.memory = str(config.memory)
+    if config.cpus is not None:
+        try:
+            config.cpus = float(config.cpus)
+        except (TypeError, ValueError):
+            raise ConfigError(f"cpus must be a number of cores, got {config.cpus!r}") from None
+        if not config.cpus > 0:
+            raise ConfigError(f"cpus must be positive, got {config.cpus!r}")
+    if config.pids_limit is not None:
+        config.pids_limit = parse_int(config.pids_limit, "pids_limit", minimum=1)
 
 
 @dataclass(frozen=True)

@@ -50,10 +50,11 @@ from agentcompass.runtime.base import (
     SandboxDiedError,
     keeps,
 )
-from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
+from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
 from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
 
 from . import netns
+from .cgroups import check_limits
 from .leftovers import EXEC_VAR, CleanReport, label_selected, owner_alive, owner_token
 
 LABEL_ROOT = "agentcompass"
@@ -74,7 +75,6 @@ _KILL_MARKED = (
 _STREAM_GRACE_SECONDS = 5.0
 _MODE_DIR = 1 << 31  # Go's os.ModeDir, as the archive stat header reports it
 _MODE_SYMLINK = 1 << 27
-_MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmgBKMG]?$")
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -128,19 +128,7 @@ class DockerConfig(ComponentConfig):
 
     def __post_init__(self) -> None:
         # `image` or `dockerfile` may come from a Recipe (a task's own Dockerfile): checked per plan
-        if self.memory is not None:
-            if isinstance(self.memory, bool) or not _MEMORY.match(str(self.memory)):
-                raise ConfigError(f"memory must be a size such as '512m' or '2g', got {self.memory!r}")
-            self.memory = str(self.memory)
-        if self.cpus is not None:
-            try:
-                self.cpus = float(self.cpus)
-            except (TypeError, ValueError):
-                raise ConfigError(f"cpus must be a number of cores, got {self.cpus!r}") from None
-            if not self.cpus > 0:
-                raise ConfigError(f"cpus must be positive, got {self.cpus!r}")
-        if self.pids_limit is not None:
-            self.pids_limit = parse_int(self.pids_limit, "pids_limit", minimum=1)
+        check_limits(self)
         if not isinstance(self.build_args, dict):
             raise ConfigError(f"build_args must be a mapping of names to values, got {self.build_args!r}")
         self.build_args = {str(k): str(v) for k, v in self.build_args.items()}

@@ -38,11 +38,11 @@ from agentcompass.runtime import (
 )
 from agentcompass.aio import child_running
 from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
-from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
+from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns
 from .bubblewrap import Sandbox, require_sandbox, sandbox_support
-from .cgroups import Limits, SessionCgroup, memory_bytes, require_limits
+from .cgroups import Limits, SessionCgroup, check_limits, memory_bytes, require_limits
 from .leftovers import (
     EXEC_VAR,
     LABEL_VAR,
@@ -99,20 +99,7 @@ class HostProcessConfig(ComponentConfig):
     )
 
     def __post_init__(self) -> None:
-        if self.memory is not None:
-            if isinstance(self.memory, bool):
-                raise ConfigError(f"memory must be a size such as '512m' or '2g', got {self.memory!r}")
-            memory_bytes(str(self.memory))
-            self.memory = str(self.memory)
-        if self.cpus is not None:
-            try:
-                self.cpus = float(self.cpus)
-            except (TypeError, ValueError):
-                raise ConfigError(f"cpus must be a number of cores, got {self.cpus!r}") from None
-            if not self.cpus > 0:
-                raise ConfigError(f"cpus must be positive, got {self.cpus!r}")
-        if self.pids_limit is not None:
-            self.pids_limit = parse_int(self.pids_limit, "pids_limit", minimum=1)
+        check_limits(self)
 
     @property
     def limits(self) -> Limits:

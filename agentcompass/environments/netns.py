@@ -63,14 +63,18 @@ def network_isolation() -> tuple[bool, str]:
     missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
     if missing:
         return False, f"the tools {missing} are not on PATH (install util-linux and iproute2)"
-    argv = [*_unshare_argv(), "true"]
+    return probe([*_unshare_argv(), "true"])
+
+
+def probe(argv: list[str], hint: str = "") -> tuple[bool, str]:
+    """Whether ``argv`` runs and exits 0 here; if not, why not (with ``hint`` appended)."""
     try:
-        probe = subprocess.run(argv, capture_output=True, text=True, timeout=_START_TIMEOUT)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_START_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"`{' '.join(argv)}` failed: {exc}"
-    if probe.returncode != 0:
-        reason = probe.stderr.strip() or f"exit status {probe.returncode}"
-        return False, f"`{' '.join(argv)}` failed: {reason}"
+    if done.returncode != 0:
+        reason = done.stderr.strip() or f"exit status {done.returncode}"
+        return False, f"`{' '.join(argv)}` failed: {reason}{hint}"
     return True, ""
 
 

@@ -55,6 +55,7 @@ def test_wheel_carries_the_workflow(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [f for f in WORKFLOW_FILES if f"agentcompass/workflow/{f}" not in names]
     assert not missing, f"the wheel lacks {missing}"
+    assert "agentcompass/py.typed" in names  # its type hints are part of the API
     # one copy in git: the files are copied at build time, never kept under agentcompass/
     assert not (ROOT / "agentcompass" / "workflow").exists()
 

@@ -7,7 +7,7 @@ import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .config.benchmark import RuntimeBenchmarkConfig
 from .config.fields import ComponentConfig, build_component_config
@@ -26,6 +26,9 @@ from .models import (
     TaskSpec,
     TaskStatus,
 )
+
+if TYPE_CHECKING:
+    import pandas
 
 
 class _Component:

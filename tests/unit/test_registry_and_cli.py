@@ -130,7 +130,7 @@ def test_list_prints_registered_components(capsys, kind, expected):
 def test_list_prints_each_component_summary(capsys):
     code, out, _ = run_cli(capsys, "list", "benchmark")
     assert code == 0
-    line = next(l for l in out.splitlines() if l.startswith("example_exact_match"))
+    line = next(row for row in out.splitlines() if row.startswith("example_exact_match"))
     assert "exact match" in line
 
 
@@ -158,7 +158,7 @@ def test_config_docs_prints_every_benchmark_parameter_with_description(capsys):
         "strip_whitespace": "Ignore leading and trailing whitespace",
     }
     for name, description in expected.items():
-        index = next(i for i, l in enumerate(lines) if l.strip().startswith(f"{name}:"))
+        index = next(i for i, row in enumerate(lines) if row.strip().startswith(f"{name}:"))
         assert description in lines[index + 1], name
     assert "case_sensitive: bool = false" in out
     assert "limit: int or null = null" in out

@@ -167,9 +167,13 @@ class HostServer:
     """A TCP server on this machine that greets every connection, counting them."""
 
     def __init__(self, address: str) -> None:
-        self.sock = socket.create_server((address, 0))
         self.address = address
+        self.start(socket.create_server((address, 0)))
         self.port = self.sock.getsockname()[1]
+
+    def start(self, sock: socket.socket) -> None:
+        """Serve the greeting on every connection to ``sock`` (listening), in a thread."""
+        self.sock = sock
         self.connections = 0
         threading.Thread(target=self._serve, daemon=True).start()
 

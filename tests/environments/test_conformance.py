@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 import uuid
@@ -27,7 +26,7 @@ import pytest
 
 from agentcompass.runtime.base import SandboxDiedError
 from agentcompass.runtime.models import NetworkPolicy
-from .envkit import SERVER_GREETING, snapshot
+from .envkit import SERVER_GREETING, HostServer, snapshot
 
 UTF8_TEXT = "héllo wörld — 你好, мир, 🙂\n"
 
@@ -752,26 +751,15 @@ def test_sandbox_sees_its_own_processes_and_not_the_jobs_environment(sandboxed_p
     assert len(listing.stdout.split()) < 20, f"the sandbox sees processes not its own: {listing.stdout.split()}"
 
 
-class UnixServer:
+class UnixServer(HostServer):
     """A listening Unix socket at a path on this machine (or abstract, in this network), counting connections."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        self.sock.listen()
-        self.connections = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            with conn:
-                conn.sendall(SERVER_GREETING.encode() + b"\n")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+        sock.listen()
+        self.start(sock)
 
     def close(self) -> None:
         self.sock.close()

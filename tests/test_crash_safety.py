@@ -206,3 +206,24 @@ def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, offset: 
     results = list((workdir / "results/default/twice/attempts").glob("*/1/result.json"))
     assert len(results) == TASKS and schema_errors(workdir) == []
     assert calls == {f"w{i}": 1 for i in range(TASKS)}, (out_first[-1500:], out_other[-1500:])
+
+
+def test_a_rerun_attempt_removes_what_a_killed_write_of_its_trajectory_left(workdir: Path):
+    """A run killed while rewriting trajectory.jsonl (after the scrub, before the rename) leaves
+    ``.trajectory.jsonl.<pid>-<thread>.tmp``; the attempt's next run removes it with the old file."""
+    model = CountingModel(seed=2)
+    with ScriptedEndpoint(model) as endpoint:
+        config = write_config(workdir, endpoint, 0, name="leftover")
+        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        attempt = workdir / "results/default/leftover/attempts/t03/1"
+        assert (attempt / "trajectory.jsonl").is_file()
+        for name in ("output.json", "result.json"):  # as if killed before output.json appeared
+            (attempt / name).unlink()
+        leftover = attempt / ".trajectory.jsonl.4242-1234.tmp"
+        leftover.write_text('{"half": ')
+        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+    assert (attempt / "result.json").is_file() and model.calls["w3"] == 2
+    assert not leftover.exists()
+    assert schema_errors(workdir) == []

@@ -35,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentcompass.jsonio import write_text_atomic
+from agentcompass.jsonio import interrupted_writes, write_text_atomic
 
 from . import cluster, engine
 
@@ -77,6 +77,8 @@ def generation(held: str, folders) -> int:
 
 def hold(held: str, value: int) -> None:
     """Record the generation a shard was just built for."""
+    for leftover in interrupted_writes(held):  # of a build killed while recording it
+        leftover.unlink(missing_ok=True)
     write_text_atomic(held, f"{value}\n")
 
 

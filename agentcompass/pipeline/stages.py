@@ -21,7 +21,7 @@ import agentcompass
 from agentcompass import aio
 from agentcompass import results as results_data
 from agentcompass.aio import run_coroutine
-from agentcompass.jsonio import read_json, write_text_atomic
+from agentcompass.jsonio import interrupted_writes, read_json, write_text_atomic
 from agentcompass.logs import LOG
 from agentcompass.paths import task_segment
 from agentcompass.runtime.base import (
@@ -366,6 +366,8 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
     retries = 0
     while True:
         trajectory.unlink(missing_ok=True)  # written by the harness, if it keeps one
+        for leftover in interrupted_writes(trajectory):  # of a run of this attempt killed while scrubbing it
+            leftover.unlink(missing_ok=True)
         for stale in (outputs, final_workspace):
             shutil.rmtree(stale, ignore_errors=True)
         if task.load_error is not None:  # the task's own error: no sandbox, no model call

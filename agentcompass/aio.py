@@ -90,6 +90,7 @@ class _StageLoop:
 async def _contained(coro: Coroutine) -> Any:
     """Await ``coro`` as a cancellable stage, then cancel what it left running, as ``asyncio.run`` does."""
     current = asyncio.current_task()
+    assert current is not None  # run as a task by run_coroutine_threadsafe
     RUNNING.add(current, asyncio.get_running_loop())
     try:
         return await coro

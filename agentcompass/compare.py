@@ -255,9 +255,9 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
     errors_a = sum(1 for a, _ in pairs if _is_error(a))
     errors_b = sum(1 for _, b in pairs if _is_error(b))
     metrics = [
-        MetricDelta("accuracy", accuracy_a, accuracy_b, accuracy_b - accuracy_a, boot.ci95["accuracy"],
+        MetricDelta("accuracy", accuracy_a, accuracy_b, _delta(accuracy_a, accuracy_b), boot.ci95["accuracy"],
                     "McNemar exact", mcnemar_exact(n_a, n_b), f"{n_a} passed in A only, {n_b} in B only"),
-        MetricDelta("mean_score", mean_a, mean_b, mean_b - mean_a, boot.ci95["mean_score"],
+        MetricDelta("mean_score", mean_a, mean_b, _delta(mean_a, mean_b), boot.ci95["mean_score"],
                     "paired bootstrap", boot.p_value["mean_score"]),
         MetricDelta("errors", errors_a, errors_b, errors_b - errors_a),
     ]
@@ -407,11 +407,11 @@ def _e(value: Any) -> str:
 
 def _forest(metrics: list[MetricDelta]) -> str:
     """The deltas with their intervals around 0, as an inline SVG (no script, no network)."""
-    shown = [m for m in metrics if m.ci95 is not None and m.delta is not None]
+    shown = [(m.name, m.ci95, m.delta) for m in metrics if m.ci95 is not None and m.delta is not None]
     if not shown:
         return ""
     # the axis spans the widest interval, and at least +-0.05 so that a zero difference is not a blur
-    bound = max([0.05] + [abs(x) for m in shown for x in (*m.ci95, m.delta)])
+    bound = max([0.05] + [abs(x) for _, ci95, delta in shown for x in (*ci95, delta)])
     width, left, row = 560, 110, 30
     height = row * len(shown) + 30
     scale = (width - left - 20) / (2 * bound)
@@ -423,14 +423,14 @@ def _forest(metrics: list[MetricDelta]) -> str:
              f'<text x="{zero:.1f}" y="{height - 5}" text-anchor="middle">0</text>',
              f'<text x="{left:.1f}" y="{height - 5}" text-anchor="start">{-bound:+.3f}</text>',
              f'<text x="{width - 20:.1f}" y="{height - 5}" text-anchor="end">{bound:+.3f} (B - A)</text>']
-    for i, m in enumerate(shown):
+    for i, (name, ci95, delta) in enumerate(shown):
         y = 15 + i * row
-        low, high, mid = (left + (v + bound) * scale for v in (*m.ci95, m.delta))
-        parts += [f'<text x="0" y="{y + 4}">{_e(m.name)}</text>',
+        low, high, mid = (left + (v + bound) * scale for v in (*ci95, delta))
+        parts += [f'<text x="0" y="{y + 4}">{_e(name)}</text>',
                   f'<line class="ci" x1="{low:.1f}" y1="{y}" x2="{high:.1f}" y2="{y}" stroke="#3558a8" '
                   f'stroke-width="2"/>',
-                  f'<circle class="delta" cx="{mid:.1f}" cy="{y}" r="4" fill="#3558a8"><title>{_e(m.name)}: '
-                  f'{m.delta:+.3f} [{m.ci95[0]:+.3f}, {m.ci95[1]:+.3f}]</title></circle>']
+                  f'<circle class="delta" cx="{mid:.1f}" cy="{y}" r="4" fill="#3558a8"><title>{_e(name)}: '
+                  f'{delta:+.3f} [{ci95[0]:+.3f}, {ci95[1]:+.3f}]</title></circle>']
     parts.append("</svg>")
     return "".join(parts)
 

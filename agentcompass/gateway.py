@@ -126,6 +126,7 @@ class ModelGateway:
         if upstream.scheme not in ("http", "https") or not upstream.hostname:
             raise ValueError(f"model base_url must be an http(s) URL, got {base_url!r}")
         self._upstream = upstream
+        self._host: str = upstream.hostname
         self._api_key = api_key
         self._headers = dict(headers or {})  # the Model's own headers, resolved: set on every forwarded request
         self._trajectory_path = Path(trajectory_path)
@@ -178,7 +179,7 @@ class ModelGateway:
             outgoing["Authorization"] = f"Bearer {self._api_key}"
         outgoing.update(self._headers)
         connection_class = http.client.HTTPSConnection if self._upstream.scheme == "https" else http.client.HTTPConnection
-        connection = connection_class(self._upstream.hostname, self._upstream.port, timeout=self._timeout)
+        connection = connection_class(self._host, self._upstream.port, timeout=self._timeout)
         started = time.monotonic()
         error = None
         try:

@@ -324,7 +324,7 @@ class Diff:
         groups = []
         for stage, rows in self.field_groups():
             groups.append({
-                "stage": stage, "file": FILES.get(stage),
+                "stage": stage, "file": FILES.get(stage) if stage else None,
                 "fields": [{**row["change"].to_json(), "attempts": row["attempts"],
                             "same_values": len(row["values"]) == 1} for row in rows],
             })
@@ -381,6 +381,7 @@ def diff(a: str | Path, b: str | Path) -> Diff:
         notes.append("a plan.json holds neither the Model nor the task: diff two attempt or run folders to see "
                      "those too (a temperature change, say, is in request.json)")
     else:
+        assert side_a.request is not None and side_b.request is not None  # attempt and run sides have one
         request_b = dict(side_b.request)
         for path in IDENTITY:  # B's settings, built in A's folder
             request_b = keypaths.with_value(request_b, path, keypaths.get(side_a.request, path))

@@ -38,7 +38,7 @@ class RequestProgress:
     events: Follower
     invocation: str | None = None  # None: whichever invocation starts the request next
     planned: dict[Any, int] = field(default_factory=dict)  # shard (None: the request) -> attempts
-    finished: set[tuple[str, int]] = field(default_factory=set)
+    finished: set[tuple[Any, Any]] = field(default_factory=set)  # (task id, attempt) as the events give them
     errors: int = 0
     over: bool = False
 

@@ -151,7 +151,8 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
     wf = EvaluationWorkflow(orchestration)
     statuses = []
     with tempfile.TemporaryDirectory(prefix="agentcompass-status-") as scratch:
-        tasks_files, plans_files = {}, {}
+        tasks_files: dict[tuple[str, str], str | Path] = {}
+        plans_files: dict[tuple[str, str], str | Path] = {}
         wf.bind(SimpleNamespace(tasks=_Checkpoint(tasks_files), plans=_Checkpoint(plans_files)))
         for index, run in enumerate(orchestration.runs):
             req = run.request
@@ -166,15 +167,16 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
             w = SimpleNamespace(ns=req.namespace, run_id=req.run_id)
             marked: set[str] = set()
 
-            def judge(rule: str, out: str, now: str | tuple[str, ...], upstream: bool = False) -> bool:
-                now = [now] if isinstance(now, str) else list(now)
+            def judge(rule: str, out: str, params: str | tuple[str, ...], upstream: bool = False) -> bool:
+                now = [params] if isinstance(params, str) else list(params)
                 if not (workdir / out).exists():
                     reason = "missing"
                 elif out in marked:
                     reason = "incomplete (a run was killed)"
                 else:
                     record = records.record(out) if records else None
-                    if record is not None and record.params is not None and record.params != records.params_of(now):
+                    if records and record is not None and record.params is not None \
+                            and record.params != records.params_of(now):
                         reason = _changed_keys(record.param_values(), now)
                     elif upstream:
                         reason = "upstream file reruns"

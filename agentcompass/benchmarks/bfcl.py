@@ -256,7 +256,7 @@ def check(task: TaskSpec, answer: Any) -> dict:
     if calls is None:
         return {"valid": False, "error": ["The answer is not a list of function calls."],
                 "error_type": "ast_decoder:decoder_wrong_output_format"}
-    return bfcl_checker.ast_checker(functions, calls, task.ground_truth, task.category)
+    return bfcl_checker.ast_checker(functions, calls, task.ground_truth, task.category or "")
 
 
 @BENCHMARKS.register()

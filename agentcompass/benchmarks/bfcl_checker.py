@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 # ast_checker.PYTHON_TYPE_MAPPING
 PYTHON_TYPE_MAPPING = {
@@ -125,11 +125,12 @@ def ast_checker(func_description: list[dict], model_output: list[dict], possible
     return simple_function_checker(func_description[0], model_output[0], possible_answer[0])
 
 
-def find_description(func_descriptions: list[dict], name: str) -> dict | None:
+def find_description(func_descriptions: list[dict], name: str) -> dict:
     for func_description in func_descriptions:
         if func_description["name"] == name:
             return func_description
-    return None
+    offered = [d["name"] for d in func_descriptions]
+    raise ValueError(f"the possible answer calls {name!r}, which the entry does not offer (it offers {offered})")
 
 
 def get_possible_answer_type(possible_answer: list):
@@ -145,7 +146,7 @@ def type_checker(param, value, possible_answer, expected_type_description, expec
     A value of the type of the possible answers rather than the declared one (a
     variable name given as a string, in BFCL's data) passes as ``is_variable``.
     """
-    result = {"valid": True, "error": [], "is_variable": False, "error_type": "type_error:simple"}
+    result: dict[str, Any] = {"valid": True, "error": [], "is_variable": False, "error_type": "type_error:simple"}
     is_variable = False
     possible_answer_type = get_possible_answer_type(possible_answer)
     if possible_answer_type is not None and possible_answer_type != expected_type_converted:
@@ -219,7 +220,7 @@ def list_checker(param: str, model_output: list, possible_answer: list) -> dict:
 
 def dict_checker(param: str, model_output: dict, possible_answers: list) -> dict:
     """One level of dict: every key known, every value allowed, every non-optional key present."""
-    result = {"valid": False, "error": [], "error_type": "dict_checker:unclear"}
+    result: dict[str, Any] = {"valid": False, "error": [], "error_type": "dict_checker:unclear"}
     for possible_answer in possible_answers:
         if possible_answer == "":
             continue
@@ -251,7 +252,7 @@ def dict_checker(param: str, model_output: dict, possible_answers: list) -> dict
 
 def list_dict_checker(param: str, model_output: list, possible_answers: list) -> dict:
     """A list of dicts, in the order of one of the possible answers."""
-    result = {"valid": False, "error": [], "error_type": "list_dict_checker:unclear"}
+    result: dict[str, Any] = {"valid": False, "error": [], "error_type": "list_dict_checker:unclear"}
     for possible_answer in possible_answers:
         if len(model_output) != len(possible_answer):
             result = {"valid": False, "error": ["Wrong number of dictionaries in the list."], "error_type": "value_error:list_dict_count"}
@@ -273,7 +274,7 @@ def simple_function_checker(func_description: dict, model_output: dict, possible
     func_name = tool_name(func_description["name"])
     param_details = func_description["parameters"]["properties"]
     required_params = func_description["parameters"]["required"]
-    result = {"valid": True, "error": [], "error_type": "simple_function_checker:unclear"}
+    result: dict[str, Any] = {"valid": True, "error": [], "error_type": "simple_function_checker:unclear"}
 
     if func_name not in model_output:
         return {"valid": False, "error": [f"Function name {func_name!r} not found in model output."],
@@ -303,7 +304,7 @@ def simple_function_checker(func_description: dict, model_output: dict, possible
         if not checked["valid"]:
             return checked
         if not checked["is_variable"]:
-            special = None
+            special: Callable[[str, Any, list], dict] | None = None
             if expected_type_converted is dict:
                 special = dict_checker
             elif expected_type_converted is list and nested_type_converted is dict:

@@ -282,6 +282,7 @@ def _plain(value: Any) -> Any:
 
 def dataset_tasks(config: DatasetConfig) -> tuple[TaskSpec, ...]:
     """The tasks of the configured file; an error names the file, the row or the field and its columns."""
+    assert config.path is not None  # required: checked when the config is built
     path = Path(config.path).expanduser().resolve()
     try:
         stat = path.stat()
@@ -330,26 +331,25 @@ def _task(row: dict[str, Any], number: int, mapping: dict[str, Any], scorer: str
     if question is None or _text(question).strip() == "":
         raise ConfigError(f"{where}: its input ({mapping['input']!r}) is empty")
     raw_target = row.get(mapping["target"])
-    targets = raw_target if isinstance(raw_target, list) else [raw_target]
-    targets = [_text(t) for t in targets if t is not None and _text(t).strip() != ""]
+    given = raw_target if isinstance(raw_target, list) else [raw_target]
+    targets = [_text(t) for t in given if t is not None and _text(t).strip() != ""]
     if not targets:
         raise ConfigError(f"{where}: its target ({mapping['target']!r}) is empty")
     choices_field = mapping.get("choices")
+    choices: list[str] = []
     if isinstance(choices_field, list):
         choices = [_text(row.get(c)) for c in choices_field]
     elif choices_field:
-        choices = row.get(choices_field)
-        if isinstance(choices, str):  # a CSV cell: a JSON list
+        cell = row.get(choices_field)
+        if isinstance(cell, str):  # a CSV cell: a JSON list
             try:
-                choices = json.loads(choices)
+                cell = json.loads(cell)
             except json.JSONDecodeError:
-                choices = None
-        if not isinstance(choices, list) or not choices:
+                cell = None
+        if not isinstance(cell, list) or not cell:
             raise ConfigError(f"{where}: choices ({choices_field!r}) must be a non-empty list, such as "
                               f"[\"red\", \"blue\"] (a JSON list in a CSV cell), got {row.get(choices_field)!r}")
-        choices = [_text(c) for c in choices]
-    else:
-        choices = []
+        choices = [_text(c) for c in cell]
     try:
         _check_target(scorer, targets, choices)
     except ValueError as exc:
@@ -399,7 +399,7 @@ def _text(value: Any) -> str:
 
 
 @BENCHMARKS.register()
-class DatasetBenchmark(BaseBenchmark):
+class DatasetBenchmark(BaseBenchmark[DatasetPlan]):
     """Tasks from a local JSONL, CSV, Parquet or saved dataset, mapped, templated and scored as declared in YAML."""
 
     id = "dataset"

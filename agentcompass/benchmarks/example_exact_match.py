@@ -67,7 +67,7 @@ class ExampleExactMatchPlan(BenchmarkPlan):
 
 
 @BENCHMARKS.register()
-class ExampleExactMatchBenchmark(BaseBenchmark):
+class ExampleExactMatchBenchmark(BaseBenchmark[ExampleExactMatchPlan]):
     """Short factual questions scored by exact match against one reference answer."""
 
     id = "example_exact_match"

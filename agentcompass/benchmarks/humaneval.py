@@ -148,7 +148,7 @@ def token_seen(stdout: str, token: str) -> bool:
 
 
 @BENCHMARKS.register()
-class HumanEvalBenchmark(BaseBenchmark):
+class HumanEvalBenchmark(BaseBenchmark[HumanEvalPlan]):
     """HumanEval (164 Python problems): completions run against the hidden unit tests, pass@k."""
 
     id = "humaneval"

@@ -83,7 +83,7 @@ def generate_question(index: int) -> tuple[str, int]:
 
 
 @BENCHMARKS.register()
-class MajorityVoteBenchmark(HarnessFreeBenchmark):
+class MajorityVoteBenchmark(HarnessFreeBenchmark[MajorityVotePlan]):
     """Self-consistency on arithmetic (harness: none): samples the Model N times and submits the majority answer."""
 
     id = "majority_vote"

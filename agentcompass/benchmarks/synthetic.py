@@ -34,7 +34,7 @@ class SyntheticPlan(BenchmarkPlan):
 
 
 @BENCHMARKS.register()
-class SyntheticBenchmark(BaseBenchmark):
+class SyntheticBenchmark(BaseBenchmark[SyntheticPlan]):
     """Generated echo tasks ('repeat the word wN'): an instant workload to time the framework."""
 
     id = "synthetic"

@@ -418,7 +418,7 @@ def docker_hints(folder: Path, config: dict) -> dict[str, Any]:
         hints = {
             "dockerfile": str(environment / DOCKERFILE),
             "context": str(environment),
-            "image": f"agentcompass-task:{tree_digest(environment)[:20]}",
+            "image": f"agentcompass-task:{str(tree_digest(environment))[:20]}",  # the folder exists
         }
     else:
         return {}
@@ -689,7 +689,7 @@ def _native(environment: EnvironmentSpec) -> bool:
 
 
 @BENCHMARKS.register()
-class TaskDirBenchmark(BaseBenchmark):
+class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
     """Harbor-format task folders: instruction, Dockerfile environment, test.sh reward, solve.sh reference."""
 
     id = "task_dir"
@@ -725,7 +725,7 @@ class TaskDirBenchmark(BaseBenchmark):
             layout="native" if native else "mapped",
             workdir=task.metadata.get("workdir"),
             environment_copies=[] if native else task.metadata["host_process"]["copies"],
-            tests_digest=tree_digest(folder / TESTS),
+            tests_digest=tree_digest(folder / TESTS) or "",  # loading checked tests/test.sh is there
             verifier_timeout=config.verifier_timeout or settings["verifier_timeout"] or VERIFIER_TIMEOUT,
             verifier_env=settings["verifier_env"],
             pass_threshold=config.pass_threshold,

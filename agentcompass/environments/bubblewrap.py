@@ -151,6 +151,7 @@ class Sandbox:
         finally:
             os.close(write)
         fds: dict[str, int] = {}
+        assert holder.stdout is not None and holder.stderr is not None  # both piped above
         try:
             line = await asyncio.wait_for(holder.stdout.readline(), _START_TIMEOUT)
             if line.strip() != b"ready":

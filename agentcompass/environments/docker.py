@@ -32,7 +32,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from agentcompass.runtime import (
     ENVIRONMENTS,
@@ -243,13 +243,22 @@ _NO_IMAGE = (
 )
 
 
+def _only_file(tar: tarfile.TarFile, path: str) -> tuple[tarfile.TarInfo, IO[bytes]]:
+    """The one regular file of an archive the engine made of ``path`` (a file, not a folder)."""
+    member = tar.next()
+    file = tar.extractfile(member) if member is not None else None
+    if member is None or file is None:
+        raise IsADirectoryError(f"{path} is not a regular file in the container")
+    return member, file
+
+
 def _image(client, config: DockerConfig) -> str:
     import docker
 
-    if not config.image and not config.dockerfile:
-        raise RuntimeError(f"docker environment: no image to run: {_NO_IMAGE}")
     if config.dockerfile:
-        return _build(client, config)
+        return _build(client, config, config.dockerfile)
+    if not config.image:
+        raise RuntimeError(f"docker environment: no image to run: {_NO_IMAGE}")
     try:
         client.images.get(config.image)
     except docker.errors.ImageNotFound:
@@ -260,10 +269,10 @@ def _image(client, config: DockerConfig) -> str:
     return config.image
 
 
-def _build(client, config: DockerConfig) -> str:
+def _build(client, config: DockerConfig, path: str) -> str:
     import docker
 
-    dockerfile = Path(config.dockerfile).resolve()
+    dockerfile = Path(path).resolve()
     if not dockerfile.is_file():
         raise RuntimeError(f"docker environment: dockerfile {str(dockerfile)!r} does not exist")
     context = Path(config.context).resolve() if config.context else dockerfile.parent
@@ -603,8 +612,8 @@ class DockerSession(EnvironmentSession):
                 if stat["mode"] & _MODE_DIR:
                     raise IsADirectoryError(f"{path} is a directory in the container")
                 with tarfile.open(fileobj=spool, mode="r:") as tar:
-                    member = tar.next()
-                    return tar.extractfile(member).read()
+                    with _only_file(tar, path)[1] as source:
+                        return source.read()
 
         return (await self._call("reading a file", read)).decode("utf-8")
 
@@ -616,9 +625,9 @@ class DockerSession(EnvironmentSession):
                 stat = self._get_now(self._path(remote), spool)
                 with tarfile.open(fileobj=spool, mode="r:") as tar:
                     if not stat["mode"] & _MODE_DIR:
-                        member = tar.next()
+                        member, file = _only_file(tar, remote)
                         local.parent.mkdir(parents=True, exist_ok=True)
-                        with tar.extractfile(member) as source, open(local, "wb") as target:
+                        with file as source, open(local, "wb") as target:
                             while chunk := source.read(1 << 20):
                                 target.write(chunk)
                         os.chmod(local, member.mode & 0o777)
@@ -675,7 +684,8 @@ class DockerSession(EnvironmentSession):
         if port not in self._relays:
             if self._netns_fd is None:
                 self._netns_fd = self._open_container_netns()
-            self._relays[port] = netns.TcpRelay(lambda: netns.connect_in_netns(self._netns_fd, port))
+            fd = self._netns_fd
+            self._relays[port] = netns.TcpRelay(lambda: netns.connect_in_netns(fd, port))
         return self._relays[port].address
 
     async def expose_host_socket(self, socket_path: Path) -> str:

@@ -225,9 +225,10 @@ class HostProcessSession(EnvironmentSession):
             return ExecResult(returncode=code, stdout="", stderr=f"{argv[0]}: {exc.strerror}\n")
         data = input.encode() if isinstance(input, str) else input
         out, err = bytearray(), bytearray()
-        readers = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
+        assert proc.stdout is not None and proc.stderr is not None  # _start pipes both
+        readers: asyncio.Future = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
         writer = asyncio.ensure_future(self._feed(proc, data)) if data is not None else None
-        exited = asyncio.ensure_future(_exited(proc))
+        exited: asyncio.Future = asyncio.ensure_future(_exited(proc))
         done, _ = await asyncio.wait({exited, readers}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if readers in done and exited not in done:
             # output closed first: the process is about to exit (or closed its pipes early)
@@ -251,6 +252,7 @@ class HostProcessSession(EnvironmentSession):
         if not _group_alive(proc.pid):
             # nothing left in the group: forget it, so close() never signals a reused id
             self._groups.discard(proc.pid)
+        assert proc.returncode is not None  # it exited, or was killed and waited for
         if proc.returncode < 0 and not timed_out:
             # killed by a signal: by the agent, or with the whole session (its holder too)
             self._check_network()
@@ -308,6 +310,7 @@ class HostProcessSession(EnvironmentSession):
         argv = [sys.executable, "-I", _SOCKET_RELAY, str(socket_path)]
         relay = await self._start(argv, str(self.root), env, stdin=asyncio.subprocess.DEVNULL, network_only=True)
         self._relays.append(relay)
+        assert relay.stdout is not None and relay.stderr is not None  # _start pipes both
         try:
             line = await asyncio.wait_for(relay.stdout.readline(), _RELAY_START_TIMEOUT)
         except asyncio.TimeoutError:
@@ -329,6 +332,7 @@ class HostProcessSession(EnvironmentSession):
     @staticmethod
     async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
         # written while the output is read, so a large input cannot deadlock on a full pipe
+        assert proc.stdin is not None  # piped when there is input
         try:
             proc.stdin.write(data)
             await proc.stdin.drain()

@@ -26,7 +26,7 @@ import shutil
 import socket
 import subprocess
 import threading
-from typing import Callable
+from typing import Callable, cast
 
 from agentcompass.aio import kill_child
 from agentcompass.runtime.config import ConfigError
@@ -188,7 +188,7 @@ class TcpRelay:
             reading = set(peer)
             while reading:
                 for key, _ in selector.select():
-                    source = key.fileobj
+                    source = cast(socket.socket, key.fileobj)  # registered above: sockets only
                     try:
                         data = source.recv(65536)
                         if data:
@@ -240,6 +240,7 @@ class IsolatedNetwork:
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=env, start_new_session=True,
         )
+        assert holder.stdout is not None and holder.stderr is not None  # both piped above
         try:
             line = await asyncio.wait_for(holder.stdout.readline(), _START_TIMEOUT)
             if line.strip() != b"ready":

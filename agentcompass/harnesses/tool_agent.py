@@ -19,7 +19,7 @@ from __future__ import annotations
 import posixpath
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from agentcompass.runtime import HARNESSES, BaseHarness, EnvironmentSession, RunResult
 from agentcompass.runtime.config import ConfigError, config_field, parse_int
@@ -135,22 +135,26 @@ class Tools:
 
     async def run(self, call: ToolCall) -> str:
         """The output of a bash, read_file or write_file call; ToolError for a mistake of the model."""
-        handler = {"bash": self.bash, "read_file": self.read_file, "write_file": self.write_file}.get(call.name)
+        handlers: dict[str, Callable[..., Awaitable[str]]] = {
+            "bash": self.bash, "read_file": self.read_file, "write_file": self.write_file}
+        handler = handlers.get(call.name)
         if handler is None:
             raise ToolError(f"unknown tool {call.name!r}; the tools are {', '.join(ARGUMENTS)}")
-        _check_arguments(call)
+        arguments = _check_arguments(call)
         try:
             # a sandbox fault (InfrastructureError) is no OSError: it reaches the run stage, which retries it
-            return await handler(**call.arguments)
+            return await handler(**arguments)
         except (OSError, ValueError) as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _check_arguments(call: ToolCall) -> None:
-    if not call.arguments_ok:
+def _check_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments, when they are a JSON object with exactly the tool's names."""
+    if not call.arguments_ok or not isinstance(call.arguments, dict):
         raise ToolError(f"the arguments of {call.name} must be a JSON object, got {str(call.arguments)[:200]!r}")
     if set(call.arguments) != ARGUMENTS[call.name]:
         raise ToolError(f"{call.name} takes the arguments {sorted(ARGUMENTS[call.name])}, got {sorted(call.arguments)}")
+    return call.arguments
 
 
 def _limit_reached(config: ToolAgentConfig, steps: int, tokens: float, started: float) -> str | None:
@@ -211,8 +215,7 @@ class ToolAgentHarness(BaseHarness):
             answer, output, failed = _NOTHING, "", False
             try:
                 if call.name == "submit":
-                    _check_arguments(call)
-                    answer, output = call.arguments["answer"], "submitted"
+                    answer, output = _check_arguments(call)["answer"], "submitted"
                 else:
                     output = await tools.run(call)
             except ToolError as exc:

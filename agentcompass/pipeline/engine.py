@@ -381,7 +381,7 @@ def planned_jobs(workflow) -> list[tuple[str, dict[str, str]]] | None:
         else:
             return None
     finally:
-        if held:
+        if held and lock is not None:
             lock.release()
     return [(job.rule.name, dict(job.wildcards_dict)) for job in jobs]
 

@@ -6,7 +6,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, cast
 
 import fastjsonschema
 
@@ -180,7 +180,7 @@ class RequestFinished(Event):
 
 
 EVENT_TYPES: dict[str, type] = {
-    cls.__dataclass_fields__["event"].default: cls
+    cast(str, cls.__dataclass_fields__["event"].default): cls
     for cls in (RequestStarted, AttemptsPlanned, ExecutionPlanResolved, AttemptStarted, AttemptFinished,
                 RequestFinished)
 }

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Any
 
 from agentcompass import aio
 from agentcompass.logs import LOG
@@ -92,7 +93,7 @@ class Lifecycle:
         self.deadline = deadline
         self.grace = grace
         self.inner = inner
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}
         self._timers: list[threading.Timer] = []
         self._watch: threading.Thread | None = None
         self._done = threading.Event()

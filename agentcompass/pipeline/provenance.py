@@ -22,6 +22,7 @@ import functools
 import os
 import socket
 from pathlib import Path
+from typing import TypedDict
 
 JOB_ID_ENV = "AGENTCOMPASS_SLURM_JOB_ID"
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
@@ -71,7 +72,12 @@ def find_slurm_job_id(environ=None, pid: int | None = None, proc: Path = Path("/
     return None
 
 
+class Where(TypedDict):
+    host: str
+    slurm_job_id: str | None
+
+
 @functools.cache
-def here() -> dict[str, str | None]:
+def here() -> Where:
     """This process's provenance: ``{"host": ..., "slurm_job_id": ...}`` (looked up once)."""
     return {"host": socket.gethostname(), "slurm_job_id": find_slurm_job_id()}

@@ -72,7 +72,7 @@ class Resources:
 
     def config_caps(self) -> dict[str, int]:
         caps: dict[str, int] = {}
-        concurrency = {req.execution.task_concurrency for req in self.inv.requests} - {None}
+        concurrency = {c for c in (req.execution.task_concurrency for req in self.inv.requests) if c is not None}
         if concurrency:
             caps[TASK_CONCURRENCY] = min(concurrency)
         for environment_id, limit in self.inv.runtime.provider_limits.items():
@@ -81,14 +81,14 @@ class Resources:
 
     def names(self) -> list[str]:
         """Every resource a job of this invocation may claim."""
-        endpoints = {endpoint_resource(r.model.base_url) for r in self.inv.requests if calls_model(r)}
+        endpoints = {endpoint_resource(r.model.base_url) for r in self.inv.requests if calls_model(r) and r.model.base_url}
         endpoints |= {name for r in self.inv.requests for name in evaluation_endpoints(r)}
         environments = {environment_resource(r.environment.id) for r in self.inv.requests}
         return sorted(endpoints | environments | {TASK_CONCURRENCY})
 
     def _claims(self, req: RunRequest, rule: str) -> dict[str, int]:
         claims = {TASK_CONCURRENCY: 1, environment_resource(req.environment.id): 1}
-        if rule in ("run", "shard") and calls_model(req):
+        if rule in ("run", "shard") and calls_model(req) and req.model.base_url:
             claims[endpoint_resource(req.model.base_url)] = 1
         if rule in ("evaluate", "shard"):  # a judge the Benchmark calls while it scores
             claims.update({name: 1 for name in evaluation_endpoints(req)})

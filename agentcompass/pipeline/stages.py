@@ -394,7 +394,7 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         attempt=plan.attempt,
         retries_used=retries,
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
-        provenance=provenance.here(),
+        provenance=dict(provenance.here()),
     )
     if trajectory.exists():  # before output.json appears: a finished attempt's files are all final
         write_text_atomic(trajectory, scrub(trajectory.read_text(), [req.to_dict()]))

@@ -41,6 +41,7 @@ class Targets:
                 files = str(base / "tasks.json"), str(base / "plans.json")
             else:
                 checkpoints = self.inv.checkpoints
+                assert checkpoints is not None  # bound before any job's input is asked for
                 files = (
                     checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0],
                     checkpoints.plans.get(ns=req.namespace, run_id=req.run_id).output[0],

@@ -24,7 +24,7 @@ import gc
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -61,6 +61,11 @@ def command_line_overrides(workflow) -> dict[str, Any]:
         except yaml.YAMLError:
             overrides[key] = value
     return overrides
+
+
+def _params(w, *getters: Callable[[Any], Any]) -> Callable[[], tuple]:
+    """A rule's params for the wildcards ``w``, computed only when asked for."""
+    return lambda: tuple(get(w) for get in getters)
 
 
 class EvaluationWorkflow:
@@ -185,14 +190,14 @@ class EvaluationWorkflow:
             w = self.inv.wildcards(req)
             base = self.inv.run_path(req)
             if self.inv.inner is None:
-                plans = lambda w=w: (self.params.plans(w), self.params.run_info(w))  # noqa: E731
+                plans = _params(w, self.params.plans, self.params.run_info)
                 outputs += [
-                    recovery.Output(str(base / "request.json"), "request", lambda w=w: (self.params.request(w),)),
-                    recovery.Output(str(base / "tasks.json"), "tasks", lambda w=w: (self.params.tasks(w),)),
+                    recovery.Output(str(base / "request.json"), "request", _params(w, self.params.request)),
+                    recovery.Output(str(base / "tasks.json"), "tasks", _params(w, self.params.tasks)),
                     recovery.Output(str(base / "plans.json"), "plans", plans),
                     recovery.Output(str(base / "run_info.json"), "plans", plans),
-                    recovery.Output(str(base / "metrics.json"), "metrics", lambda w=w: (self.params.metrics(w),)),
-                    *(recovery.Output(path, "report", lambda w=w: (self.params.report(w),))
+                    recovery.Output(str(base / "metrics.json"), "metrics", _params(w, self.params.metrics)),
+                    *(recovery.Output(path, "report", _params(w, self.params.report))
                       for path in report.outputs(base)),
                 ]
             outputs += self._attempt_outputs(req)
@@ -217,17 +222,17 @@ class EvaluationWorkflow:
             for index in range(-(-len(attempts) // size)):
                 w = _Wildcards(ns=req.namespace, run_id=req.run_id, shard=str(index))
                 outputs.append(recovery.Output(str(self.targets.shard_file(req, index)), "shard",
-                                               lambda w=w: (self.attempt_params.shard(w), self.shards.generation(w))))
+                                               _params(w, self.attempt_params.shard, self.shards.generation)))
             return outputs
         outputs = []
         for segment, attempt in attempts:
             w = _Wildcards(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
             folder = self.targets.attempt_dir(req, segment, attempt)
             outputs += [
-                recovery.Output(f"{folder}/prepared.json", "prepare", lambda w=w: (self.attempt_params.prepare(w),)),
-                recovery.Output(f"{folder}/output.json", "run", lambda w=w: (self.attempt_params.run(w),)),
-                recovery.Output(f"{folder}/result.json", "evaluate", lambda w=w: (self.attempt_params.evaluate(w),)),
-                recovery.Output(f"{folder}/plan.json", "evaluate", lambda w=w: (self.attempt_params.evaluate(w),)),
+                recovery.Output(f"{folder}/prepared.json", "prepare", _params(w, self.attempt_params.prepare)),
+                recovery.Output(f"{folder}/output.json", "run", _params(w, self.attempt_params.run)),
+                recovery.Output(f"{folder}/result.json", "evaluate", _params(w, self.attempt_params.evaluate)),
+                recovery.Output(f"{folder}/plan.json", "evaluate", _params(w, self.attempt_params.evaluate)),
             ]
         return outputs
 

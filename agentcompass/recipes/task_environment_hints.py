@@ -8,7 +8,10 @@ wherever the user left the value unset: explicit request values always win.
 
 from __future__ import annotations
 
+from typing import cast
+
 from agentcompass.runtime import RECIPES, BaseRecipe, ExecutionPlan, NetworkPolicy, RunRequest, TaskSpec
+from agentcompass.runtime.models.request import NetworkMode
 
 HINT_KEY = "environment"
 
@@ -32,6 +35,6 @@ class TaskEnvironmentHints(BaseRecipe):
             hint = hints.get(f"{phase}_network")
             field = f"{phase}_network"
             if hint is not None and getattr(req.environment, field) is None:
-                mode = hint if isinstance(hint, str) else hint.get("mode")
-                setattr(adapted, field, NetworkPolicy(mode=mode))
+                mode = cast(NetworkMode, hint if isinstance(hint, str) else hint.get("mode"))
+                setattr(adapted, field, NetworkPolicy(mode=mode))  # a bad mode is refused by NetworkPolicy
         return adapted

@@ -7,7 +7,7 @@ import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from .config.benchmark import RuntimeBenchmarkConfig
 from .config.fields import ComponentConfig, build_component_config
@@ -55,7 +55,10 @@ class _Component:
 # --- Benchmarks --------------------------------------------------------------
 
 
-class BaseBenchmark(_Component, abc.ABC):
+PlanT = TypeVar("PlanT", bound=BenchmarkPlan)
+
+
+class BaseBenchmark(_Component, abc.ABC, Generic[PlanT]):
     """Loads tasks, plans an attempt, prepares harness input, evaluates and aggregates."""
 
     plan_class: ClassVar[type] = BenchmarkPlan
@@ -99,10 +102,11 @@ class BaseBenchmark(_Component, abc.ABC):
         """Benchmark-private settings of one attempt. Opens nothing, calls no model."""
         return self.plan_class()
 
-    def _require_plan(self, plan: BenchmarkPlan) -> BenchmarkPlan:
+    def _require_plan(self, plan: BenchmarkPlan) -> PlanT:
+        """``plan`` as this Benchmark's own plan class (declare it: ``BaseBenchmark[MyPlan]``)."""
         if not isinstance(plan, self.plan_class):
             raise TypeError(f"{self.id} requires {self.plan_class.__name__}, got {type(plan).__name__}")
-        return plan
+        return cast(PlanT, plan)
 
     @abc.abstractmethod
     async def prepare_task(
@@ -162,7 +166,7 @@ class BaseBenchmark(_Component, abc.ABC):
         )
 
 
-class HarnessFreeBenchmark(BaseBenchmark):
+class HarnessFreeBenchmark(BaseBenchmark[PlanT]):
     """A Benchmark that runs its own model interaction (``harness: none``)."""
 
     @abc.abstractmethod

@@ -251,8 +251,8 @@ def parse_reply(raw: Any) -> ChatReply:
         return ChatReply(text="", raw=raw, malformed="the reply's first choice has no message")
     content = message.get("content")
     text = content if isinstance(content, str) else ""
-    calls = [_tool_call(i, entry) for i, entry in enumerate(message.get("tool_calls") or [])]
-    calls = [c for c in calls if c is not None]
+    parsed = [_tool_call(i, entry) for i, entry in enumerate(message.get("tool_calls") or [])]
+    calls = [c for c in parsed if c is not None]
     appended: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:
         appended["tool_calls"] = [
@@ -388,6 +388,7 @@ class ModelClient:
         """One POST: its status, its body, and which token counts could not be read."""
         self.usage.calls += 1
         started = time.monotonic()
+        assert self._http is not None  # opened by the caller, _post
         try:
             reply = await asyncio.wait_for(self._http.post(self._wire_url, json=body), self.config.timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):

@@ -269,9 +269,9 @@ def _param_error(config: RunConfig, name: str, kind: str, table: str, cid: str, 
         if isinstance(in_request, dict) and key in (in_request.get("params") or {}):
             path = ("requests", name, kind, "params", key)
             return config_error(config.source_of(path), path, str(exc), fix)
-        path = (table, cid, key)
+        in_table = (table, cid, key)
         if key in (config.data.get(table, {}).get(cid) or {}):
-            return config_error(config.source_of(path), path, str(exc), fix)
+            return config_error(config.source_of(in_table), in_table, str(exc), fix)
     return fail(kind, str(exc), fix)
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from typing import cast
 
 from .base import BaseBenchmark, BaseEnvironment, BaseHarness
 from .models import ExecutionPlan, HarnessPlan, NetworkPolicy, RunRequest, TaskSpec
+from .models.request import EvaluationMode
 from .registry import Registry
 
 PHASES = ("baseline", "run", "evaluation")
@@ -35,10 +37,10 @@ class Planner:
         if task.load_error is not None:
             return self._unloaded(req, task, attempt)
         # 1. The evaluation mode: request > task hint > Benchmark default.
-        mode = (
+        mode: EvaluationMode = (  # each is checked against the two modes where it is read
             req.environment.evaluation_environment_mode
             or task.evaluation_environment_mode
-            or self.benchmark.resolve_evaluation_environment_mode(req)
+            or cast(EvaluationMode, self.benchmark.resolve_evaluation_environment_mode(req))
         )
         # 2. Phase policy inputs: an explicit request policy wins over a task hint.
         policies = {

@@ -26,6 +26,7 @@ def load_recipe_dir(directory: str | Path) -> list[type[BaseRecipe]]:
         digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
         name = f"agentcompass_external_recipes_{digest}_{path.stem}"
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # a .py file always has a source loader
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)

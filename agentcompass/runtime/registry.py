@@ -32,7 +32,7 @@ class Registry(Generic[T]):
             existing = self._items.get(key)
             if existing is not None and existing is not cls:
                 raise ValueError(f"{self.kind} id {key!r} is registered twice")
-            cls.id = key
+            setattr(cls, "id", key)
             self._items[key] = cls
             return cls
 
@@ -65,7 +65,7 @@ class Registry(Generic[T]):
         return self._items.items()
 
     def copy(self, kind: str | None = None) -> "Registry[T]":
-        new = Registry(kind or self.kind)
+        new: Registry[T] = Registry(kind or self.kind)
         new._items = dict(self._items)
         new._origins = dict(self._origins)
         return new

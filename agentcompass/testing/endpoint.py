@@ -224,7 +224,7 @@ class ScriptedEndpoint:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def __exit__(self, *exc) -> None:
         self._closing.set()  # hanging and delayed replies end now

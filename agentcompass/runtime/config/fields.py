@@ -39,7 +39,7 @@ def config_field(
     Changing the value reruns that stage onward and nothing before it. A field
     without a stage counts as ``tasks``: everything reruns.
     """
-    metadata = {"description": description}
+    metadata: dict[str, Any] = {"description": description}
     if choices is not None:
         metadata["choices"] = list(choices)
     if stage is not None:
@@ -165,7 +165,8 @@ def check_types(config: Any) -> None:
     anything left of another type (``keep_workspace: maybe``) is refused here
     rather than being used as it is.
     """
-    hints = _param_hints(type(config))
+    cls: type = type(config)
+    hints = _param_hints(cls)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if f.init and f.name in hints and not _checker(hints[f.name])(value):

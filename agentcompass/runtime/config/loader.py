@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import jsonschema
 import yaml
@@ -177,7 +177,7 @@ def unsupported_param(name: str, value: Any) -> str | None:
 
 def check_model_params(config: RunConfig) -> None:
     """Refuse model params the model client cannot honour, naming the file and field."""
-    models = [(("defaults", "model"), (config.data.get("defaults") or {}).get("model"))]
+    models: list[tuple[tuple[str, ...], Any]] = [(("defaults", "model"), (config.data.get("defaults") or {}).get("model"))]
     models += [(("requests", name, "model"), (request or {}).get("model"))
                for name, request in (config.data.get("requests") or {}).items() if isinstance(request, dict)]
     for where, model in models:
@@ -300,7 +300,7 @@ def merge_layers(layers: list[ConfigLayer]) -> dict[str, Any]:
 
 
 def load_run_config(
-    config_paths: list[str | Path] = (),
+    config_paths: Sequence[str | Path] = (),
     overrides: dict[str, Any] | None = None,
     *,
     start: Path | None = None,

@@ -103,13 +103,13 @@ def coerce_floats(value: Any, tp: Any) -> Any:
         return value
     origin = get_origin(tp)
     if origin is dict and isinstance(value, dict):
-        args = get_args(tp)
-        if args:
-            return {k: coerce_floats(v, args[1]) for k, v in value.items()}
+        item_types = get_args(tp)
+        if item_types:
+            return {k: coerce_floats(v, item_types[1]) for k, v in value.items()}
     if origin in (list, tuple) and isinstance(value, list):
-        args = get_args(tp)
-        if args:
-            return [coerce_floats(v, args[0]) for v in value]
+        item_types = get_args(tp)
+        if item_types:
+            return [coerce_floats(v, item_types[0]) for v in value]
     return value
 
 
@@ -120,7 +120,7 @@ def _field_checks(cls: type) -> tuple[tuple[str, Any, Callable[[Any], bool]], ..
 
 def check_fields(obj: Any) -> None:
     """Raise ``ContractError`` naming the first field whose value has the wrong type."""
-    cls = type(obj)
+    cls: type = type(obj)
     for name, tp, check in _field_checks(cls):
         value = getattr(obj, name)
         if not check(value):
@@ -217,7 +217,7 @@ def _decoder(tp: Any) -> Callable[[Any, str], Any]:
                 raise ContractError(f"{label} must be one of {allowed}, got {data!r}") from None
 
         return member
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return lambda data, label: from_dict(tp, data, label)
     check = _checker(tp)
 
@@ -273,7 +273,8 @@ class Contract:
     """Mixin for contract dataclasses: validation on construction and the JSON round-trip."""
 
     def __post_init__(self) -> None:
-        for name, tp in _float_fields(type(self)):
+        cls: type = type(self)
+        for name, tp in _float_fields(cls):
             value = getattr(self, name)
             coerced = coerce_floats(value, tp)
             if coerced is not value:
@@ -327,7 +328,7 @@ def json_schema(tp: Any, defs: dict[str, Any], open_classes: frozenset[type] = f
         return {"enum": list(get_args(tp))}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return {"enum": [m.value for m in tp]}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}  # placeholder against recursion

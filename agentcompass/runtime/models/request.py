@@ -95,7 +95,8 @@ class ModelSpec(Contract):
     @property
     def api_key_env(self) -> str | None:
         """The environment variable holding the key, or None."""
-        return ENV_REF.match(self.api_key).group(1) if self.api_key else None
+        found = ENV_REF.match(self.api_key) if self.api_key else None
+        return found.group(1) if found else None  # a key is a reference: checked on construction
 
     @property
     def is_none(self) -> bool:

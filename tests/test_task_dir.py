@@ -157,6 +157,26 @@ def test_a_failing_solution_is_a_run_error_and_a_missing_reward_an_eval_error(tm
     assert "exit status 3" in log.read_text()
 
 
+def test_an_unset_variable_of_verifier_env_stops_the_run_before_any_attempt(tmp_path: Path, workdir: Path):
+    """A ``${VAR}`` of task.toml's [verifier.env] is resolved only by the job that runs the verifier;
+    an unset one is refused at planning (naming the file, the table and the variable), not at scoring."""
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(toml.read_text() + '\n[verifier.env]\nGREETING_TOKEN = "${AC_TEST_UNSET_GREETING}"\n')
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks)})
+    env = clean_env()
+    env.pop("AC_TEST_UNSET_GREETING", None)
+    done = snakemake(workdir, "--configfile", str(config), env=env)
+    assert done.returncode != 0
+    assert f"{toml} [verifier.env] refers to ${{AC_TEST_UNSET_GREETING}}" in done.stderr, done.stderr[-3000:]
+    assert "export AC_TEST_UNSET_GREETING=..." in done.stderr
+    assert not (workdir / "results/default/tasks/attempts").exists()  # no sandbox opened, nothing run
+    done = snakemake(workdir, "--configfile", str(config), env=clean_env(AC_TEST_UNSET_GREETING="hello"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert results_of(workdir)["hello-file"]["correct"] is True
+
+
 def test_a_reward_written_before_the_verifier_timed_out_is_no_verdict(tmp_path: Path, workdir: Path):
     environment_of("host_process")
     tasks = copy_tasks(tmp_path)

@@ -52,6 +52,7 @@ from agentcompass import PROJECT_ROOT
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.runtime import (
     BENCHMARKS,
+    HARNESSES,
     BaseBenchmark,
     BenchmarkPlan,
     EnvironmentSpec,
@@ -66,7 +67,7 @@ from agentcompass.runtime import (
 )
 from agentcompass.runtime.base import ScriptReference
 from agentcompass.runtime.config import ConfigError, ParameterError, config_field, plan_field
-from agentcompass.secrets import resolve_secret, scrub
+from agentcompass.secrets import references, resolve_secret, scrub
 
 SHIPPED_TASKS = PROJECT_ROOT / "examples" / "task_dir"
 TASK_TOML = "task.toml"
@@ -718,6 +719,18 @@ class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
         config = self.build_config(req)
         folder = Path(task.metadata["task_dir"])
         settings = _plan_settings(read_task_toml(folder))
+        # a reference is resolved by the job that runs the verifier (or the oracle): an unset one is
+        # refused here, before any attempt runs, as the config's own references are
+        tables = [("verifier", settings["verifier_env"])]
+        if not req.harness.is_none and HARNESSES.get(req.harness.id).is_oracle:
+            tables.append(("solution", settings["solution_env"]))
+        for table, env in tables:
+            unset = [name for name in references(env) if name not in os.environ]
+            if unset:
+                raise ValueError(
+                    f"task_dir: {folder / TASK_TOML} [{table}.env] refers to ${{{unset[0]}}}, but environment "
+                    f"variable {unset[0]} is not set; export {unset[0]}=... before running (it is read by the job "
+                    "that uses it, and never written)")
         has_solution = (folder / SOLUTION / SOLVE_SCRIPT).is_file()
         native = _native(environment)
         return TaskDirPlan(

@@ -261,3 +261,29 @@ def test_yaml_snippet_loads(snippet: Snippet, monkeypatch, tmp_path):
     path.write_text(yaml.safe_dump(data))
     orchestration = resolve_orchestration(load_run_config([path], include_user=False, include_project=False))
     assert [run.request.run_id for run in orchestration.runs]
+
+
+def test_readme_quick_start_is_the_guides():
+    """The README's two Quick start commands are the Installing page's, which this module runs or checks."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Quick start")
+    block = readme[readme.index("```bash", start) + len("```bash\n"):readme.index("```", readme.index("```bash", start) + 3)]
+    guide = [s for s in parse("install.md") if s.lang == "bash"][:2]
+    assert [s.mode for s in guide] == ["package-index", "ci"]
+    assert commands(block) == commands(guide[0].text) + commands(guide[1].text)
+
+
+def test_readme_links_lead_to_files():
+    """The front page's links into the guide (mkdocs checks the guide's own links, not the README's)."""
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    assert targets, "the README links to no page of the guide"
+    missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_config_reference_is_the_generated_page():
+    spec = importlib.util.spec_from_file_location("gen_config_docs", ROOT / "scripts" / "gen_config_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (DOCS / "config-reference.md").read_text() == module.render(), \
+        "docs/config-reference.md is out of date: run python scripts/gen_config_docs.py"

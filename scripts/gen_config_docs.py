@@ -36,8 +36,10 @@ ANCHORS = {name: "#" + title.lower().replace(" ", "-") for name, title, _ in SEC
 KINDS = [("benchmark", "Benchmarks"), ("harness", "Harnesses"), ("environment", "Environments")]
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("<", "&lt;").replace("|", "\\|").replace("\n", " ").strip()
+def _cell(text: Any, code: bool = False) -> str:
+    """Text for a table cell; ``code``: inside backticks, where an HTML entity would show as typed."""
+    text = str(text).replace("|", "\\|").replace("\n", " ").strip()
+    return text if code else text.replace("<", "&lt;")
 
 
 def _type(node: dict[str, Any]) -> str:
@@ -90,7 +92,7 @@ def _component_section(kind: str, title: str) -> list[str]:
         lines += ["| param | type | default | what it is |", "| --- | --- | --- | --- |"]
         for row in rows:
             text = row["description"] + (f" One of: {', '.join(map(str, row['choices']))}." if row["choices"] else "")
-            lines.append(f"| `{row['name']}` | {_cell(row['type'])} | `{_cell(default_text(row['default']))}` "
+            lines.append(f"| `{row['name']}` | {_cell(row['type'])} | `{_cell(default_text(row['default']), code=True)}` "
                          f"| {_cell(text)} |")
         lines.append("")
     return lines

@@ -53,5 +53,5 @@ onerror:
     EVAL.finish(ok=False)
 
 
-# The same handlers when this Snakefile is a module of another (README, Installed as a package).
+# The same handlers when this Snakefile is a module of another (docs/install.md, Installed as a package).
 EVAL.run_handlers_as_module(workflow)

@@ -16,6 +16,7 @@ from agentcompass.pipeline import locks
 from agentcompass.plugins import PluginError
 from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_USAGE
 from agentcompass.runtime.config import ConfigError, describe_config, load_run_config
+from agentcompass.runtime.config.fields import default_text
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
 from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError, load_components
 
@@ -75,8 +76,7 @@ def cmd_config_docs(args) -> int:
         return 0
     print("\nparameters:")
     for row in rows:
-        default = json.dumps(row["default"]) if not isinstance(row["default"], str) or row["default"] != "(required)" else row["default"]
-        print(f"  {row['name']}: {row['type']} = {default}")
+        print(f"  {row['name']}: {row['type']} = {default_text(row['default'])}")
         print(f"      {row['description']}")
         if row["choices"]:
             print(f"      one of: {', '.join(map(str, row['choices']))}")
@@ -152,7 +152,7 @@ def _outcome_line(outcome) -> str:
 
 
 def _build(orchestration, layer, args, extra: list[str]) -> int:
-    """Run the workflow, print each request's outcome, and return the exit status (README, Exit status)."""
+    """Run the workflow, print each request's outcome, and return the exit status (docs/reuse.md, Exit status)."""
     argv = sdk.snakemake_argv(layer, args.config or [], args.cores, extra)
     try:
         result = sdk.build(orchestration, argv)
@@ -433,7 +433,7 @@ def _add_diff_parser(sub) -> None:
         "diff", help="the plan fields that differ between two plans, attempts or runs, and which files that reruns",
         description="A and B are two plan.json files, two attempt folders or two run folders. Prints the fields "
         "that differ, grouped by the stage that reads them, and which files building A's folder with B's settings "
-        "would rebuild, by the reuse rule (README, Files and reuse). Exit status 0, or 2 when A or B cannot be read.",
+        "would rebuild, by the reuse rule (docs/reuse.md, Files and reuse). Exit status 0, or 2 when A or B cannot be read.",
     )
     p.add_argument("a", metavar="A", help="plan.json, attempt folder or run folder")
     p.add_argument("b", metavar="B", help="the same kind as A")

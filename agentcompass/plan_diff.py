@@ -3,7 +3,7 @@
 A and B are two ``plan.json`` files, two attempt folders
 (``results/<ns>/<run_id>/attempts/<task>/<n>/``) or two run folders
 (``results/<ns>/<run_id>/``). The question is the one the reuse rule answers
-(README, Files and reuse): if A's folder were built again with B's settings,
+(docs/reuse.md, Files and reuse): if A's folder were built again with B's settings,
 which of its files would be rebuilt, and why.
 
 Which stage reads a field is not written down here. Each differing field is

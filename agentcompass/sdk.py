@@ -168,7 +168,7 @@ def execute(
 ) -> OrchestrationResult:
     """Validate the config (so bad input fails before any job), then build every request.
 
-    ``on_event`` is called with each progress event of the run (README, Events), as it happens."""
+    ``on_event`` is called with each progress event of the run (docs/reports.md, Events), as it happens."""
     config_paths = [str(p) for p in config_paths]
     start = Path(workdir) if workdir else None
     config = load_run_config(config_paths, layer, start=start,
@@ -209,7 +209,7 @@ def run_evaluation(
 ) -> OrchestrationResult:
     """Evaluate ``model`` with ``harness`` on ``benchmark`` (one request) through Snakemake.
 
-    ``on_event`` is called with each progress event of the run (README, Events), as it happens."""
+    ``on_event`` is called with each progress event of the run (docs/reports.md, Events), as it happens."""
     layer = single_request_layer(
         benchmark, harness, model,
         environment=environment, benchmark_params=benchmark_params, harness_params=harness_params,

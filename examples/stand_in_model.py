@@ -1,4 +1,4 @@
-"""A stand-in model for trying the README's examples without one.
+"""A stand-in model for trying the examples of the guide (docs/) without one.
 
 An OpenAI-compatible endpoint on 127.0.0.1 that answers example_exact_match's
 five questions from a script (agentcompass.testing.endpoint.ScriptedEndpoint).

@@ -93,7 +93,7 @@ def scripted_model(body) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """Two runs of the README's example, at temperature 0 and 0.7 (one value with markup, to be escaped)."""
+    """Two runs of the guide's example (docs/reports.md), at temperature 0 and 0.7 (one value with markup, to be escaped)."""
     workdir = tmp_path_factory.mktemp("compare")
     with ScriptedEndpoint(scripted_model) as endpoint:
         for run_id, params in (("cold", ["-m", "temperature=0"]),

@@ -87,7 +87,7 @@ def test_snakemake_module_from_init(tmp_path):
     env = clean_env()
     run([sys.executable, "-m", "agentcompass.cli", "init", str(project)], tmp_path, env)
     snakefile = project / "Snakefile"
-    # the README's rule of one's own
+    # the guide's rule of one's own (docs/install.md)
     snakefile.write_text(snakefile.read_text() + f"""
 rule summary:
     input: "{METRICS}"

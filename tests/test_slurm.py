@@ -112,7 +112,7 @@ def write_config(workdir: Path, base_url: str, attempts: int = ATTEMPTS) -> Path
 
 
 def slurm_argv(workdir: Path, config: Path, *extra: str, snakefile: Path = SNAKEFILE) -> list[str]:
-    """The README's command: the workflow through the profile, as shipped."""
+    """The guide's command (docs/slurm.md): the workflow through the profile, as shipped."""
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(workdir)]
     if config:
         argv += ["--configfile", str(config)]

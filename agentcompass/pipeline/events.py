@@ -1,7 +1,7 @@
 """Progress events: what a run does, appended as JSON lines to ``results/<ns>/<run_id>/events.jsonl``.
 
 The lines' contracts are the ``Event`` classes of ``files`` (``schemas/event.schema.json``);
-the README's Events section is what a reader may rely on. Who writes what:
+the Events section of docs/reports.md is what a reader may rely on. Who writes what:
 
 - the outer run (the invocation's own Snakemake), per request: ``request_started``
   when its jobs are about to start, and ``request_finished`` with the outcome at

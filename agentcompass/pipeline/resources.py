@@ -2,7 +2,7 @@
 
 - ``model_endpoint_<slug>``: one per model endpoint; a run job takes 1 of its
   own endpoint's and 0 of the others, so a profile's ``resources:`` caps the
-  model calls in flight at that endpoint (README, Concurrency per endpoint).
+  model calls in flight at that endpoint (docs/models.md, Concurrency per endpoint).
   An evaluate job takes 1 of the endpoint of each Model its Benchmark calls
   while scoring (``evaluation_models``: a judge).
 - ``task_concurrency``: every prepare, run and evaluate job takes 1, so at most

@@ -101,7 +101,7 @@ class EvaluationWorkflow:
         except ConfigError as exc:
             print(f"agentcompass: invalid run config: {exc}", file=sys.stderr)
             # Raising inside the Snakefile stops Snakemake before any job or file exists;
-            # the status is the CLI's for bad input (README, Exit status).
+            # the status is the CLI's for bad input (docs/reuse.md, Exit status).
             raise SystemExit(2) from None
         level = evaluation.inv.runtime.log_level
         logs.configure(level)

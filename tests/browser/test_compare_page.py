@@ -13,7 +13,7 @@ from test_compare import scripted_model
 
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory) -> Path:
-    """The page comparing two runs of the README's example, at temperature 0 and 0.7."""
+    """The page comparing two runs of the guide's example (docs/reports.md), at temperature 0 and 0.7."""
     workdir = tmp_path_factory.mktemp("compare-page")
     with ScriptedEndpoint(scripted_model) as endpoint:
         for run_id, params in (("cold", ["-m", "temperature=0"]),

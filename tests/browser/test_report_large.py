@@ -1,6 +1,6 @@
 """A report of 10,000 attempts: built in seconds, opened in the browser at once.
 
-The targets are a few seconds to build and under 2 s to open (README, Reports); the
+The targets are a few seconds to build and under 2 s to open (docs/reports.md, Reports); the
 asserted budgets are ten times that, so a busy machine does not fail them.
 """
 

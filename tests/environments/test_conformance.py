@@ -802,7 +802,7 @@ def test_sandbox_reaches_no_host_unix_socket_but_the_one_it_is_handed(sandboxed_
     paths = [s.path.replace("\0", "@", 1) for s in planted_sockets]
     files, abstract = paths[:2], paths[2]
     if provider.name == "host_process" and mode == "public":
-        # the host's network, and with it its abstract sockets: see the README's Environments section
+        # the host's network, and with it its abstract sockets: see docs/environments.md
         paths = files
     handed = planted_sockets[0]
 

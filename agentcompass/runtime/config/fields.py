@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import functools
 import types
 import typing
@@ -216,6 +217,11 @@ def describe_config(config_cls: type) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def default_text(default: Any) -> str:
+    """A parameter's default as ``config docs`` prints it: JSON, or ``(required)``."""
+    return default if default == "(required)" else json.dumps(default)
 
 
 @dataclasses.dataclass(slots=True)

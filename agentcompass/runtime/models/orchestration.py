@@ -94,7 +94,7 @@ class RequestOutcome(Contract):
     reason: str | None = None
 
 
-# The CLI's exit status for an orchestration's outcomes (README, Exit status).
+# The CLI's exit status for an orchestration's outcomes (docs/reuse.md, Exit status).
 EXIT_OK, EXIT_ATTEMPT_ERRORS, EXIT_USAGE, EXIT_STOPPED, EXIT_LOCKED = 0, 1, 2, 3, 4
 
 

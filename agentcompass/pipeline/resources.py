@@ -59,6 +59,7 @@ def _evaluation_models(req: RunRequest) -> list[ModelSpec]:
 class Resources:
     def __init__(self, inv: Invocation) -> None:
         self.inv = inv
+        self._claims_of: dict[tuple[str, str, str], dict[str, int]] = {}
 
     def apply_caps(self) -> None:
         """Hand the run config's caps (task_concurrency, provider_limits) to Snakemake as global resources."""
@@ -87,6 +88,16 @@ class Resources:
         return sorted(endpoints | environments | {TASK_CONCURRENCY})
 
     def _claims(self, req: RunRequest, rule: str) -> dict[str, int]:
+        """What one job of ``rule`` holds; the same for every job of a request, so computed once
+        (Snakemake asks for each resource of each job, and each answer parses the endpoint
+        URLs and builds the Benchmark)."""
+        key = (req.namespace, req.run_id, rule)
+        claims = self._claims_of.get(key)
+        if claims is None:
+            claims = self._claims_of[key] = self._compute_claims(req, rule)
+        return claims
+
+    def _compute_claims(self, req: RunRequest, rule: str) -> dict[str, int]:
         claims = {TASK_CONCURRENCY: 1, environment_resource(req.environment.id): 1}
         if rule in ("run", "shard") and calls_model(req):
             claims[endpoint_resource(req.model.base_url)] = 1

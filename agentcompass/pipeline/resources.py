@@ -1,8 +1,9 @@
 """What a job holds while it runs: Snakemake resources that cap work in flight.
 
-- ``model_endpoint_<slug>``: one per model endpoint; a run job takes 1 of its
-  own endpoint's and 0 of the others, so a profile's ``resources:`` caps the
-  model calls in flight at that endpoint (README, Concurrency per endpoint).
+- ``model_endpoint_<slug>``: one per model endpoint; a prepare and a run job
+  take 1 of their own endpoint's and 0 of the others, so a profile's
+  ``resources:`` caps the model calls in flight at that endpoint (README,
+  Concurrency per endpoint), and attempts are prepared only as fast as it takes them.
   An evaluate job takes 1 of the endpoint of each Model its Benchmark calls
   while scoring (``evaluation_models``: a judge).
 - ``task_concurrency``: every prepare, run and evaluate job takes 1, so at most
@@ -99,7 +100,10 @@ class Resources:
 
     def _compute_claims(self, req: RunRequest, rule: str) -> dict[str, int]:
         claims = {TASK_CONCURRENCY: 1, environment_resource(req.environment.id): 1}
-        if rule in ("run", "shard") and calls_model(req):
+        # prepare too: under a cap, attempts are prepared as the endpoint takes them, not all at
+        # once ahead of it (every prepared attempt waiting for a unit is a job Snakemake weighs,
+        # and measures the input of, at every job selection)
+        if rule in ("prepare", "run", "shard") and calls_model(req):
             claims[endpoint_resource(req.model.base_url)] = 1
         if rule in ("evaluate", "shard"):  # a judge the Benchmark calls while it scores
             claims.update({name: 1 for name in evaluation_endpoints(req)})

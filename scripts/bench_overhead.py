@@ -25,6 +25,7 @@ the run it had that many or more than 90% of them.
     python scripts/bench_overhead.py --n 1000 --latency 1
     python scripts/bench_overhead.py --n 200 --latency 0.5 --calls 10
     python scripts/bench_overhead.py --n 1000 --latency 1 --endpoint-cap 16 --skip-inspect
+    python scripts/bench_overhead.py --n 1000 --latency 1 --endpoint-cap 16 --shard-threads 8 --skip-inspect
 
 Inspect AI is installed into its own virtual environment (``--inspect-venv``,
 created on first use). This script is not part of the test suite.
@@ -380,6 +381,8 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
         from agentcompass.runtime.model_client import endpoint_resource
 
         extra = ["--resources", f"{endpoint_resource(server.base_url)}={args.endpoint_cap}"]
+    if args.shard_threads:
+        extra += ["--set-threads", f"shard={args.shard_threads}"]
     rows = []
     work = scratch / "agentcompass"
     work.mkdir(parents=True)
@@ -444,6 +447,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1, help="model calls per attempt with --latency (>1: tool_agent)")
     parser.add_argument("--endpoint-cap", type=int, default=0,
                         help="with --latency: cap the calls in flight at the endpoint (its model_endpoint_ resource)")
+    parser.add_argument("--shard-threads", type=int, default=0,
+                        help="with --latency: threads of each shard (--set-threads shard=N); with --endpoint-cap, "
+                        "shards claiming half the cap each run two at once")
     args = parser.parse_args()
     if args.calls < 1 or args.latency < 0 or args.endpoint_cap < 0:
         parser.error("--calls must be at least 1, --latency and --endpoint-cap at least 0")

@@ -383,6 +383,7 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
         extra = ["--resources", f"{endpoint_resource(server.base_url)}={args.endpoint_cap}"]
     if args.shard_threads:
         extra += ["--set-threads", f"shard={args.shard_threads}"]
+    extra += args.snakemake_arg
     rows = []
     work = scratch / "agentcompass"
     work.mkdir(parents=True)
@@ -450,6 +451,8 @@ def main() -> None:
     parser.add_argument("--shard-threads", type=int, default=0,
                         help="with --latency: threads of each shard (--set-threads shard=N); with --endpoint-cap, "
                         "shards claiming half the cap each run two at once")
+    parser.add_argument("--snakemake-arg", action="append", default=[],
+                        help="with --latency: one more argument for agentcompass's Snakemake (repeat for more)")
     args = parser.parse_args()
     if args.calls < 1 or args.latency < 0 or args.endpoint_cap < 0:
         parser.error("--calls must be at least 1, --latency and --endpoint-cap at least 0")

@@ -11,6 +11,22 @@ attempt for each, their ratio, the no-op rerun of each, a dry run of
     python scripts/bench_overhead.py --n 1000
     python scripts/bench_overhead.py --n 10000 --dry-run-n 20000
 
+``--latency L`` makes the attempts wait on a model instead: a stand-in
+OpenAI-compatible server of this script, on 127.0.0.1 in a process of its own,
+answers every call after L seconds. agentcompass runs ``synthetic`` with the
+``chat`` harness (one call an attempt), Inspect AI ``generate()`` through its
+OpenAI provider, both against that server at the same number of slots; with
+``--calls K`` each attempt makes K calls (agentcompass: ``tool_agent``, K-1
+``read_file`` calls then ``submit``; Inspect: ``generate()`` looping over a
+tool of its own). Printed besides: the ideal wall time N x K x L / slots, the
+ratio to it, and the most calls the server had in flight, with the share of
+the run it had that many or more than 90% of them.
+
+    python scripts/bench_overhead.py --n 1000 --latency 1
+    python scripts/bench_overhead.py --n 200 --latency 0.5 --calls 10
+    python scripts/bench_overhead.py --n 1000 --latency 1 --endpoint-cap 16 --skip-inspect
+    python scripts/bench_overhead.py --n 1000 --latency 1 --endpoint-cap 16 --shard-threads 8 --skip-inspect
+
 Inspect AI is installed into its own virtual environment (``--inspect-venv``,
 created on first use). This script is not part of the test suite.
 """
@@ -76,6 +92,162 @@ def synthetic(n: int = 100):
     samples = [Sample(id=f"t{i:0{width}d}", input=f"Repeat the word w{i}.", target=f"w{i}") for i in range(n)]
     return Task(dataset=samples, solver=generate(), scorer=exact())
 '''
+
+
+TOOL_TASK = '''
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import includes
+from inspect_ai.solver import generate, use_tools
+from inspect_ai.tool import tool
+
+
+@tool
+def read_file():
+    async def execute(path: str) -> str:
+        """Read a text file.
+
+        Args:
+            path: Path of the file.
+        """
+        return f"no such file: {path}"
+
+    return execute
+
+
+@task
+def synthetic_tools(n: int = 100):
+    width = len(str(n))
+    samples = [Sample(id=f"t{i:0{width}d}", input=f"Repeat the word w{i}.", target=f"w{i}") for i in range(n)]
+    return Task(dataset=samples, solver=[use_tools(read_file()), generate()], scorer=includes())
+'''
+
+# The stand-in model: an asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) that answers
+# every chat completion after LATENCY seconds with the word the first user message asks for, after
+# CALLS - 1 tool calls (read_file) when the request offers tools, then `submit` when that is offered.
+# GET /stats gives the most requests in flight and the seconds spent at each count; POST /reset zeroes them.
+SERVER = r'''
+import asyncio, json, re, sys, time
+
+LATENCY, CALLS, PORT_FILE = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+state = {"now": 0, "max": 0, "since": time.monotonic(), "at": {}, "calls": 0}
+
+
+def move(delta):
+    now = time.monotonic()
+    state["at"][state["now"]] = state["at"].get(state["now"], 0.0) + now - state["since"]
+    state["since"] = now
+    state["now"] += delta
+    state["max"] = max(state["max"], state["now"])
+
+
+def reply(request):
+    messages = request.get("messages", [])
+    first = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+    match = re.search(r"w\d+", first if isinstance(first, str) else json.dumps(first))
+    word = match.group(0) if match else ""
+    tools = [t["function"]["name"] for t in request.get("tools") or []]
+    done = sum(1 for m in messages if m.get("role") == "tool")
+    message = {"role": "assistant", "content": word}
+    call = None
+    if tools and done < CALLS - 1:
+        call = ("read_file" if "read_file" in tools else tools[0], {"path": f"notes{done}.txt"})
+    elif "submit" in tools:
+        call = ("submit", {"answer": word})
+    if call:
+        message = {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call{done}", "type": "function",
+            "function": {"name": call[0], "arguments": json.dumps(call[1])}}]}
+    return {"id": "r", "object": "chat.completion", "created": 0, "model": request.get("model", "m"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if call else "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}
+
+
+async def handle(reader, writer):
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method, path = lines[0].split(" ")[:2]
+            length = 0
+            for line in lines[1:]:
+                if line.lower().startswith("content-length:"):
+                    length = int(line.split(":", 1)[1])
+            body = await reader.readexactly(length) if length else b""
+            if path.endswith("/stats"):
+                move(0)
+                out = {"max_in_flight": state["max"], "seconds_at": state["at"], "calls": state["calls"]}
+            elif path.endswith("/reset"):
+                state.update(now=0, max=0, since=time.monotonic(), at={}, calls=0)
+                out = {}
+            else:
+                state["calls"] += 1
+                move(1)
+                try:
+                    await asyncio.sleep(LATENCY)
+                    out = reply(json.loads(body))
+                finally:
+                    move(-1)
+            data = json.dumps(out).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(data)).encode() + b"\r\n\r\n" + data)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+    with open(PORT_FILE, "w") as f:
+        f.write(str(server.sockets[0].getsockname()[1]))
+    async with server:
+        await server.serve_forever()
+
+
+asyncio.run(main())
+'''
+
+
+class StandIn:
+    """The stand-in model server, in a process of its own (its CPU is not counted)."""
+
+    def __init__(self, latency: float, calls: int, work: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        port_file = work / "port"
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(latency), str(calls), str(port_file)])
+        for _ in range(200):
+            if port_file.exists() and port_file.read_text():
+                break
+            time.sleep(0.05)
+        else:
+            self.proc.kill()
+            sys.exit("the stand-in model server did not start")
+        self.base_url = f"http://127.0.0.1:{port_file.read_text()}/v1"
+
+    def _call(self, path: str, method: str = "GET") -> dict:
+        import urllib.request
+
+        req = urllib.request.Request(self.base_url + path, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(req, timeout=10) as reply:
+            return json.loads(reply.read())
+
+    def reset(self) -> None:
+        self._call("/reset", "POST")
+
+    def stats(self, slots: int) -> dict:
+        """Most calls in flight, and the share of the time from the first call to the last
+        with at least 90% of ``slots`` in flight."""
+        raw = self._call("/stats")
+        at = {int(k): v for k, v in raw["seconds_at"].items()}
+        busy = sum(at.values()) - at.get(0, 0.0)
+        near = sum(v for k, v in at.items() if k >= 0.9 * slots)
+        return {"max_in_flight": raw["max_in_flight"], "calls": raw["calls"], "share_full": near / busy if busy else 0.0}
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
 
 
 class TreeMemory:
@@ -145,7 +317,7 @@ def ensure_inspect(venv: Path) -> Path:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    probe = subprocess.run([str(python), "-c", "import inspect_ai, inspect_instant"], capture_output=True)
+    probe = subprocess.run([str(python), "-c", "import inspect_ai, inspect_instant, openai"], capture_output=True)
     if probe.returncode != 0:
         pkg = venv / "inspect_instant_src"
         (pkg / "inspect_instant").mkdir(parents=True, exist_ok=True)
@@ -162,7 +334,7 @@ def ensure_inspect(venv: Path) -> Path:
             [project.entry-points.inspect_ai]
             inspect_instant = "inspect_instant._registry"
         """))
-        subprocess.run([str(python), "-m", "pip", "install", "-q", f"inspect-ai=={INSPECT_VERSION}", str(pkg)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"inspect-ai=={INSPECT_VERSION}", "openai", str(pkg)], check=True)
     return venv / "bin" / "inspect"
 
 
@@ -172,8 +344,15 @@ def agentcompass_env() -> dict:
     return env
 
 
-def snakemake_cmd(n: int, cores: int, shard_size: int | None, *extra: str) -> list[str]:
-    request = {"bench": {"benchmark": {"id": "synthetic", "params": {"num_tasks": n}}, "harness": "oracle", "model": {"id": "none"}}}
+def snakemake_cmd(n: int, cores: int, shard_size: int | None, *extra: str, model: dict | None = None,
+                  calls: int = 1) -> list[str]:
+    """The workflow on n synthetic attempts: the oracle harness, or with a ``model`` the chat
+    harness (one call) or tool_agent (``calls`` > 1)."""
+    harness: dict | str = "oracle"
+    if model is not None:
+        harness = "chat" if calls == 1 else {"id": "tool_agent", "params": {"max_steps": calls + 1}}
+    request = {"bench": {"benchmark": {"id": "synthetic", "params": {"num_tasks": n}}, "harness": harness,
+                         "environment": "host_process", "model": model or {"id": "none"}}}
     config = [f"requests={json.dumps(request)}"]
     if shard_size is not None:
         config.append(f"runtime={json.dumps({'shard_size': shard_size})}")
@@ -190,6 +369,47 @@ def bench_agentcompass(n: int, cores: int, shard_size: int | None, work: Path) -
     assert metrics["num_attempts"] == n and metrics["metrics"]["accuracy"] == 1.0, metrics
     noop = timed(snakemake_cmd(n, cores, shard_size), work, env)
     return {"full": full, "noop": noop}
+
+
+def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) -> None:
+    """Latency-bound rows: agentcompass and Inspect AI against the stand-in, same slots."""
+    n, calls, slots = args.n, args.calls, args.cores
+    ideal = n * calls * args.latency / (min(slots, args.endpoint_cap) if args.endpoint_cap else slots)
+    model = {"id": "stand-in", "base_url": server.base_url}
+    extra: list[str] = []
+    if args.endpoint_cap:
+        from agentcompass.runtime.model_client import endpoint_resource
+
+        extra = ["--resources", f"{endpoint_resource(server.base_url)}={args.endpoint_cap}"]
+    if args.shard_threads:
+        extra += ["--set-threads", f"shard={args.shard_threads}"]
+    extra += args.snakemake_arg
+    rows = []
+    work = scratch / "agentcompass"
+    work.mkdir(parents=True)
+    server.reset()
+    ours = timed(snakemake_cmd(n, slots, args.shard_size, *extra, model=model, calls=calls), work, agentcompass_env())
+    metrics = json.loads((work / "results/default/bench/metrics.json").read_text())
+    assert metrics["num_attempts"] == n and metrics["metrics"]["accuracy"] == 1.0, metrics
+    rows.append(("agentcompass", ours, server.stats(min(slots, args.endpoint_cap or slots))))
+    if inspect:
+        work = scratch / "inspect"
+        work.mkdir(parents=True)
+        (work / "task.py").write_text(TASK if calls == 1 else TOOL_TASK)
+        env = {**os.environ, "INSPECT_DISPLAY": "none", "INSPECT_LOG_LEVEL": "warning", "OPENAI_API_KEY": "unused"}
+        connections = min(args.connections, args.endpoint_cap) if args.endpoint_cap else args.connections
+        server.reset()
+        theirs = timed([str(inspect), "eval", "task.py", "-T", f"n={n}", "--model", "openai/stand-in",
+                        "--model-base-url", server.base_url, "-M", "responses_api=false",
+                        "--max-connections", str(connections), "--log-dir", "logs", "--display", "none"], work, env)
+        rows.append(("inspect-ai", theirs, server.stats(connections)))
+    print(f"{'':14}{'wall s':>9}{'cpu s':>9}{'ideal s':>9}{'/ideal':>8}{'calls':>7}{'max in flight':>15}{'time >=90%':>12}")
+    for name, r, st in rows:
+        print(f"{name:14}{r['wall']:9.1f}{r['cpu']:9.1f}{ideal:9.1f}{r['wall'] / ideal:8.2f}{st['calls']:7d}"
+              f"{st['max_in_flight']:15d}{100 * st['share_full']:11.0f}%")
+    if inspect:
+        print(f"ratio agentcompass / inspect-ai: wall {rows[0][1]['wall'] / rows[1][1]['wall']:.2f}, "
+              f"cpu {rows[0][1]['cpu'] / rows[1][1]['cpu']:.2f}")
 
 
 def bench_dry_run(n: int, cores: int, shard_size: int | None, work: Path) -> dict:
@@ -223,10 +443,33 @@ def main() -> None:
     parser.add_argument("--skip-inspect", action="store_true")
     parser.add_argument("--dry-run-only", action="store_true", help="only time the dry run of --dry-run-n attempts")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directories")
+    parser.add_argument("--latency", type=float, default=0.0,
+                        help="seconds the stand-in model takes per call: attempts that wait on a model (0: instant)")
+    parser.add_argument("--calls", type=int, default=1, help="model calls per attempt with --latency (>1: tool_agent)")
+    parser.add_argument("--endpoint-cap", type=int, default=0,
+                        help="with --latency: cap the calls in flight at the endpoint (its model_endpoint_ resource)")
+    parser.add_argument("--shard-threads", type=int, default=0,
+                        help="with --latency: threads of each shard (--set-threads shard=N); with --endpoint-cap, "
+                        "shards claiming half the cap each run two at once")
+    parser.add_argument("--snakemake-arg", action="append", default=[],
+                        help="with --latency: one more argument for agentcompass's Snakemake (repeat for more)")
     args = parser.parse_args()
+    if args.calls < 1 or args.latency < 0 or args.endpoint_cap < 0:
+        parser.error("--calls must be at least 1, --latency and --endpoint-cap at least 0")
 
     scratch = Path(tempfile.mkdtemp(prefix="agentcompass-bench-"))
     try:
+        if args.latency:
+            inspect = None if args.skip_inspect else ensure_inspect(args.inspect_venv)
+            print(f"n={args.n}  latency {args.latency:g} s  {args.calls} call(s) per attempt  "
+                  f"slots {args.cores} (snakemake --cores, inspect --max-connections)"
+                  + (f"  endpoint cap {args.endpoint_cap}" if args.endpoint_cap else ""))
+            server = StandIn(args.latency, args.calls, scratch / "server")
+            try:
+                bench_latency(args, server, inspect, scratch)
+            finally:
+                server.close()
+            return
         if args.dry_run_only:
             dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run")
             print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")

@@ -18,6 +18,7 @@ from agentcompass.runtime.model_client import (
     ModelClient,
     Trajectory,
     retry_after_seconds,
+    tls_context,
     token_count,
 )
 from agentcompass.runtime.models import ModelSpec
@@ -53,6 +54,22 @@ def call(endpoint, *, messages=None, tools=None, model=None, trajectory=None, **
     except ModelCallError as exc:
         outcome = exc
     return outcome, client.usage.as_dict(), time.monotonic() - started
+
+
+def test_clients_of_one_process_share_one_tls_context():
+    """httpx would read every CA certificate again for each client (57 ms of CPU an attempt)."""
+    spec = ModelSpec(id="m", base_url="https://models.invalid/v1")
+
+    async def contexts():
+        found = []
+        for _ in range(2):
+            async with ModelClient(spec, ModelCallConfig(**FAST)) as client:
+                found.append(client._http._transport._pool._ssl_context)
+        return found
+
+    first, second = asyncio.run(contexts())
+    assert first is second is tls_context()
+    assert first.verify_mode.name == "CERT_REQUIRED" and first.check_hostname
 
 
 def test_429_twice_then_an_answer_costs_three_calls():

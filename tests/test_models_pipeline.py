@@ -209,6 +209,12 @@ def test_endpoint_resource_caps_model_calls_in_flight(how: str, workdir: Path, t
         run = run_request(capped_dir, request(endpoint.base_url), "--cores", "8", *cap)
     assert len(endpoint.requests) == 5 and endpoint.max_in_flight == 1
     assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 0.2
+    # a prepare holds a unit too: attempts are prepared as the endpoint takes them, not all ahead of it
+    changes = sorted((p.stat().st_mtime_ns, +1 if p.name == "prepared.json" else -1)
+                     for p in run.glob("attempts/*/*/*.json") if p.name in ("prepared.json", "output.json"))
+    assert len(changes) == 10
+    waiting = [sum(step for _, step in changes[: i + 1]) for i in range(len(changes))]
+    assert max(waiting) == 1, changes
 
 
 def test_endpoint_resource_names():

@@ -1,8 +1,9 @@
 """What a job holds while it runs: Snakemake resources that cap work in flight.
 
-- ``model_endpoint_<slug>``: one per model endpoint; a run job takes 1 of its
-  own endpoint's and 0 of the others, so a profile's ``resources:`` caps the
-  model calls in flight at that endpoint (docs/models.md, Concurrency per endpoint).
+- ``model_endpoint_<slug>``: one per model endpoint; a prepare and a run job
+  take 1 of their own endpoint's and 0 of the others, so a profile's
+  ``resources:`` caps the model calls in flight at that endpoint (docs/models.md,
+  Concurrency per endpoint), and attempts are prepared only as fast as it takes them.
   An evaluate job takes 1 of the endpoint of each Model its Benchmark calls
   while scoring (``evaluation_models``: a judge).
 - ``task_concurrency``: every prepare, run and evaluate job takes 1, so at most
@@ -59,6 +60,7 @@ def _evaluation_models(req: RunRequest) -> list[ModelSpec]:
 class Resources:
     def __init__(self, inv: Invocation) -> None:
         self.inv = inv
+        self._claims_of: dict[tuple[str, str, str], dict[str, int]] = {}
 
     def apply_caps(self) -> None:
         """Hand the run config's caps (task_concurrency, provider_limits) to Snakemake as global resources."""
@@ -87,8 +89,21 @@ class Resources:
         return sorted(endpoints | environments | {TASK_CONCURRENCY})
 
     def _claims(self, req: RunRequest, rule: str) -> dict[str, int]:
+        """What one job of ``rule`` holds; the same for every job of a request, so computed once
+        (Snakemake asks for each resource of each job, and each answer parses the endpoint
+        URLs and builds the Benchmark)."""
+        key = (req.namespace, req.run_id, rule)
+        claims = self._claims_of.get(key)
+        if claims is None:
+            claims = self._claims_of[key] = self._compute_claims(req, rule)
+        return claims
+
+    def _compute_claims(self, req: RunRequest, rule: str) -> dict[str, int]:
         claims = {TASK_CONCURRENCY: 1, environment_resource(req.environment.id): 1}
-        if rule in ("run", "shard") and calls_model(req) and req.model.base_url:
+        # prepare too: under a cap, attempts are prepared as the endpoint takes them, not all at
+        # once ahead of it (every prepared attempt waiting for a unit is a job Snakemake weighs,
+        # and measures the input of, at every job selection)
+        if rule in ("prepare", "run", "shard") and calls_model(req) and req.model.base_url:
             claims[endpoint_resource(req.model.base_url)] = 1
         if rule in ("evaluate", "shard"):  # a judge the Benchmark calls while it scores
             claims.update({name: 1 for name in evaluation_endpoints(req)})

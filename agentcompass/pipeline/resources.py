@@ -44,8 +44,9 @@ def environment_resource(environment_id: str) -> str:
     return "environment_" + re.sub(r"[^A-Za-z0-9]+", "_", environment_id).strip("_").lower()
 
 
-def calls_model(req: RunRequest) -> bool:
-    return bool(req.model.base_url) and not req.model.is_none
+def model_endpoint(req: RunRequest) -> str | None:
+    """The endpoint resource of the Model the request's harness calls, or None when it calls none."""
+    return endpoint_resource(req.model.base_url) if req.model.base_url and not req.model.is_none else None
 
 
 def evaluation_endpoints(req: RunRequest) -> list[str]:
@@ -83,7 +84,7 @@ class Resources:
 
     def names(self) -> list[str]:
         """Every resource a job of this invocation may claim."""
-        endpoints = {endpoint_resource(r.model.base_url) for r in self.inv.requests if calls_model(r) and r.model.base_url}
+        endpoints = {name for name in map(model_endpoint, self.inv.requests) if name is not None}
         endpoints |= {name for r in self.inv.requests for name in evaluation_endpoints(r)}
         environments = {environment_resource(r.environment.id) for r in self.inv.requests}
         return sorted(endpoints | environments | {TASK_CONCURRENCY})
@@ -103,8 +104,9 @@ class Resources:
         # prepare too: under a cap, attempts are prepared as the endpoint takes them, not all at
         # once ahead of it (every prepared attempt waiting for a unit is a job Snakemake weighs,
         # and measures the input of, at every job selection)
-        if rule in ("prepare", "run", "shard") and calls_model(req) and req.model.base_url:
-            claims[endpoint_resource(req.model.base_url)] = 1
+        endpoint = model_endpoint(req)
+        if rule in ("prepare", "run", "shard") and endpoint is not None:
+            claims[endpoint] = 1
         if rule in ("evaluate", "shard"):  # a judge the Benchmark calls while it scores
             claims.update({name: 1 for name in evaluation_endpoints(req)})
         return claims

@@ -188,8 +188,9 @@ def test_environment_open_rate_spaces_the_session_opens(workdir: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     opened = sorted(json.loads(p.read_text())["metadata"]["opened"]
                     for p in (workdir / "results/default/clock/attempts").glob("*/1/result.json"))
-    gaps = [b - a for a, b in zip(opened, opened[1:])]
-    assert len(opened) == 8 and min(gaps) >= 0.2, gaps  # 4 a second: a quarter second apart, at least
+    # 4 a second: the 8 sessions take 7 quarter seconds to open (unpaced, all 8 opened within 0.25 s
+    # here). Not each gap: a session's own opening time varies with the machine's load.
+    assert len(opened) == 8 and opened[-1] - opened[0] >= 1.5, [b - a for a, b in zip(opened, opened[1:])]
 
 
 def test_cleanup_grace_bounds_how_long_a_stopping_run_waits_for_its_sandboxes(workdir: Path):

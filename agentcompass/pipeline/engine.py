@@ -315,6 +315,21 @@ def leave_directory_unlocked(workflow) -> None:
 
 # -- the scheduler -----------------------------------------------------------------------------
 
+
+def submit_local_jobs_unthrottled(workflow) -> None:
+    """Start local jobs as fast as slots free up: no cap on job starts per second.
+
+    Snakemake's --max-jobs-per-timespan (100/1s unless set) is a courtesy to a
+    cluster's scheduler. Locally a job is a thread of this process, and the cap
+    costs work for nothing: with it on, every job selection arms a
+    ``threading.Timer`` (a thread) that selects again a timespan later, and that
+    selection, while jobs still wait for a slot, arms another; each selection
+    re-weighs every waiting job. Without the cap a selection happens when a job
+    finishes or fails, which is when slots free up.
+    """
+    workflow.scheduling_settings.max_jobs_per_timespan = None
+
+
 # What Snakemake's JobScheduler arms its re-selection timers from (snakemake 9).
 _SCHEDULER_TIMER = "JobScheduler._schedule_reevalutation"
 
@@ -323,17 +338,22 @@ def cancel_scheduler_timers() -> int:
     """Cancel the scheduler's pending re-selection timers; how many were cancelled.
 
     Snakemake's scheduler arms a ``threading.Timer`` after every job selection
-    to select again a second later (its --max-jobs-per-timespan, which is
-    always on), and Python waits for those timers at exit: up to a second.
+    to select again a second later (its --max-jobs-per-timespan, on for a
+    cluster driver: ``submit_local_jobs_unthrottled``), and Python waits for
+    those timers at exit: up to a second.
     Only those are cancelled: a process driving Snakemake (the SDK) may have
     timers of its own.
     """
-    cancelled = 0
-    for thread in threading.enumerate():
-        if isinstance(thread, threading.Timer) and _SCHEDULER_TIMER in getattr(thread.function, "__qualname__", ""):
-            thread.cancel()
-            cancelled += 1
-    return cancelled
+    timers = scheduler_timers()
+    for timer in timers:
+        timer.cancel()
+    return len(timers)
+
+
+def scheduler_timers() -> list[threading.Timer]:
+    """The scheduler's re-selection timers alive in this process."""
+    return [thread for thread in threading.enumerate()
+            if isinstance(thread, threading.Timer) and _SCHEDULER_TIMER in getattr(thread.function, "__qualname__", "")]
 
 
 # -- console logging -------------------------------------------------------------------------

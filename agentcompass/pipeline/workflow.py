@@ -166,6 +166,8 @@ class EvaluationWorkflow:
                 locks.acquire(folder, wait=True)
             self._locked = [folder]
         engine.leave_directory_unlocked(workflow)
+        if not engine.on_cluster(workflow):  # a cluster's scheduler is spared Snakemake's pace
+            engine.submit_local_jobs_unthrottled(workflow)
         pacing.configure(self.inv.runtime.environment_open_rate, ".", self.inv.runtime.cleanup_grace_seconds)
         records = engine.Records.of(workflow)
         if records is not None:

@@ -58,6 +58,8 @@ def first(wildcards):
     note("resources", engine.rule_resources(workflow, "a", wildcards, ["widgets"]))
     if config.get("nolock"):
         engine.leave_directory_unlocked(workflow)
+    if config.get("unthrottled"):
+        engine.submit_local_jobs_unthrottled(workflow)
     return []
 
 
@@ -98,6 +100,7 @@ rule c:
     input: "b.txt"
     output: "c.txt"
     run:
+        note("timers", len(engine.scheduler_timers()))  # after three job selections
         open(output[0], "w").write("c")
 '''
 
@@ -225,6 +228,17 @@ def test_the_scheduler_timers_are_found_by_what_snakemake_arms_them_from():
         assert ours.is_alive()
     finally:
         ours.cancel()
+
+
+def test_local_jobs_start_without_snakemakes_rate_limiter_and_its_timers(flow: Path):
+    throttled = snakemake(flow, "--cores", "1", "--max-jobs-per-timespan", "100/1s")
+    assert throttled.returncode == 0, throttled.stderr[-3000:]
+    assert observed(flow)["timers"] >= 1  # Snakemake's limiter arms one after each selection
+    for path in ("a.txt", "b.txt", "c.txt"):
+        (flow / path).unlink()
+    free = snakemake(flow, "--cores", "1", "--max-jobs-per-timespan", "100/1s", "--config", "unthrottled=1")
+    assert free.returncode == 0, free.stderr[-3000:]
+    assert observed(flow)["timers"] == 0
 
 
 def test_signature_once_is_what_snakemake_reads_instead_of_inspecting():

@@ -6,6 +6,8 @@ rule evaluate:
     output:
         result=f"{ATTEMPT}/result.json",
         plan=f"{ATTEMPT}/plan.json",
+    log:
+        f"{ATTEMPT}/evaluate.log",
     params:
         depends=EVAL.attempt_params.evaluate,
     resources:

@@ -9,6 +9,8 @@ rule prepare:
     """prepared.json of one attempt: the harness-facing input."""
     output:
         f"{ATTEMPT}/prepared.json",
+    log:
+        f"{ATTEMPT}/prepare.log",
     params:
         depends=EVAL.attempt_params.prepare,
     resources:

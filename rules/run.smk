@@ -4,6 +4,8 @@ rule run:
         prepared=f"{ATTEMPT}/prepared.json",
     output:
         f"{ATTEMPT}/output.json",
+    log:
+        f"{ATTEMPT}/run.log",
     params:
         depends=EVAL.attempt_params.run,
     resources:

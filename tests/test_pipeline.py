@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import jsonschema
@@ -71,9 +70,10 @@ def test_deleting_output_reruns_its_run_evaluation_and_metrics(evaluated: Path):
     assert result["correct"] is True
 
 
-def test_a_stage_writes_its_log_only_when_its_job_fails_and_a_rerun_that_succeeds_removes_it(evaluated: Path):
+def test_a_failed_stage_leaves_its_traceback_in_its_log_and_a_rerun_that_succeeds_empties_it(evaluated: Path):
     attempts = evaluated / RUN / "attempts"
-    assert sorted(attempts.glob("*/*/*.log")) == []  # every job succeeded: no log at all
+    # every job succeeded: each stage's log is there (Snakemake creates it) and empty
+    assert {p.read_text() for p in attempts.glob("*/*/*.log")} == {""}
     attempt = attempts / "largest-planet" / "1"
     (attempt / "output.json").write_text("{not json")  # a damaged file the evaluate stage reads
     failed = snakemake(evaluated, "--forcerun", str(RUN / "attempts/largest-planet/1/result.json"))
@@ -81,13 +81,13 @@ def test_a_stage_writes_its_log_only_when_its_job_fails_and_a_rerun_that_succeed
     log = (attempt / "evaluate.log").read_text()
     assert log.startswith("evaluate ns=default run_id=example-oracle task=largest-planet attempt=1: failed\n")
     assert "Traceback" in log and "JSONDecodeError" in log
-    assert sorted(p.name for p in attempts.glob("*/*/*.log")) == ["evaluate.log"]
+    assert [p.name for p in attempts.glob("*/*/*.log") if p.read_text()] == ["evaluate.log"]
 
     (attempt / "output.json").unlink()
     again = snakemake(evaluated)
     assert again.returncode == 0, again.stderr[-3000:]
     assert jobs_run(again.stderr) == {"run": 1, "evaluate": 1, "metrics": 1, "report": 1}
-    assert sorted(attempts.glob("*/*/*.log")) == []
+    assert {p.read_text() for p in attempts.glob("*/*/*.log")} == {""}
 
 
 def test_two_fresh_runs_write_byte_identical_tasks_and_plans(tmp_path: Path):
@@ -188,16 +188,7 @@ def test_config_on_the_command_line_selects_tasks_and_attempts(workdir: Path):
     assert (workdir / RUN / "attempts/capital-japan/2/result.json").exists()
 
 
-# The per-attempt rules declare no log on purpose (agentcompass.pipeline.jobs.log_path): Snakemake
-# would create each declared log, empty, after every job, three files an attempt. Their stages
-# write <stage>.log themselves when they fail. Any other lint fails the test.
-WITHOUT_LOG = {"prepare", "run", "evaluate"}
-
-
 def test_snakemake_lint_is_clean():
     done = snakemake(ROOT, "--lint")
-    text = done.stdout + done.stderr
-    assert done.returncode == (1 if WITHOUT_LOG else 0), text[-3000:]  # Snakemake exits 1 on any lint
-    linted = re.findall(r"^Lints for rule (\w+) ", text, flags=re.M)
-    assert sorted(linted) == sorted(WITHOUT_LOG), text[-3000:]
-    assert text.count("* ") == len(WITHOUT_LOG) and text.count("* No log directive defined") == len(WITHOUT_LOG)
+    assert done.returncode == 0
+    assert "Congratulations, your workflow is in a good condition!" in done.stdout + done.stderr

@@ -53,8 +53,7 @@ class Jobs:
             where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
             LOG.debug(f"{rule} {where}: started")
             started = time.monotonic()
-        with stage_log(log_path(log, rule, output), rule, w, req, declared=bool(log)), \
-                jsonio.publishing(self._recorder(rule, input, output, params, log)):
+        with stage_log(log, rule, w, req), jsonio.publishing(self._recorder(rule, input, output, params, log)):
             yield req
         if debug:
             LOG.debug(f"{rule} {where}: done in {time.monotonic() - started:.3f} s")
@@ -178,32 +177,17 @@ class Jobs:
             ))
 
 
-def log_path(log, stage: str, output) -> Path:
-    """Where a job's traceback goes: its rule's log, or for a per-attempt rule (which declares
-    none) ``<stage>.log`` beside its output. The attempt rules declare no log because
-    Snakemake creates every declared log, empty, after each job: three files an attempt,
-    made by the one thread that also starts and finishes every job."""
-    if log:
-        return Path(log[0])
-    return Path(str(output[0])).parent / f"{stage}.log"
-
-
 @contextlib.contextmanager
-def stage_log(path: Path, stage: str, w, req: RunRequest, declared: bool = True):
-    """Write a failing stage's traceback, scrubbed of the key, to ``path``.
+def stage_log(log, stage: str, w, req: RunRequest):
+    """Write a failing stage's traceback, scrubbed of the key, to its rule's log file.
 
-    A stage that succeeds writes no log: its timings are in the files it writes.
-    The log of an earlier failure goes when the stage starts again (Snakemake does
-    this itself for a log its rule ``declared``).
+    A stage that succeeds writes no log: its timings are in the files it writes,
+    and Snakemake removes the log of an earlier failure before it reruns the job.
     """
-    if not declared:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
     try:
         yield
     except BaseException as exc:
+        path = Path(log[0])
         path.parent.mkdir(parents=True, exist_ok=True)
         where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
         if isinstance(exc, aio.Stopped):

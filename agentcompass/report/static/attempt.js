@@ -272,7 +272,7 @@
       if (data.logs && data.logs[name] !== undefined) {
         logs.appendChild(data.logs[name] ? pre(data.logs[name]) : el("p", "muted", "empty (a stage writes here only when its job fails)"));
       } else {
-        logs.appendChild(el("p", "muted", "none (a stage writes its log only when its job fails)"));
+        logs.appendChild(el("p", "muted", "not there"));
       }
     });
 

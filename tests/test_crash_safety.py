@@ -227,3 +227,26 @@ def test_a_rerun_attempt_removes_what_a_killed_write_of_its_trajectory_left(work
     assert (attempt / "result.json").is_file() and model.calls["w3"] == 2
     assert not leftover.exists()
     assert schema_errors(workdir) == []
+
+
+def test_a_job_removes_what_an_interrupted_write_of_its_outputs_left_unmarked(workdir: Path):
+    """A run that stops (its parent died, Ctrl-C) while a job writes plan.json may end the job and drop
+    its incomplete markers before the write's temporary file is renamed or removed: the next run's
+    recovery, which reads the markers, never sees that file. The job that builds the output again
+    removes it (found by the random kill test: ``.plan.json.<pid>-<thread>.tmp`` was left)."""
+    model = CountingModel(seed=3)
+    with ScriptedEndpoint(model) as endpoint:
+        config = write_config(workdir, endpoint, 0, name="unmarked")
+        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        attempt = workdir / "results/default/unmarked/attempts/t05/1"
+        for name in ("result.json", "plan.json"):  # evaluate's outputs, as a stopped job leaves them
+            (attempt / name).unlink()
+        leftovers = [attempt / ".plan.json.4242-1234.tmp", attempt / ".result.json.4242-1234.tmp"]
+        for leftover in leftovers:
+            leftover.write_text('{"half": ')
+        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+    assert (attempt / "result.json").is_file() and model.calls["w5"] == 1  # only evaluate ran again
+    assert [p for p in leftovers if p.exists()] == []
+    assert schema_errors(workdir) == []

@@ -5,7 +5,10 @@ Around every stage call:
 - a run that is stopping starts nothing (``aio.Stopped``);
 - each output is recorded as finished just before it appears (``recovery``
   says why), so a kill at any moment loses only unfinished work;
-- a failing stage's traceback, scrubbed of the key, goes to its log file.
+- a failing stage's traceback, scrubbed of the key, goes to its log file;
+- temporary files an earlier, interrupted write of its outputs left go before it
+  starts (a run that stopped while a job wrote may have dropped the job's
+  incomplete markers too, so the recovery of a killed run would not find them).
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class Jobs:
         reason = aio.stopping()
         if reason is not None:
             raise aio.Stopped(reason)
+        for path in output:
+            for leftover in jsonio.interrupted_writes(path):
+                leftover.unlink(missing_ok=True)
         req = self.inv.request(w)
         debug = LOG.isEnabledFor(logging.DEBUG)  # runtime.log_level: debug
         if debug:

@@ -208,24 +208,35 @@ def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, offset: 
     assert calls == {f"w{i}": 1 for i in range(TASKS)}, (out_first[-1500:], out_other[-1500:])
 
 
+def rerun_after_leftovers(workdir: Path, model: "CountingModel", name: str, segment: str,
+                          deleted: tuple[str, ...], leftovers: tuple[str, ...]) -> tuple[Path, list[Path]]:
+    """Run a request, delete ``deleted`` of one attempt and plant half-written ``leftovers`` in its folder
+    (as a run stopped mid-write leaves them), run it again; the attempt's folder and the planted files."""
+    with ScriptedEndpoint(model) as endpoint:
+        config = write_config(workdir, endpoint, 0, name=name)
+        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        attempt = workdir / f"results/default/{name}/attempts/{segment}/1"
+        assert (attempt / "trajectory.jsonl").is_file()
+        for file in deleted:
+            (attempt / file).unlink()
+        planted = [attempt / leftover for leftover in leftovers]
+        for path in planted:
+            path.write_text('{"half": ')
+        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+    return attempt, planted
+
+
 def test_a_rerun_attempt_removes_what_a_killed_write_of_its_trajectory_left(workdir: Path):
     """A run killed while rewriting trajectory.jsonl (after the scrub, before the rename) leaves
     ``.trajectory.jsonl.<pid>-<thread>.tmp``; the attempt's next run removes it with the old file."""
     model = CountingModel(seed=2)
-    with ScriptedEndpoint(model) as endpoint:
-        config = write_config(workdir, endpoint, 0, name="leftover")
-        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
-        assert first.returncode == 0, first.stderr[-3000:]
-        attempt = workdir / "results/default/leftover/attempts/t03/1"
-        assert (attempt / "trajectory.jsonl").is_file()
-        for name in ("output.json", "result.json"):  # as if killed before output.json appeared
-            (attempt / name).unlink()
-        leftover = attempt / ".trajectory.jsonl.4242-1234.tmp"
-        leftover.write_text('{"half": ')
-        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
-        assert again.returncode == 0, again.stderr[-3000:]
+    # as if killed before output.json appeared
+    attempt, planted = rerun_after_leftovers(workdir, model, "leftover", "t03", ("output.json", "result.json"),
+                                             (".trajectory.jsonl.4242-1234.tmp",))
     assert (attempt / "result.json").is_file() and model.calls["w3"] == 2
-    assert not leftover.exists()
+    assert [p for p in planted if p.exists()] == []
     assert schema_errors(workdir) == []
 
 
@@ -235,18 +246,9 @@ def test_a_job_removes_what_an_interrupted_write_of_its_outputs_left_unmarked(wo
     recovery, which reads the markers, never sees that file. The job that builds the output again
     removes it (found by the random kill test: ``.plan.json.<pid>-<thread>.tmp`` was left)."""
     model = CountingModel(seed=3)
-    with ScriptedEndpoint(model) as endpoint:
-        config = write_config(workdir, endpoint, 0, name="unmarked")
-        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
-        assert first.returncode == 0, first.stderr[-3000:]
-        attempt = workdir / "results/default/unmarked/attempts/t05/1"
-        for name in ("result.json", "plan.json"):  # evaluate's outputs, as a stopped job leaves them
-            (attempt / name).unlink()
-        leftovers = [attempt / ".plan.json.4242-1234.tmp", attempt / ".result.json.4242-1234.tmp"]
-        for leftover in leftovers:
-            leftover.write_text('{"half": ')
-        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
-        assert again.returncode == 0, again.stderr[-3000:]
+    # evaluate's outputs gone, as a stopped job leaves them
+    attempt, planted = rerun_after_leftovers(workdir, model, "unmarked", "t05", ("result.json", "plan.json"),
+                                             (".plan.json.4242-1234.tmp", ".result.json.4242-1234.tmp"))
     assert (attempt / "result.json").is_file() and model.calls["w5"] == 1  # only evaluate ran again
-    assert [p for p in leftovers if p.exists()] == []
+    assert [p for p in planted if p.exists()] == []
     assert schema_errors(workdir) == []

@@ -19,8 +19,9 @@ OpenAI provider, both against that server at the same number of slots; with
 ``--calls K`` each attempt makes K calls (agentcompass: ``tool_agent``, K-1
 ``read_file`` calls then ``submit``; Inspect: ``generate()`` looping over a
 tool of its own). Printed besides: the ideal wall time N x K x L / slots, the
-ratio to it, and the most calls the server had in flight, with the share of
-the run it had that many or more than 90% of them.
+ratio to it, the most calls the server had in flight, the share of the run it
+had 90% of the slots or more busy, and when (seconds after the start) the
+first call came and the last answer went: the start-up and the tail.
 
     python scripts/bench_overhead.py --n 1000 --latency 1
     python scripts/bench_overhead.py --n 200 --latency 0.5 --calls 10
@@ -130,7 +131,7 @@ SERVER = r'''
 import asyncio, json, re, sys, time
 
 LATENCY, CALLS, PORT_FILE = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-state = {"now": 0, "max": 0, "since": time.monotonic(), "at": {}, "calls": 0}
+state = {"now": 0, "max": 0, "since": time.monotonic(), "at": {}, "calls": 0, "first": None, "last": None}
 
 
 def move(delta):
@@ -176,18 +177,22 @@ async def handle(reader, writer):
             body = await reader.readexactly(length) if length else b""
             if path.endswith("/stats"):
                 move(0)
-                out = {"max_in_flight": state["max"], "seconds_at": state["at"], "calls": state["calls"]}
+                out = {"max_in_flight": state["max"], "seconds_at": state["at"], "calls": state["calls"],
+                       "first": state["first"], "last": state["last"]}
             elif path.endswith("/reset"):
-                state.update(now=0, max=0, since=time.monotonic(), at={}, calls=0)
+                state.update(now=0, max=0, since=time.monotonic(), at={}, calls=0, first=None, last=None)
                 out = {}
             else:
                 state["calls"] += 1
+                if state["first"] is None:
+                    state["first"] = time.monotonic()
                 move(1)
                 try:
                     await asyncio.sleep(LATENCY)
                     out = reply(json.loads(body))
                 finally:
                     move(-1)
+                    state["last"] = time.monotonic()
             data = json.dumps(out).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                          + str(len(data)).encode() + b"\r\n\r\n" + data)
@@ -236,14 +241,17 @@ class StandIn:
     def reset(self) -> None:
         self._call("/reset", "POST")
 
-    def stats(self, slots: int) -> dict:
-        """Most calls in flight, and the share of the time from the first call to the last
-        with at least 90% of ``slots`` in flight."""
+    def stats(self, slots: int, started: float) -> dict:
+        """Most calls in flight, the share of the time from the first call to the last with at
+        least 90% of ``slots`` in flight, and when the first call came and the last answer went
+        (seconds after ``started``, a ``time.monotonic()``: the clock is the machine's)."""
         raw = self._call("/stats")
         at = {int(k): v for k, v in raw["seconds_at"].items()}
         busy = sum(at.values()) - at.get(0, 0.0)
         near = sum(v for k, v in at.items() if k >= 0.9 * slots)
-        return {"max_in_flight": raw["max_in_flight"], "calls": raw["calls"], "share_full": near / busy if busy else 0.0}
+        return {"max_in_flight": raw["max_in_flight"], "calls": raw["calls"], "share_full": near / busy if busy else 0.0,
+                "first": raw["first"] - started if raw["first"] else float("nan"),
+                "last": raw["last"] - started if raw["last"] else float("nan")}
 
     def close(self) -> None:
         self.proc.terminate()
@@ -291,6 +299,7 @@ class TreeMemory:
 def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
     """Wall and CPU seconds (of the command and its children) and the peak RSS of its process tree."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err)
@@ -308,6 +317,7 @@ def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
         "wall": wall,
         "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "peak_rss_mb": max(peak, 1) / 2**20,
+        "started": started,
         "stdout": stdout,
         "stderr": stderr,
     }
@@ -391,7 +401,7 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
     ours = timed(snakemake_cmd(n, slots, args.shard_size, *extra, model=model, calls=calls), work, agentcompass_env())
     metrics = json.loads((work / "results/default/bench/metrics.json").read_text())
     assert metrics["num_attempts"] == n and metrics["metrics"]["accuracy"] == 1.0, metrics
-    rows.append(("agentcompass", ours, server.stats(min(slots, args.endpoint_cap or slots))))
+    rows.append(("agentcompass", ours, server.stats(min(slots, args.endpoint_cap or slots), ours["started"])))
     if inspect:
         work = scratch / "inspect"
         work.mkdir(parents=True)
@@ -402,11 +412,12 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
         theirs = timed([str(inspect), "eval", "task.py", "-T", f"n={n}", "--model", "openai/stand-in",
                         "--model-base-url", server.base_url, "-M", "responses_api=false",
                         "--max-connections", str(connections), "--log-dir", "logs", "--display", "none"], work, env)
-        rows.append(("inspect-ai", theirs, server.stats(connections)))
-    print(f"{'':14}{'wall s':>9}{'cpu s':>9}{'ideal s':>9}{'/ideal':>8}{'calls':>7}{'max in flight':>15}{'time >=90%':>12}")
+        rows.append(("inspect-ai", theirs, server.stats(connections, theirs["started"])))
+    print(f"{'':14}{'wall s':>9}{'cpu s':>9}{'ideal s':>9}{'/ideal':>8}{'calls':>7}{'max in flight':>15}{'time >=90%':>12}"
+          f"{'first call s':>14}{'last answer s':>15}")
     for name, r, st in rows:
         print(f"{name:14}{r['wall']:9.1f}{r['cpu']:9.1f}{ideal:9.1f}{r['wall'] / ideal:8.2f}{st['calls']:7d}"
-              f"{st['max_in_flight']:15d}{100 * st['share_full']:11.0f}%")
+              f"{st['max_in_flight']:15d}{100 * st['share_full']:11.0f}%{st['first']:14.1f}{st['last']:15.1f}")
     if inspect:
         print(f"ratio agentcompass / inspect-ai: wall {rows[0][1]['wall'] / rows[1][1]['wall']:.2f}, "
               f"cpu {rows[0][1]['cpu'] / rows[1][1]['cpu']:.2f}")

@@ -406,6 +406,36 @@ def planned_jobs(workflow) -> list[tuple[str, dict[str, str]]] | None:
     return [(job.rule.name, dict(job.wildcards_dict)) for job in jobs]
 
 
+class _WakingSemaphore(threading.Semaphore):
+    """A semaphore whose untimed wait wakes every half second.
+
+    Python runs signal handlers in the main thread only, between two steps of its
+    code. Snakemake's main thread waits on its scheduler's semaphore with no
+    timeout; when the kernel hands a signal to another thread (it does when the
+    main thread already has one pending: a Ctrl-C and, at once, the outer run's
+    SIGTERM), nothing wakes the main thread, and the stop waits until a job
+    ends, which a cancelled stage waiting on it never does.
+    """
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        if not blocking or timeout is not None:
+            return super().acquire(blocking, timeout)
+        while not super().acquire(timeout=0.5):
+            pass
+        return True
+
+    __enter__ = acquire
+
+
+def wake_for_signals(workflow) -> None:
+    """Let the scheduler's main-thread wait wake up for signals (``_WakingSemaphore``);
+    called from the main thread once the scheduler exists (``onstart``)."""
+    scheduler = getattr(workflow, "scheduler", None)
+    semaphore = getattr(scheduler, "_open_jobs", None)
+    if type(semaphore) is threading.Semaphore:
+        semaphore.__class__ = _WakingSemaphore
+
+
 def stop_scheduling(workflow) -> bool:
     """Ask the job scheduler to start no new job and end once the running ones are done (as on SIGTERM)."""
     scheduler = getattr(workflow, "scheduler", None)

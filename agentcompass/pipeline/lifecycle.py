@@ -109,6 +109,8 @@ class Lifecycle:
                     self._previous[signum] = signal.signal(signum, self._on_signal)
                 except (ValueError, OSError):
                     pass
+            if self.workflow is not None:
+                engine.wake_for_signals(self.workflow)
         if self.deadline is not None:
             remaining = self.deadline - time.time()
             if remaining <= 0:

@@ -339,3 +339,41 @@ def test_incomplete_markers_of_a_killed_job(records_flow):
 
 def test_a_folder_where_snakemake_never_ran_has_no_records(tmp_path):
     assert Records.open(tmp_path) is None
+
+
+# The main thread waits on a semaphore while a signal lands on another thread (as the kernel does
+# when the main thread already has one pending); the handler releases the semaphore. A plain
+# semaphore is woken only by the fallback release after 12 s.
+SIGNAL_ELSEWHERE = """
+import signal, sys, threading, time
+from agentcompass.pipeline.engine import _WakingSemaphore
+
+semaphore = threading.Semaphore(0)
+if sys.argv[1] == "waking":
+    semaphore.__class__ = _WakingSemaphore
+signal.signal(signal.SIGUSR1, lambda signum, frame: semaphore.release())
+
+def elsewhere():
+    time.sleep(0.2)
+    signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # delivered to this thread, not the main one
+    time.sleep(30)
+
+threading.Thread(target=elsewhere, daemon=True).start()
+fallback = threading.Timer(12, semaphore.release)
+fallback.daemon = True
+fallback.start()
+started = time.monotonic()
+semaphore.acquire()
+print(time.monotonic() - started)
+"""
+
+
+@pytest.mark.parametrize("kind", ["waking", "plain"])
+def test_a_signal_another_thread_receives_wakes_the_schedulers_wait(kind: str):
+    done = subprocess.run([sys.executable, "-c", SIGNAL_ELSEWHERE, kind], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    waited = float(done.stdout)
+    if kind == "waking":
+        assert waited < 7  # at most half a second after the signal, on a quiet machine
+    else:
+        assert waited >= 11.5  # what Snakemake's own semaphore does: the stop waits for something else

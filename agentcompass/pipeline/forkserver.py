@@ -134,6 +134,11 @@ def _child(argv: list[str], env: dict[str, str], log: str, cwd: str) -> None:
     os.environ.update(env)
     # this process's parent is the fork server, which lives as long as the run that started it
     os.environ[lifecycle.PARENT_ENV] = str(os.getppid())
+    # stdin: nothing, as a subprocess's (the fork server kept the run's, a terminal maybe,
+    # which the inner run's sandboxes would inherit); stdout and stderr: the shard's log
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -20,7 +20,7 @@ SNAKEFILE = textwrap.dedent("""
         output: "out.txt"
         run:
             with open(output[0], "w") as f:
-                f.write(f"{os.environ['PROBE']} {os.environ['AGENTCOMPASS_PARENT_PID']} {os.getcwd()}")
+                f.write(f"{os.environ['PROBE']} {os.environ['AGENTCOMPASS_PARENT_PID']} {os.getcwd()} {os.readlink('/proc/self/fd/0')}")
 
     rule broken:
         output: "broken.txt"
@@ -51,8 +51,8 @@ def test_a_forked_inner_run_has_its_environment_folder_and_log(server, tmp_path:
     proc = forkserver.spawn(["--snakefile", str(tmp_path / "Snakefile"), "--cores", "1", "--force-use-threads", "all"],
                             env, log)
     assert proc.wait(timeout=120) == 0
-    probe, parent, cwd = (tmp_path / "out.txt").read_text().split(" ")
-    assert probe == "from-the-caller" and cwd == str(tmp_path)
+    probe, parent, cwd, stdin = (tmp_path / "out.txt").read_text().split(" ")
+    assert probe == "from-the-caller" and cwd == str(tmp_path) and stdin == os.devnull
     # its parent is the fork server, not this process, and its parent watch follows the server
     assert int(parent) == mp_forkserver._forkserver._forkserver_pid != os.getpid()
     assert "Finished jobid" in log.read_text()

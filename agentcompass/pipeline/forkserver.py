@@ -78,10 +78,6 @@ class InnerRun:
         self._process = process
         self.pid = process.pid
 
-    @property
-    def returncode(self) -> int | None:
-        return self._process.exitcode
-
     def poll(self) -> int | None:
         return self._process.exitcode
 

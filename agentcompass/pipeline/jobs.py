@@ -97,9 +97,8 @@ class Jobs:
         with self._job("tasks", w, (), output, params, log) as req:
             tasks = stages.write_tasks(req, output[0])
             workflow = self.inv.snakemake
-            size = self.inv.runtime.shard_size
-            if (size and len(tasks) * req.execution.attempts > size and workflow is not None
-                    and engine.is_main_process(workflow) and not engine.on_cluster(workflow)):
+            if (workflow is not None and engine.is_main_process(workflow) and not engine.on_cluster(workflow)
+                    and self.targets.shards_for(len(tasks) * req.execution.attempts)):
                 forkserver.start()  # the shards' inner runs fork from it: it imports while the plans are made
 
     def write_plans(self, w, input, output, params, log) -> None:

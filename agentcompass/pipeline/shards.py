@@ -183,8 +183,6 @@ def run_inner(argv: list[str], env: dict[str, str], log: Path, *, fork: bool = F
     server, which ends with it), so a run killed with SIGKILL leaves no inner
     run working on behind it.
     """
-    from .lifecycle import CHILDREN
-
     log.parent.mkdir(parents=True, exist_ok=True)
     if fork:
         try:
@@ -193,14 +191,17 @@ def run_inner(argv: list[str], env: dict[str, str], log: Path, *, fork: bool = F
             LOG.warning(f"the fork server of inner runs did not answer ({exc!r}): the inner run starts as a "
                         "new process")
         else:
-            return _wait(proc, CHILDREN)
+            return _wait(proc)
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
-        return _wait(proc, CHILDREN)
+        return _wait(proc)
 
 
-def _wait(proc, children) -> int:
-    children.add(proc)
+def _wait(proc) -> int:
+    """Wait for an inner run, which stops with this run (``CHILDREN``); an interrupted wait ends it."""
+    from .lifecycle import CHILDREN
+
+    CHILDREN.add(proc)
     try:
         return proc.wait()
     except BaseException:
@@ -211,7 +212,7 @@ def _wait(proc, children) -> int:
             proc.kill()
         raise
     finally:
-        children.discard(proc)
+        CHILDREN.discard(proc)
 
 
 class Shards:

@@ -252,3 +252,37 @@ def test_a_job_removes_what_an_interrupted_write_of_its_outputs_left_unmarked(wo
     assert (attempt / "result.json").is_file() and model.calls["w5"] == 1  # only evaluate ran again
     assert [p for p in planted if p.exists()] == []
     assert schema_errors(workdir) == []
+
+
+@pytest.mark.parametrize("shard_size", [0, 6], ids=["attempt-jobs", "shards-of-6"])
+def test_an_output_a_killed_job_finished_but_never_booked_is_kept(workdir: Path, shard_size: int):
+    """A run killed after a run job renamed output.json into place, before Snakemake booked the job,
+    leaves the file marked incomplete with its record written (``jobs``). The next run keeps it: it
+    calls the model only for what is missing. A shard's inner run, whose targets are files, judged
+    its markers only after Snakemake had seen them and scheduled the file again (found by the random
+    kill test: the model called twice for one attempt)."""
+    from agentcompass.pipeline import engine
+
+    model = CountingModel(seed=4)
+    name, segment = "unbooked", "t07"
+    with ScriptedEndpoint(model) as endpoint:
+        config = write_config(workdir, endpoint, shard_size, name=name)
+        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        run = f"results/default/{name}"
+        attempt = workdir / run / "attempts" / segment / "1"
+        # as the kill leaves it: evaluate never ran, the shard never finished, output.json still marked
+        for file in ("result.json", "plan.json"):
+            (attempt / file).unlink()
+        (workdir / run / "shards/1/shard.json").unlink(missing_ok=True)
+        records = engine.Records.open(workdir)
+        output = f"{run}/attempts/{segment}/1/output.json"
+        records.persistence._mark_incomplete(engine._key(records.persistence, output), None)
+        assert records.incomplete([output]) == {output}
+        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        with model.lock:
+            calls = dict(model.calls)
+    assert (attempt / "result.json").is_file() and schema_errors(workdir) == []
+    assert engine.Records.open(workdir).incomplete([output]) == set()
+    assert calls == {f"w{i}": 1 for i in range(TASKS)}  # w7 not called again

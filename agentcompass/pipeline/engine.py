@@ -283,6 +283,37 @@ class Records:
         persistence._write_record(key, record)
 
 
+_BEFORE_MARKERS = "_agentcompass_before_markers"
+
+
+def before_markers_are_read(workflow, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the DAG's jobs exist and before Snakemake reads its incomplete
+    markers to decide what to build again (``DAG.check_incomplete``).
+
+    A run's recovery (``agentcompass.pipeline.recovery``) drops the markers of
+    files a killed run had finished; it must come first, or Snakemake, told to
+    rebuild incomplete files (``rerun-incomplete``), builds them again. Most
+    runs recover earlier, from the first input function of their DAG (the
+    default target's); a run whose targets are files (a shard's inner run)
+    calls none of ours before the markers are read.
+    """
+    from snakemake.dag import DAG
+
+    setattr(workflow, _BEFORE_MARKERS, callback)
+    check = DAG.check_incomplete
+    if getattr(check, "_agentcompass", False):
+        return
+
+    async def check_incomplete(self):
+        before = getattr(self.workflow, _BEFORE_MARKERS, None)
+        if before is not None:
+            before()
+        return await check(self)
+
+    check_incomplete._agentcompass = True  # type: ignore[attr-defined]
+    DAG.check_incomplete = check_incomplete
+
+
 class _NoSoftware:
     """A job as Snakemake's software-stack hash sees it: no conda env, container or modules (run: rules)."""
 

@@ -6,7 +6,9 @@ file was written. A run killed in between leaves a finished file marked
 incomplete, which Snakemake would build again: a model paid twice. So every
 job records its output just before the file appears (``jobs.Jobs``: the
 record is written, then the file is renamed into place), and before the next
-run builds its DAG, each marked file of the folders it holds is judged:
+run's Snakemake reads the markers to decide what to build
+(``engine.before_markers_are_read``), each marked file of the folders it
+holds is judged:
 
 - the file is there and its record holds the params and code its rule has
   now: it was finished; the marker goes and the file is kept;

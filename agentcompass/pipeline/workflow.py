@@ -113,6 +113,8 @@ class EvaluationWorkflow:
         self.inv.bind(checkpoints, workflow, self._begin)
         if workflow is not None:
             self.resources.apply_caps()
+            # recovery before Snakemake reads the incomplete markers, whatever the targets
+            engine.before_markers_are_read(workflow, self.inv.begin)
 
     # -- the rules' run: blocks ------------------------------------------------------------
     # Their text is each rule's ``code``, which Snakemake records and compares: it stays as

@@ -43,6 +43,12 @@ if config.get("cap"):
     engine.set_global_resource(workflow, "widgets", 3)
 if config.get("quiet"):
     engine.set_console_level("warning")
+if config.get("recover"):
+    def recover():  # what a run's recovery does for a file a killed job had finished
+        records = Records.of(workflow)
+        note("marked_when_called", sorted(records.incomplete(["a.txt"])))
+        records.unmark("a.txt")
+    engine.before_markers_are_read(workflow, recover)
 
 
 def first(wildcards):
@@ -186,6 +192,25 @@ def test_incomplete_markers_of_a_killed_job_are_read_and_dropped(flow: Path):
     assert records.incomplete(["a.txt", "b.txt", "in.txt"]) == {"a.txt"}
     records.unmark("a.txt")
     assert records.incomplete(["a.txt"]) == set() and not records.any_incomplete()
+
+
+@pytest.mark.parametrize("hooked", [True, False], ids=["hooked", "plain"])
+def test_a_marker_dropped_before_snakemake_reads_them_spares_a_finished_file(flow: Path, hooked: bool):
+    """A run whose targets are files calls no input function of ours before Snakemake reads the
+    incomplete markers: ``before_markers_are_read`` is the recovery's moment. Without it, the
+    finished a.txt that a killed job left marked is built again (``--rerun-incomplete``)."""
+    assert snakemake(flow, "--cores", "1").returncode == 0
+    (flow / "a.txt").write_text("finished")
+    records = engine.Records.open(flow)
+    records.persistence._mark_incomplete(engine._key(records.persistence, "a.txt"), None)
+    assert records.incomplete(["a.txt"]) == {"a.txt"}
+    args = ["--config", "recover=1"] if hooked else []
+    done = snakemake(flow, "a.txt", "b.txt", "--cores", "1", "--rerun-incomplete", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rebuilt = (flow / "a.txt").read_text() != "finished"
+    assert rebuilt is not hooked
+    if hooked:
+        assert observed(flow)["marked_when_called"] == ["a.txt"]
 
 
 def test_a_stale_snakemake_lock_is_left_alone_when_the_workflow_skips_it(flow: Path):

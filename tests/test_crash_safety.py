@@ -74,8 +74,10 @@ def start(argv: list[str], workdir: Path) -> subprocess.Popen:
 
 
 def inner_runs(outer: subprocess.Popen) -> list[int]:
-    """The pids of the shard inner runs under ``outer`` (children whose command line is a snakemake)."""
-    found = []
+    """The pids of the shard inner runs under ``outer``: its children whose command line is a
+    snakemake (new processes), or the children of its fork server of inner runs (forks)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    cmdlines: dict[int, bytes] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -84,9 +86,14 @@ def inner_runs(outer: subprocess.Popen) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        if ppid == outer.pid and b"snakemake" in cmdline:
-            found.append(int(entry.name))
+        children[int(stat[stat.rfind(")") + 2:].split()[1])].append(int(entry.name))
+        cmdlines[int(entry.name)] = cmdline
+    found = []
+    for pid in children[outer.pid]:
+        if b"forkserver" in cmdlines[pid]:
+            found += children[pid]
+        elif b"snakemake" in cmdlines[pid]:
+            found.append(pid)
     return found
 
 

@@ -27,7 +27,7 @@ from agentcompass.paths import task_segment
 from agentcompass.runtime.models import RunRequest
 from agentcompass.secrets import scrub
 
-from . import engine, lifecycle, provenance, shards, stages
+from . import engine, forkserver, lifecycle, provenance, shards, stages
 from .engine import WorkflowError
 from .events import Emitter
 from .files import ShardRecord, write_file
@@ -95,7 +95,11 @@ class Jobs:
 
     def write_tasks(self, w, output, params, log) -> None:
         with self._job("tasks", w, (), output, params, log) as req:
-            stages.write_tasks(req, output[0])
+            tasks = stages.write_tasks(req, output[0])
+            workflow = self.inv.snakemake
+            if (workflow is not None and engine.is_main_process(workflow) and not engine.on_cluster(workflow)
+                    and self.targets.shards_for(len(tasks) * req.execution.attempts)):
+                forkserver.start()  # the shards' inner runs fork from it: it imports while the plans are made
 
     def write_plans(self, w, input, output, params, log) -> None:
         """plans.json and, from it, run_info.json: one job, so run_info.json never lags its plans."""
@@ -157,7 +161,7 @@ class Jobs:
             env[lifecycle.PARENT_ENV] = str(os.getpid())
             if where["slurm_job_id"]:
                 env[provenance.JOB_ID_ENV] = where["slurm_job_id"]
-            code = shards.run_inner(argv, env, Path(log[0]))
+            code = shards.run_inner(argv, env, Path(log[0]), fork=engine.is_main_process(workflow))
             if code != 0:
                 reason = aio.stopping()
                 if reason is not None:

@@ -34,10 +34,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from agentcompass.jsonio import interrupted_writes, write_text_atomic
+from agentcompass.logs import LOG
 
-from . import cluster, engine
+from . import cluster, engine, forkserver
 
 SHARD_ENV = "AGENTCOMPASS_SHARD"
 # The outer run's invocation id: with reuse off, params change once per invocation,
@@ -172,30 +174,45 @@ def inner_env(ns: str, run_id: str, index: int, invocation_id: str) -> dict[str,
     return env
 
 
-def run_inner(argv: list[str], env: dict[str, str], log: Path) -> int:
-    """Run the inner Snakemake with its output in the shard's log.
+def run_inner(argv: list[str], env: dict[str, str], log: Path, *, fork: bool = False) -> int:
+    """Run the inner Snakemake with its output in the shard's log: a fork of the fork server
+    (``fork``, a local run: ``forkserver``) or a new process (a cluster job).
 
     It stops with this run: a stop sends it SIGTERM (``lifecycle``), and it
-    watches this process (``AGENTCOMPASS_PARENT_PID``), so a run killed with
-    SIGKILL leaves no inner run working on behind it.
+    watches its parent (``AGENTCOMPASS_PARENT_PID``: this process, or the fork
+    server, which ends with it), so a run killed with SIGKILL leaves no inner
+    run working on behind it.
     """
-    from .lifecycle import CHILDREN
-
     log.parent.mkdir(parents=True, exist_ok=True)
+    if fork:
+        try:
+            proc: Any = forkserver.spawn(argv[3:], env, log)  # argv: python -m snakemake ...
+        except (OSError, EOFError) as exc:  # the server did not start: a new process does the same
+            LOG.warning(f"the fork server of inner runs did not answer ({exc!r}): the inner run starts as a "
+                        "new process")
+        else:
+            return _wait(proc)
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
-        CHILDREN.add(proc)
+        return _wait(proc)
+
+
+def _wait(proc) -> int:
+    """Wait for an inner run, which stops with this run (``CHILDREN``); an interrupted wait ends it."""
+    from .lifecycle import CHILDREN
+
+    CHILDREN.add(proc)
+    try:
+        return proc.wait()
+    except BaseException:
+        proc.terminate()
         try:
-            return proc.wait()
-        except BaseException:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            raise
-        finally:
-            CHILDREN.discard(proc)
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    finally:
+        CHILDREN.discard(proc)
 
 
 class Shards:

@@ -164,7 +164,8 @@ def write_request(req: RunRequest, out: str | Path) -> None:
     write_file("request", out, req)
 
 
-def write_tasks(req: RunRequest, out: str | Path) -> None:
+def write_tasks(req: RunRequest, out: str | Path) -> list[TaskSpec]:
+    """Write tasks.json; returns the selected TaskSpecs."""
     benchmark = benchmark_for(req)
     tasks = benchmark.select_tasks(benchmark.load_tasks(req), req)
     seen: dict[str, str] = {}
@@ -177,6 +178,7 @@ def write_tasks(req: RunRequest, out: str | Path) -> None:
             )
         seen[segment] = task.task_id
     write_file("tasks", out, TasksFile(req.metadata.request_name, req.benchmark.id, tasks))
+    return tasks
 
 
 def write_plans(req: RunRequest, tasks_path: str | Path, out: str | Path) -> None:

@@ -89,10 +89,15 @@ class Targets:
         to start, so every request is built in shards: one cluster job per
         ``shard_size`` attempts, or fewer.
         """
+        if self.inv.inner is not None or not self.inv.runtime.shard_size:
+            return 0
+        return self.shards_for(len(self.attempt_paths(req)))
+
+    def shards_for(self, total: int) -> int:
+        """How many shard jobs build a request of ``total`` attempts (``shard_count``)."""
         size = self.inv.runtime.shard_size
         if self.inv.inner is not None or not size:
             return 0
-        total = len(self.attempt_paths(req))
         if total <= size and not engine.on_cluster(self.inv.snakemake):
             return 0
         return -(-total // size)

@@ -33,7 +33,7 @@ from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
 
-from . import engine, lifecycle, locks, pacing, recovery, stages
+from . import engine, forkserver, lifecycle, locks, pacing, recovery, stages
 from .engine import WorkflowError
 from .events import Emitter
 from .fingerprints import AttemptFingerprints, Fingerprints
@@ -256,7 +256,7 @@ class EvaluationWorkflow:
     def finish(self, ok: bool = True) -> None:
         """The run is over (``ok``: every job succeeded): write each request's outcome event, stop the
         progress line and the stop's timers, release the locks, and cancel what would hold the exit
-        (the scheduler's re-selection timers)."""
+        (the scheduler's re-selection timers), and stop the shards' fork server."""
         from agentcompass import progress
 
         self.events.run_finished(ok)
@@ -271,6 +271,7 @@ class EvaluationWorkflow:
             locks.release(folder)
         self._locked = []
         engine.cancel_scheduler_timers()
+        forkserver.stop()
         self.freeze_heap()
 
     @staticmethod

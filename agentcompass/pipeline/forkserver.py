@@ -72,27 +72,42 @@ def stop() -> None:
 
 
 class InnerRun:
-    """A forked inner run, with the part of ``subprocess.Popen`` that its callers use."""
+    """A forked inner run, with the part of ``subprocess.Popen`` that its callers use.
+
+    The fork server tells a child's exit status once, as a message on a pipe:
+    a second reader finds nothing, which ``multiprocessing`` reports as 255 (a
+    shard that had succeeded, failed). Shards start and end in threads of the
+    run, and a stop polls them from another; so one lock guards the read, and
+    the child is not left in ``multiprocessing``'s list of children, which
+    every ``Process.start()`` polls from the thread that starts one.
+    """
 
     def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
         self._process = process
+        self._lock = threading.Lock()
         self.pid = process.pid
+        multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]
 
     def poll(self) -> int | None:
-        return self._process.exitcode
+        with self._lock:
+            return self._process.exitcode
 
     def wait(self, timeout: float | None = None) -> int:
-        self._process.join(timeout)
-        code = self._process.exitcode
+        from multiprocessing.connection import wait
+
+        wait([self._process.sentinel], timeout)
+        code = self.poll()
         if code is None:
             raise subprocess.TimeoutExpired("inner snakemake", timeout or 0)
         return code
 
     def terminate(self) -> None:
-        self._process.terminate()
+        with self._lock:
+            self._process.terminate()
 
     def kill(self) -> None:
-        self._process.kill()
+        with self._lock:
+            self._process.kill()
 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> InnerRun:

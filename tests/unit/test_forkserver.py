@@ -104,3 +104,47 @@ def test_a_callers_script_without_a_main_guard_runs_once(tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "runs").read_text() == "x"  # not again in the forked child
     assert (tmp_path / "out.txt").read_text().startswith("scripted ")
+
+
+def test_inner_runs_that_start_and_end_at_once_report_their_own_exit_status(server, tmp_path: Path, monkeypatch):
+    """A forked child's exit status is one message on a pipe: two threads reading it at once left one
+    of them with nothing, which ``multiprocessing`` reports as 255, a failed shard whose inner run
+    had succeeded (every ``Process.start()`` reads every running child's, from the starting thread).
+    Shards start and end in threads of the outer run, and a stop polls them from another."""
+    import threading
+
+    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    monkeypatch.chdir(tmp_path)
+    codes: list[int] = []
+    procs: list[forkserver.InnerRun] = []
+    guard = threading.Lock()
+    done = threading.Event()
+
+    def shard(k: int) -> None:
+        proc = forkserver.spawn(["--version"], dict(os.environ), tmp_path / f"inner{k}.log")
+        with guard:
+            procs.append(proc)
+        code = proc.wait(timeout=120)
+        with guard:
+            codes.append(code)
+
+    def stopper() -> None:  # as a stop's CHILDREN.terminate() polls them
+        while not done.is_set():
+            with guard:
+                running = list(procs)
+            for proc in running:
+                proc.poll()
+
+    poller = threading.Thread(target=stopper)
+    poller.start()
+    try:
+        for _ in range(4):
+            threads = [threading.Thread(target=shard, args=(k,)) for k in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        done.set()
+        poller.join()
+    assert {code: codes.count(code) for code in codes} == {0: 32}

@@ -6,7 +6,8 @@ workflow; Inspect AI runs the same N samples with a model provider that answers
 at once (registered through Inspect's ``inspect_ai`` entry point, since
 ``mockllm`` wants to download a tokenizer). Printed: wall and CPU seconds per
 attempt for each, their ratio, the no-op rerun of each, a dry run of
-``--dry-run-n`` attempts, and peak memory.
+``--dry-run-n`` attempts, and peak memory; last, the machine's load average at
+the start and the end (other work moves the figures by a fifth).
 
     python scripts/bench_overhead.py --n 1000
     python scripts/bench_overhead.py --n 10000 --dry-run-n 20000
@@ -469,6 +470,7 @@ def main() -> None:
         parser.error("--calls must be at least 1, --latency and --endpoint-cap at least 0")
 
     scratch = Path(tempfile.mkdtemp(prefix="agentcompass-bench-"))
+    load_before = os.getloadavg()[0]
     try:
         if args.latency:
             inspect = None if args.skip_inspect else ensure_inspect(args.inspect_venv)
@@ -505,6 +507,9 @@ def main() -> None:
             dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run")
             print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")
     finally:
+        # other work on the machine moves these figures by a fifth: compare runs under like loads
+        print(f"load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
+              f"({os.cpu_count()} CPUs)")
         if args.keep:
             print(f"kept {scratch}")
         else:

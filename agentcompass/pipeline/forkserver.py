@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import subprocess
 import sys
@@ -93,9 +94,7 @@ class InnerRun:
             return self._process.exitcode
 
     def wait(self, timeout: float | None = None) -> int:
-        from multiprocessing.connection import wait
-
-        wait([self._process.sentinel], timeout)
+        multiprocessing.connection.wait([self._process.sentinel], timeout)
         code = self.poll()
         if code is None:
             raise subprocess.TimeoutExpired("inner snakemake", timeout or 0)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -111,8 +112,6 @@ def test_inner_runs_that_start_and_end_at_once_report_their_own_exit_status(serv
     of them with nothing, which ``multiprocessing`` reports as 255, a failed shard whose inner run
     had succeeded (every ``Process.start()`` reads every running child's, from the starting thread).
     Shards start and end in threads of the outer run, and a stop polls them from another."""
-    import threading
-
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
     monkeypatch.chdir(tmp_path)
     codes: list[int] = []

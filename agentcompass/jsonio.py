@@ -84,7 +84,21 @@ def read_json(path: str | Path) -> Any:
         return json.load(handle)
 
 
-def interrupted_writes(path: str | Path) -> list[Path]:
-    """Temporary files of writes of ``path`` that a killed process left behind (never a result)."""
-    path = Path(path)
-    return list(path.parent.glob(f".{path.name}.*.tmp"))
+def interrupted_writes(*paths: str | Path) -> list[Path]:
+    """Temporary files of writes of ``paths`` that a killed process left behind (never a result).
+
+    One listing of each folder (every job looks before it writes: a glob per path
+    cost more than the job's own writes).
+    """
+    by_folder: dict[Path, list[str]] = {}
+    for path in map(Path, paths):
+        by_folder.setdefault(path.parent, []).append(f".{path.name}.")
+    found = []
+    for folder, prefixes in by_folder.items():
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found += [folder / name for name in names
+                  if name.endswith(".tmp") and name.startswith(tuple(prefixes))]
+    return found

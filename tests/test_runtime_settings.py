@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,19 @@ def test_provider_limits_cap_the_sessions_of_an_environment(workdir: Path, shard
         done = run(workdir, config, cores=8)
         assert done.returncode == 0, done.stderr[-3000:]
         assert endpoint.max_in_flight > 1
+
+
+@pytest.mark.parametrize("level,announced", [("info", False), ("debug", True)])
+def test_a_shards_log_announces_its_jobs_only_at_debug(workdir: Path, level: str, announced: bool):
+    with ScriptedEndpoint(lambda body: completion("x")) as endpoint:
+        done = run(workdir, write_config(workdir, endpoint, {"log_level": level, "shard_size": 2}, tasks=4))
+        assert done.returncode == 0, done.stderr[-3000:]
+    logs = sorted(workdir.glob("results/*/settings/shards/*/shard.log"))
+    assert len(logs) == 2
+    for log in logs:
+        text = log.read_text()
+        assert len(re.findall(r"^Finished jobid: \d+ \(Rule: run\)", text, re.M)) == 2  # always
+        assert bool(re.search(r"^(local)?rule run:$", text, re.M)) is announced
 
 
 @pytest.mark.parametrize("level,shown,hidden", [

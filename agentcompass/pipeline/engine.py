@@ -467,6 +467,32 @@ def wake_for_signals(workflow) -> None:
         semaphore.__class__ = _WakingSemaphore
 
 
+def status_checks_at_most(workflow) -> float | None:
+    """Never wait longer between two status checks of the cluster's jobs than
+    ``--seconds-between-status-checks`` (Snakemake's setting: 10 s unless a profile sets it);
+    the ceiling, or None when this run submits no cluster jobs.
+
+    The SLURM executor plugin replaces that setting with a back-off of its own: 10 s
+    more after every check that finds no job finished, up to 180 s. A run's few
+    shard jobs mostly run, so its waits grow to 11, 21, 31 s: a shard that ended
+    just after a check was seen 15 s later, most of a short run's wall time.
+    Called once the scheduler and its executor exist (``onstart``).
+    """
+    import asyncio
+
+    scheduler = getattr(workflow, "scheduler", None)
+    executor = getattr(scheduler, "_executor", None)
+    if not on_cluster(workflow) or executor is None or not hasattr(executor, "next_seconds_between_status_checks"):
+        return None
+    ceiling = float(workflow.remote_execution_settings.seconds_between_status_checks)
+
+    async def sleep() -> None:
+        await asyncio.sleep(min(ceiling, float(executor.next_seconds_between_status_checks)))
+
+    executor.sleep = sleep
+    return ceiling
+
+
 def stop_scheduling(workflow) -> bool:
     """Ask the job scheduler to start no new job and end once the running ones are done (as on SIGTERM)."""
     scheduler = getattr(workflow, "scheduler", None)
@@ -474,6 +500,33 @@ def stop_scheduling(workflow) -> bool:
         return False
     scheduler.exit_gracefully()
     return True
+
+
+class _NoJobAnnouncements(logging.Filter):
+    """Drops Snakemake's announcement of each job it starts (``JOB_INFO``, ``SHELLCMD``)."""
+
+    def __init__(self) -> None:
+        super().__init__("agentcompass-no-job-announcements")
+        from snakemake_interface_logger_plugins.common import LogEvent
+
+        self.events = frozenset((LogEvent.JOB_INFO, LogEvent.SHELLCMD))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(record, "event", None) not in self.events
+
+
+def drop_job_announcements() -> None:
+    """Log no block for each job Snakemake starts (rule, input, output, wildcards, reason,
+    resources): what a shard's inner run writes to its shard.log for every one of its jobs.
+
+    The lines of finished jobs and every error stay. A filter on the logger, not on its
+    handlers, so a dropped announcement is formatted for none of them: a tenth of an
+    inner run's CPU went to formatting and writing these, twice (the console and
+    Snakemake's own log file).
+    """
+    logger = logging.getLogger(SNAKEMAKE_LOGGER)
+    if not any(isinstance(f, _NoJobAnnouncements) for f in logger.filters):
+        logger.addFilter(_NoJobAnnouncements())
 
 
 def set_console_level(level: str) -> None:

@@ -50,9 +50,8 @@ class Jobs:
         reason = aio.stopping()
         if reason is not None:
             raise aio.Stopped(reason)
-        for path in output:
-            for leftover in jsonio.interrupted_writes(path):
-                leftover.unlink(missing_ok=True)
+        for leftover in jsonio.interrupted_writes(*output):
+            leftover.unlink(missing_ok=True)
         req = self.inv.request(w)
         debug = LOG.isEnabledFor(logging.DEBUG)  # runtime.log_level: debug
         if debug:

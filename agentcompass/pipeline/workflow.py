@@ -33,7 +33,7 @@ from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
 
-from . import engine, forkserver, lifecycle, locks, pacing, recovery, stages
+from . import engine, forkserver, lifecycle, locks, pacing, recovery, shards, stages
 from .engine import WorkflowError
 from .events import Emitter
 from .fingerprints import AttemptFingerprints, Fingerprints
@@ -106,6 +106,8 @@ class EvaluationWorkflow:
         level = evaluation.inv.runtime.log_level
         logs.configure(level)
         engine.set_console_level(level)
+        if shards.inner_shard() and level != "debug":
+            engine.drop_job_announcements()  # the shard's log keeps finished jobs and errors
         return evaluation
 
     def bind(self, checkpoints, workflow=None) -> None:
@@ -246,6 +248,9 @@ class EvaluationWorkflow:
 
         self.events.run_started()
         progress.start(self)
+        workflow = self.inv.snakemake
+        if workflow is not None and engine.is_main_process(workflow):
+            engine.status_checks_at_most(workflow)  # a cluster run sees a finished shard job soon
         if self.lifecycle is not None:
             self.lifecycle.start()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import re
 import subprocess
 import sys
 import threading
@@ -43,6 +44,8 @@ if config.get("cap"):
     engine.set_global_resource(workflow, "widgets", 3)
 if config.get("quiet"):
     engine.set_console_level("warning")
+if config.get("unannounced"):
+    engine.drop_job_announcements()
 if config.get("recover"):
     def recover():  # what a run's recovery does for a file a killed job had finished
         records = Records.of(workflow)
@@ -89,6 +92,8 @@ rule a:
         engine.Records.of(workflow).write_finished(workflow, "a", output[0] + ".twin", input, log, params)
         if config.get("slow"):
             time.sleep(60)
+        if config.get("fail"):
+            raise RuntimeError("a failed")
         open(output[0], "w").write("a")
         if config.get("stop"):
             note("stopped", engine.stop_scheduling(workflow))
@@ -237,6 +242,25 @@ def test_set_console_level_hides_the_job_lines(flow: Path):
         (flow / name).unlink()
     quiet = snakemake(flow, "--cores", "1", "--config", "quiet=1")
     assert quiet.returncode == 0 and "rule a:" not in quiet.stderr and "Finished jobid" not in quiet.stderr
+
+
+def announced(output: str) -> list[str]:
+    """The rules of the jobs Snakemake announced as it started them."""
+    return re.findall(r"^(?:local)?rule (\w+):$", output, re.M)
+
+
+def test_job_announcements_are_dropped_and_finished_jobs_and_errors_kept(flow: Path):
+    loud = snakemake(flow, "--cores", "1")
+    assert loud.returncode == 0 and announced(loud.stderr) == ["a", "b", "c", "all"]
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (flow / name).unlink()
+    failed = snakemake(flow, "--cores", "1", "--config", "unannounced=1", "fail=1")
+    assert failed.returncode != 0 and announced(failed.stderr) == []
+    assert "Error in rule a:" in failed.stderr  # what failed is still told, with its files
+    done = snakemake(flow, "--cores", "1", "--config", "unannounced=1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert announced(done.stderr) == []
+    assert sorted(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", done.stderr)) == ["a", "all", "b", "c"]
 
 
 def test_the_scheduler_timers_are_found_by_what_snakemake_arms_them_from():
@@ -402,3 +426,40 @@ def test_a_signal_another_thread_receives_wakes_the_schedulers_wait(kind: str):
         assert waited < 7  # at most half a second after the signal, on a quiet machine
     else:
         assert waited >= 11.5  # what Snakemake's own semaphore does: the stop waits for something else
+
+
+def test_status_checks_of_cluster_jobs_wait_no_longer_than_the_setting(monkeypatch):
+    import asyncio
+    import inspect as inspect_module
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    # what the plugin does: a back-off kept in next_seconds_between_status_checks, waited
+    # out by the executor's sleep(), which the wait loop calls between two checks
+    assert issubclass(SlurmExecutor, RemoteExecutor)
+    assert "await self.sleep()" in inspect_module.getsource(RemoteExecutor._wait_for_jobs)
+    assert "next_seconds_between_status_checks + 10" in inspect_module.getsource(SlurmExecutor.check_active_jobs)
+
+    class Executor:  # the plugin's state after a few checks that found every job still running
+        next_seconds_between_status_checks = 180
+
+    executor = Executor()
+    workflow = SimpleNamespace(non_local_exec=True, scheduler=SimpleNamespace(_executor=executor),
+                               remote_execution_settings=SimpleNamespace(seconds_between_status_checks=5))
+    assert engine.status_checks_at_most(workflow) == 5
+    waits = []
+
+    async def sleep(seconds):
+        waits.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    asyncio.run(executor.sleep())
+    executor.next_seconds_between_status_checks = 1  # a shorter wait of the plugin's stays
+    asyncio.run(executor.sleep())
+    assert waits == [5, 1]
+
+    local = SimpleNamespace(non_local_exec=False, scheduler=SimpleNamespace(_executor=Executor()),
+                            remote_execution_settings=workflow.remote_execution_settings)
+    assert engine.status_checks_at_most(local) is None and "sleep" not in vars(local.scheduler._executor)

@@ -3,8 +3,8 @@
 agentcompass reads and completes Snakemake's own bookkeeping: the record it
 keeps of each output (the params, code and input it was built with), its
 incomplete markers, its directory lock, the job scheduler's re-selection
-timers, the jobs its DAG plans, its global resources, its settings and its
-console logging. Snakemake
+timers, the cluster executor's waits between status checks, the jobs its DAG
+plans, its global resources, its settings and its console logging. Snakemake
 documents none of these as an API. Each use is a function here, and
 ``tests/unit/test_engine.py`` checks each one against the pinned Snakemake
 version, so an upgrade that changes one breaks one loud test, not a run.
@@ -520,9 +520,9 @@ def drop_job_announcements() -> None:
     resources): what a shard's inner run writes to its shard.log for every one of its jobs.
 
     The lines of finished jobs and every error stay. A filter on the logger, not on its
-    handlers, so a dropped announcement is formatted for none of them: a tenth of an
-    inner run's CPU went to formatting and writing these, twice (the console and
-    Snakemake's own log file).
+    handlers, so a dropped announcement is formatted for none of them: they were about a
+    twentieth of an inner run's profile, each formatted and written twice (the console,
+    which is the shard's log, and Snakemake's own log file).
     """
     logger = logging.getLogger(SNAKEMAKE_LOGGER)
     if not any(isinstance(f, _NoJobAnnouncements) for f in logger.filters):

@@ -41,6 +41,11 @@ def jobs_run(output: str) -> dict[str, int]:
     return counts
 
 
+def announced(output: str) -> list[str]:
+    """The rules of the jobs Snakemake announced as it started them (its "rule NAME:" blocks)."""
+    return re.findall(r"^(?:local)?rule (\w+):$", output, re.M)
+
+
 def shard_logs(workdir: Path) -> dict[Path, int]:
     """Each shard's log (its inner Snakemake's output) and when it was written."""
     return {p: p.stat().st_mtime_ns for p in workdir.glob("results/*/*/shards/*/shard.log")}

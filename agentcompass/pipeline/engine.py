@@ -13,6 +13,7 @@ version, so an upgrade that changes one breaks one loud test, not a run.
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 import logging
 import os
@@ -478,8 +479,6 @@ def status_checks_at_most(workflow) -> float | None:
     just after a check was seen 15 s later, most of a short run's wall time.
     Called once the scheduler and its executor exist (``onstart``).
     """
-    import asyncio
-
     scheduler = getattr(workflow, "scheduler", None)
     executor = getattr(scheduler, "_executor", None)
     if not on_cluster(workflow) or executor is None or not hasattr(executor, "next_seconds_between_status_checks"):

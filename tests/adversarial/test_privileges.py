@@ -245,3 +245,40 @@ def test_a_fork_bomb_under_pids_limit_is_the_attempts_run_error_without_a_retry(
     bomb = results["bomb"]
     assert bomb["status"] == "run_error" and bomb["retries_used"] == 0, bomb
     assert results["honest"]["correct"] is True and results["honest"]["retries_used"] == 0
+
+
+# --- unit: how a container's death is told apart ---------------------------------------------------
+
+
+class _Engine:
+    """Stands in for the docker client's inspect call: the one State a container reports."""
+
+    def __init__(self, state: dict) -> None:
+        self.api = self
+        self.state = state
+
+    def inspect_container(self, _id: str) -> dict:
+        return {"State": self.state}
+
+
+class _Container:
+    id, name = "c0ffee", "agentcompass-unit"
+
+
+@pytest.mark.parametrize("state, from_inside", [
+    ({"Running": False, "Status": "exited", "ExitCode": 137, "OOMKilled": False}, False),  # docker kill, rm -f
+    ({"Running": False, "Status": "exited", "ExitCode": 143, "OOMKilled": False}, False),  # a SIGTERM from outside
+    ({"Running": False, "Status": "exited", "ExitCode": 255, "OOMKilled": False}, False),  # the engine lost it
+    ({"Running": False, "Status": "exited", "ExitCode": 137, "OOMKilled": True}, True),    # its memory limit
+    ({"Running": False, "Status": "exited", "ExitCode": 2, "OOMKilled": False}, True),     # its init could not fork
+])
+def test_a_container_that_died_of_what_ran_in_it_is_not_retried(state, from_inside):
+    from agentcompass.environments.docker import DockerConfig, DockerSession
+    from agentcompass.runtime.base import SandboxDiedError, SandboxEndedFromInsideError, retryable
+
+    session = DockerSession(_Engine(state), _Container(), DockerConfig(image="x"), "/w", "unit")
+    with pytest.raises(SandboxDiedError) as raised:
+        session._raise_if_dead()
+    assert isinstance(raised.value, SandboxEndedFromInsideError) is from_inside
+    assert retryable(raised.value) is not from_inside
+    assert f"exit code {state['ExitCode']}" in str(raised.value)

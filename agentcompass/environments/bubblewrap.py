@@ -1,17 +1,32 @@
 """The host_process sandbox: one bubblewrap holder per session, every command entered with ``nsenter``.
 
-The holder (``bwrap ... sleep infinity``) owns the session's namespaces: a PID
-namespace with a fresh ``/proc`` (a command sees the session's processes
-only), an IPC namespace, and a mount namespace whose root is an empty tmpfs
-holding only read-only binds of the host's system folders (``HOST_FOLDERS``,
-the Python installation and agentcompass's own package), the workspace
-(read-write, at its host path) and fresh tmpfs for ``/tmp``, ``/var/tmp``,
-``/run``, ``/dev/shm`` and the home folder. Nothing else of the host's file
-system is there, so no Unix socket file of the host is: a read-only bind
-would not do, as ``connect()`` on a socket on a read-only mount still
-succeeds. Under network policy ``none`` the holder also owns a network
+The holder (``bwrap ... --as-pid-1 python -I -S -c INIT``) owns the session's
+namespaces: a PID namespace with a fresh ``/proc`` (a command sees the
+session's processes only), an IPC namespace, and a mount namespace whose root
+is an empty tmpfs holding only read-only binds of the host's system folders
+(``HOST_FOLDERS``, the Python installation and agentcompass's own package),
+the workspace (read-write, at its host path) and fresh tmpfs for ``/tmp``,
+``/var/tmp``, ``/run``, ``/dev/shm`` and the home folder. Nothing else of the
+host's file system is there, so no Unix socket file of the host is: a
+read-only bind would not do, as ``connect()`` on a socket on a read-only mount
+still succeeds. Under network policy ``none`` the holder also owns a network
 namespace with only loopback, which keeps out the host's abstract Unix
 sockets too.
+
+What an unprivileged user of the host could not read in the bound folders
+that hold settings (``/etc``, ``/opt``, ``/usr/local``: ``/etc/shadow``, a
+munge key, TLS private keys) is masked (``hidden_paths``): root in the
+sandbox sees an empty read-only file or folder there, never the host's
+content. The installed software under the rest of ``/usr``, the library
+folders and the Python installation is not walked (packages install it
+world-readable, and a walk of those trees costs most of a second per process).
+
+The holder's process is PID 1 of the PID namespace (``INIT``, which reaps
+orphans and does nothing else): the kernel delivers no signal to it from
+inside the namespace that it has no handler for, and it has none, so
+``kill -9 -1`` from a command ends every other process of the session and
+not the sandbox. It stays out of the session's cgroup, so exhausting the
+session's memory or process limits cannot end it either.
 
 Every command enters those namespaces through descriptors the session keeps
 open (``/proc/self/fd/N``: a holder whose PID was reused can never receive a
@@ -30,8 +45,10 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import agentcompass
@@ -44,14 +61,43 @@ from . import netns
 HOST_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 # Fresh and empty in every sandbox (besides the home folder): where sockets and temporary files live.
 PRIVATE_FOLDERS = ("/tmp", "/var/tmp", "/run", "/var/run")
-# What a root command keeps: Docker's default capability set. Without sys_admin it can neither
-# remount a read-only folder nor enter another namespace; without sys_ptrace or sys_module it
-# takes over nothing of the host.
+# What a root command keeps: Docker's default capability set less mknod. Without sys_admin it can
+# neither remount a read-only folder nor enter another namespace; without sys_ptrace or sys_module
+# it takes over nothing of the host; without mknod it makes no device node (one in the workspace
+# would be opened on the host when the workspace is copied out).
 KEPT_CAPABILITIES = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
-    "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap",
+    "net_bind_service", "net_raw", "sys_chroot", "audit_write", "setfcap",
 )
 BOUNDING_SET = "-all," + ",".join(f"+{cap}" for cap in KEPT_CAPABILITIES)
+
+# The bound folders walked for what an unprivileged user could not read (and under them, what is
+# not walked: the Python installation). The other bound folders hold installed software only.
+MASKED_FOLDERS = ("/etc", "/opt", "/usr/local", "/usr/etc")
+# PID 1 of the sandbox: no handler for any signal (so none sent from inside reaches it), SIGCHLD
+# blocked and waited for, every child reaped; it prints 'ready' once it runs.
+INIT_NAME = "agentcompass-sandbox-init"
+INIT = (
+    "import os, signal\n"
+    "for s in signal.valid_signals():\n"
+    "    try:\n"
+    "        signal.signal(s, signal.SIG_DFL)\n"
+    "    except (OSError, ValueError, RuntimeError):\n"
+    "        pass\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
+    "try:\n"
+    "    os.setsid()\n"
+    "except OSError:\n"
+    "    pass\n"
+    "os.write(1, b'ready\\n')\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.waitpid(-1, 0)\n"
+    "    except ChildProcessError:\n"
+    "        signal.sigwait({signal.SIGCHLD})\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
 
 _TOOLS = ("bwrap", "nsenter", "setpriv")
 _NS_GET_PARENT = 0xB702  # ioctl: the parent of a user namespace
@@ -105,6 +151,76 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def _python_folders() -> set[str]:
+    return {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+
+
+@functools.lru_cache(maxsize=1)
+def hidden_paths() -> tuple[tuple[str, bool], ...]:
+    """What an unprivileged user could not read under ``MASKED_FOLDERS``, as (path, is a folder):
+    a file without read permission for others, or a folder others cannot enter or list (not walked
+    further). Links are left alone: what they lead to is masked where it is. Walked once per process
+    (a few milliseconds for a usual ``/etc``)."""
+    skipped = _python_folders()
+    found: list[tuple[str, bool]] = []
+
+    def walk(folder: str, device: int) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                mode = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode.st_mode):
+                continue
+            if stat.S_ISDIR(mode.st_mode):
+                if mode.st_mode & 0o005 != 0o005:
+                    found.append((entry.path, True))
+                elif mode.st_dev == device and entry.path not in skipped:
+                    walk(entry.path, device)
+            elif not mode.st_mode & 0o004:
+                found.append((entry.path, False))
+
+    for top in MASKED_FOLDERS:
+        if os.path.isdir(top) and not os.path.islink(top) and top not in skipped:
+            walk(top, os.stat(top).st_dev)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _mask_sources() -> tuple[str, str]:
+    """An empty read-only file and an empty read-only folder, bound over what ``hidden_paths`` finds;
+    made once per process, in a private folder of the host's temporary folder."""
+    import atexit
+
+    folder = tempfile.mkdtemp(prefix="agentcompass-mask-")
+    empty_file, empty_folder = os.path.join(folder, "file"), os.path.join(folder, "folder")
+    os.close(os.open(empty_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
+    os.mkdir(empty_folder, 0o555)
+    os.chmod(folder, 0o555)
+
+    def remove() -> None:
+        os.chmod(folder, 0o700)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+    return empty_file, empty_folder
+
+
+def _mask_argv() -> list[str]:
+    hidden = hidden_paths()
+    if not hidden:
+        return []
+    empty_file, empty_folder = _mask_sources()
+    argv: list[str] = []
+    for path, is_folder in hidden:
+        argv += ["--ro-bind", empty_folder if is_folder else empty_file, path]
+    return argv
+
+
 def _holder_argv(workspace: str, isolated: bool, info_fd: int) -> list[str]:
     # --new-session: no command can push input into the terminal of the job (TIOCSTI)
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--info-fd", str(info_fd)]
@@ -121,10 +237,12 @@ def _holder_argv(workspace: str, isolated: bool, info_fd: int) -> list[str]:
             argv += ["--symlink", os.readlink(folder), folder]
         else:
             argv += ["--ro-bind", folder, folder]
+    argv += _mask_argv()
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
-    # the holder leads a process group of its own, as the holder of a network namespace does
-    return [*argv, "--", "sh", "-c", "echo ready; exec setsid sleep infinity"]
+    # the holder is PID 1 of the namespace and leads a process group of its own, as the holder of a
+    # network namespace does
+    return [*argv, "--as-pid-1", "--", sys.executable, "-I", "-S", "-c", INIT, INIT_NAME]
 
 
 class Sandbox:

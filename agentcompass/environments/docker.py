@@ -48,6 +48,7 @@ from agentcompass.runtime.base import (
     InfrastructureError,
     SandboxConnectionError,
     SandboxDiedError,
+    SandboxEndedFromInsideError,
     keeps,
 )
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
@@ -62,8 +63,18 @@ LABEL = "agentcompass.label"
 LABEL_OWNER = "agentcompass.owner"
 KEPT_PREFIX = "agentcompass-kept-"
 
-# PID 1 is docker's init (it reaps the commands a timeout kills); this keeps the container up.
-_KEEPALIVE = "while :; do sleep 86400; done"
+# PID 1 of the container: a shell that ignores what it may be sent and reaps every child while it
+# waits for its sleep (the commands a timeout kills are reparented to it). The kernel delivers no
+# signal from inside the container to a PID 1 without a handler for it, so `kill -9 -1` from a
+# command ends the sleep, which comes back, and never the container.
+_KEEPALIVE = "trap '' HUP INT QUIT PIPE TERM USR1 USR2 ALRM; while :; do sleep 86400 & wait; done"
+# What a command cannot do even as root, beyond Docker's defaults: make a device node (one in the
+# workspace would be recreated or opened on the host when the workspace is copied out).
+_DROPPED_CAPABILITIES = ["MKNOD"]
+# How the container's PID 1 ended when it was killed from outside: SIGKILL (docker kill, docker rm
+# -f, the engine's own stop) or SIGTERM, or lost by an engine that stopped (255). Any other exit is
+# the keepalive shell's own, which only what runs in the container causes (no process left to fork).
+_ENDED_FROM_OUTSIDE = (128 + signal.SIGKILL, 128 + signal.SIGTERM, 255)
 # Ends every process whose environment carries the command's marker, again until none is left.
 # It needs only sh and cat, which command substitution strips of NUL bytes.
 _KILL_MARKED = (
@@ -410,10 +421,12 @@ class DockerSession(EnvironmentSession):
             raise
         if not state.get("Running"):
             oom = "; it ran out of memory (OOM killed)" if state.get("OOMKilled") else ""
-            raise SandboxDiedError(
-                f"docker environment: container {name} died mid-attempt: it is {state.get('Status')} "
-                f"with exit code {state.get('ExitCode')}{oom}"
-            )
+            message = (f"docker environment: container {name} died mid-attempt: it is {state.get('Status')} "
+                       f"with exit code {state.get('ExitCode')}{oom}")
+            if state.get("OOMKilled") or state.get("ExitCode") not in _ENDED_FROM_OUTSIDE:
+                # the agent's own doing: its memory limit exhausted, or no process left to keep it up
+                raise SandboxEndedFromInsideError(f"{message}, ended by what ran in it")
+            raise SandboxDiedError(message)
 
     def _raise_if_dying(self) -> None:
         """Raise ``SandboxDiedError`` if the container's processes are all gone.
@@ -798,7 +811,8 @@ class DockerEnvironment(BaseEnvironment):
             name=name,
             labels={LABEL_ROOT: "1", LABEL: label, LABEL_OWNER: owner_token()},
             working_dir=workdir,
-            init=True,
+            init=False,
+            cap_drop=_DROPPED_CAPABILITIES,
             network=config.network,
             mem_limit=config.memory,
             nano_cpus=int(config.cpus * 1e9) if config.cpus else None,

@@ -372,6 +372,12 @@ class SandboxDiedError(InfrastructureError):
     """The sandbox died or vanished mid-attempt (its container, or a host_process session's network holder): retried."""
 
 
+class SandboxEndedFromInsideError(SandboxDiedError):
+    """The sandbox died of what ran in it (its init ended by the agent's commands, its memory or
+    process limits exhausted): the attempt's own failure, NOT retried, so an agent cannot reroll
+    itself by ending its sandbox."""
+
+
 class SandboxConnectionError(InfrastructureError):
     """The connection to an open sandbox dropped (a call to its engine was cut off): retried."""
 
@@ -393,6 +399,7 @@ _RETRIED: dict[type[InfrastructureError], bool] = {
     InfrastructureError: True,
     EnvironmentUnavailableError: True,
     SandboxDiedError: True,
+    SandboxEndedFromInsideError: False,
     SandboxConnectionError: True,
     ImageBuildError: False,
 }

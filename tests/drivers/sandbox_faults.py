@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 
+from agentcompass.environments.bubblewrap import INIT_NAME
 from agentcompass.environments.leftovers import SESSION_VAR, marked_processes
 
 
@@ -61,8 +62,13 @@ def drop_session(session_id: str, command: list[str]) -> None:
     def marked(argv: list[str]) -> list[int]:
         return [p for p in marked_processes(SESSION_VAR, session_id) if cmdline(p) == argv]
 
+    def holders() -> list[int]:
+        # the sandbox's init (PID 1 of its namespace), or the network namespace's sleep
+        return [p for p in marked_processes(SESSION_VAR, session_id)
+                if cmdline(p)[-1:] == [INIT_NAME] or cmdline(p) == ["sleep", "infinity"]]
+
     running = poll(lambda: marked(command), f"{command} starting")[0]
-    holder = poll(lambda: marked(["sleep", "infinity"]), "finding the namespace holder")[0]
+    holder = poll(holders, "finding the namespace holder")[0]
     os.killpg(holder, signal.SIGKILL)
     poll(lambda: zombie_or_gone(holder), "the holder dying")
     with contextlib.suppress(ProcessLookupError):

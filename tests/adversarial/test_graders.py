@@ -214,3 +214,68 @@ def test_a_root_checker_runs_the_completion_as_nobody(sandbox):
     answers = {"as nobody": who.format("(65534, 65534, [])"), "as root": who.format("(0, 0, [])")}
     verdicts, _ = evaluate_all(task, answers)
     assert {name: r.correct for name, r in verdicts.items()} == {"as nobody": True, "as root": False}
+
+
+# --- the dataset scorers: hedged answers fail, honest forms pass, regex matching ends ----------------
+
+OPTIONS = ["Paris", "London", "Rome", "Berlin"]
+# scorer, target, honest answers (each scores 1), cheating answers (each scores 0)
+SCORED = {
+    "f1": ("Paris", ["Paris", "The answer is Paris.", "paris", "It is Paris"],
+           ["Paris or London", "Paris/London", "Paris; maybe London", "either Paris or Rome", "London or Paris",
+            "Paris, or perhaps Berlin", "Paris or London or Rome", "London"]),
+    "numeric": ("42", ["42", "42.0", "The answer is 42.", "Answer: 42", "42 apples", "+42"],
+                ["forty-one or 42", "42 or forty-three", "41 or 42", "42, maybe 43", "42 (or forty-one)",
+                 "42 or 4.2e1 or forty two", "between 41 and 43", "forty-two", "43"]),
+    "choice": ("B", ["B", "(B)", "Answer: B", "b", "The answer is (B).", "B is a good choice", "Answer: b", "B."],
+               ["B, or maybe c", "A or B", "B or a", "b or c", "(b) (c)", "B/C", "A B C D", "c", "none"]),
+}
+
+
+@pytest.mark.parametrize("scorer", sorted(SCORED))
+def test_hedged_answers_fail_and_honest_forms_pass(scorer):
+    from agentcompass.benchmarks.dataset_scorers import score_answer
+
+    target, honest, cheating = SCORED[scorer]
+    choices = OPTIONS if scorer == "choice" else None
+    verdicts = {a: score_answer(scorer, a, [target], choices=choices) for a in honest + cheating}
+    assert {a: v.correct for a, v in verdicts.items()} == {**{a: True for a in honest}, **{a: False for a in cheating}}
+    assert all(verdicts[a].value == 0 for a in cheating)
+
+
+def test_a_target_that_itself_offers_alternatives_is_matched_whole():
+    from agentcompass.benchmarks.dataset_scorers import score_answer
+
+    assert score_answer("f1", "to be or not to be", ["To be, or not to be"]).correct
+    assert not score_answer("f1", "to be or not to be, or maybe both", ["To be or not to be"]).correct
+
+
+def test_a_catastrophic_regex_is_an_eval_error_with_a_clear_message_not_a_hang(tmp_path):
+    """(a|aa)+b on forty a's backtracks for hours under re; the match is stopped at its time limit."""
+    import json
+    import threading
+
+    from agentcompass.benchmarks.dataset import DatasetBenchmark
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"input": "Say a lot of a", "target": "(a|aa)+b"}) + "\n"
+                    + json.dumps({"input": "Say Paris", "target": "Paris|Lutetia"}) + "\n")
+    req = RunRequest(model=ModelSpec(), benchmark=BenchmarkSpec("dataset", {"path": str(path), "scorer": "regex"}),
+                     harness=HarnessSpec("fixed_answer"))
+    benchmark = DatasetBenchmark()
+    results: dict[str, RunResult] = {}
+
+    def grade() -> None:
+        for task, answer in zip(benchmark.load_tasks(req), ["a" * 40, "Paris"]):
+            plan = benchmark.build_plan(task, req, EnvironmentSpec())
+            results[task.task_id] = asyncio.run(benchmark.evaluate(
+                task, None, RunResult(task_id=task.task_id, answer=answer), None, req, plan))
+
+    worker = threading.Thread(target=grade, daemon=True)
+    worker.start()
+    worker.join(120)  # the limit is 2 s a match
+    assert not worker.is_alive(), "the regex scorer hung"
+    stopped, honest = results["row-1"], results["row-2"]
+    assert (stopped.status.value, stopped.correct, stopped.error_stage) == ("eval_error", None, "evaluate")
+    assert "took more than 2 s and was stopped" in stopped.error and "(a|aa)+b" in stopped.error
+    assert (honest.status.value, honest.correct) == ("completed", True)

@@ -276,3 +276,19 @@ def test_humaneval_refuses_completions_that_plant_modules_beside_themselves():
     assert {name: r.correct for name, r in verdicts.items()} == {
         "wrong, plants": False, "right, plants": True, "wrong, plants, then os._exit(0)": False}
     assert verdicts["wrong, plants"].metadata["humaneval"]["token_seen"] is False
+
+
+# --- the dataset scorers: an answer naming more than one candidate is wrong ---------
+
+
+@pytest.mark.parametrize("scorer, target, hedged, honest", [
+    ("f1", "Paris", ["Paris or London", "Paris/London", "London; perhaps Paris"], ["The answer is Paris.", "Paris"]),
+    ("numeric", "42", ["forty-one or 42", "41 or 42", "42 or forty-three"], ["42.0", "The answer is 42."]),
+    ("choice", "B", ["B, or maybe c", "b or c", "B or a"], ["(B)", "Answer: B", "b", "B is a good choice"]),
+])
+def test_dataset_scorers_fail_hedged_answers(scorer, target, hedged, honest):
+    from agentcompass.benchmarks.dataset_scorers import score_answer
+
+    choices = ["w", "x", "y", "z"] if scorer == "choice" else None
+    assert [score_answer(scorer, a, [target], choices=choices).correct for a in hedged] == [False] * len(hedged)
+    assert [score_answer(scorer, a, [target], choices=choices).correct for a in honest] == [True] * len(honest)

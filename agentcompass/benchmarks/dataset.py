@@ -22,8 +22,11 @@ from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.benchmarks.dataset_scorers import (
     DEFAULT_RUBRIC,
     SCORERS,
+    PatternError,
     Score,
+    ScorerError,
     choice_letters,
+    compile_pattern,
     grade_request,
     parse_grade,
     parse_number,
@@ -99,8 +102,9 @@ class DatasetConfig(RuntimeBenchmarkConfig):
     scorer: str = config_field(
         default="exact", choices=list(SCORERS),
         description="exact (equal text), includes (the target appears in the answer), regex (the target is a "
-        "pattern the whole answer must match), numeric (the answer holds exactly one number, within tolerance "
-        "of the target), choice (exactly one option letter, the target's), f1 (token F1 of words, at least "
+        "pattern the whole answer must match, within 2 s a match, else an eval_error), numeric (the answer holds "
+        "exactly one number, within tolerance of the target), choice (exactly one option letter, the target's), "
+        "f1 (token F1 of words, of the worst alternative when the answer offers several, at least "
         "f1_threshold), model_graded (a judge Model grades the answer by the rubric).",
         stage="evaluate",
     )
@@ -449,9 +453,13 @@ class DatasetBenchmark(BaseBenchmark[DatasetPlan]):
         answer = result.answer if isinstance(result.answer, str) else None  # text only
         if plan.scorer == "model_graded":
             return await self._judge(task, prepared, result, answer, plan)
-        score = score_answer(plan.scorer, answer, plan.targets, choices=plan.choices,
-                             case_sensitive=plan.case_sensitive, tolerance=plan.tolerance,
-                             f1_threshold=plan.f1_threshold)
+        try:
+            score = score_answer(plan.scorer, answer, plan.targets, choices=plan.choices,
+                                 case_sensitive=plan.case_sensitive, tolerance=plan.tolerance,
+                                 f1_threshold=plan.f1_threshold)
+        except ScorerError as exc:  # e.g. a regex match stopped at its time limit: ungraded, not wrong
+            return dataclasses.replace(result, status=TaskStatus.EVAL_ERROR, error=str(exc), error_stage="evaluate",
+                                       correct=None, score=None)
         return _scored(result, score, plan)
 
     async def _judge(self, task, prepared, result, answer, plan: DatasetPlan):
@@ -501,11 +509,10 @@ def _check_target(scorer: str, targets: list[str], choices: list[str]) -> None:
             if parse_number(target) is None:
                 raise ValueError(f"its target {target!r} is not a single number, as scorer numeric needs")
     elif scorer == "regex":
-        import re
         for target in targets:
             try:
-                re.compile(target)
-            except re.error as exc:
+                compile_pattern(target)
+            except PatternError as exc:
                 raise ValueError(f"its target {target!r} is not a valid regular expression ({exc})") from None
     elif scorer == "choice":
         letters = choice_letters(len(choices)) if choices else choice_letters(26)

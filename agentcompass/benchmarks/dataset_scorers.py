@@ -1,7 +1,12 @@
 """The scorers of the ``dataset`` Benchmark: each needs positive evidence that the answer is right.
 
 An answer that is not text, is empty, hedges between candidates or cannot be
-read is incorrect, never passed for lack of a mismatch.
+read is incorrect, never passed for lack of a mismatch: ``numeric`` needs
+exactly one number (a number in words counts as one), ``choice`` exactly one
+option letter (a lowercase letter standing alone counts), and ``f1`` scores a
+hedged answer ("Paris or London") by its worst alternative. ``regex`` matches
+with a time limit: a pattern or answer that backtracks past it is an error of
+the evaluation, never a hang or a verdict.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
+
+import regex as regex_engine  # the re syntax, with a time limit on each match
 
 SCORERS = ("exact", "includes", "regex", "numeric", "choice", "f1", "model_graded")
 
@@ -27,7 +34,24 @@ _GRADE = re.compile(r"^\s*GRADE:\s*([A-Z])\s*$", re.MULTILINE)
 # a number as written in an answer: -1,234.5, 3e-2, .5 (thousands separators only in groups of three)
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
 _LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])")
+# a lowercase letter standing alone; "a" and "i" followed by a word are the article and the pronoun
+_LOWER_LETTER = re.compile(r"(?<![A-Za-z0-9'’])(?!(?:a|i)\s+[A-Za-z])([a-z])(?![A-Za-z0-9'’])")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+          "sixteen seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_NUMBER_WORD = "|".join(_UNITS + _TENS + ["hundred", "thousand", "million", "billion", "trillion", "dozen"])
+# a number in words: "forty-one", "two hundred and five" (one run of number words is one number)
+_WORDS_NUMBER = re.compile(rf"\b(?:{_NUMBER_WORD})(?:(?:[\s-]+|\s+and\s+)(?:{_NUMBER_WORD}))*\b", re.IGNORECASE)
+# where an answer offers alternatives: "Paris or London", "Paris/London", "Paris; maybe London"
+_ALTERNATIVES = ("or", "either", "maybe", "perhaps", "possibly", "otherwise", "alternatively", "/", ";")
+# seconds one regex match may take: a pattern prone to catastrophic backtracking ends as an error
+REGEX_TIMEOUT = 2.0
+PatternError = regex_engine.error
+
+
+class ScorerError(RuntimeError):
+    """The answer could not be scored (not: it was wrong); the attempt's evaluation is an error."""
 
 
 @dataclass(frozen=True)
@@ -60,18 +84,41 @@ def includes(answer: str, targets: list[str], case_sensitive: bool) -> Score:
     return Score(hit is not None, float(hit is not None), f"includes {hit!r}" if hit else "includes no target")
 
 
-def regex(answer: str, targets: list[str], case_sensitive: bool) -> Score:
-    """The whole answer (stripped) matches the target pattern; a match inside a longer answer is not enough."""
-    flags = 0 if case_sensitive else re.IGNORECASE
+def compile_pattern(pattern: str, case_sensitive: bool = False):
+    """The compiled target pattern (Python's ``re`` syntax); ``regex_engine.error`` when it is not one."""
+    return regex_engine.compile(pattern, 0 if case_sensitive else regex_engine.IGNORECASE)
+
+
+def regex(answer: str, targets: list[str], case_sensitive: bool, timeout: float = REGEX_TIMEOUT) -> Score:
+    """The whole answer (stripped) matches the target pattern; a match inside a longer answer is not enough.
+
+    Each match may take ``timeout`` seconds; a longer one raises ``ScorerError``.
+    """
     got = answer.strip()
-    hit = next((t for t in targets if got and re.fullmatch(t, got, flags)), None)
-    return Score(hit is not None, float(hit is not None), f"matches {hit!r}" if hit else "matches no target pattern")
+    if not got:
+        return Score(False, 0.0, "matches no target pattern")
+    for target in targets:
+        try:
+            hit = compile_pattern(target, case_sensitive).fullmatch(got, timeout=timeout)
+        except TimeoutError:
+            raise ScorerError(
+                f"scorer regex: matching the answer ({len(got)} characters) against the target pattern "
+                f"{target[:200]!r} took more than {timeout:g} s and was stopped; the pattern backtracks "
+                "catastrophically on this answer: simplify it in the dataset (e.g. no nested repeats such as (a+)+)"
+            ) from None
+        if hit:
+            return Score(True, 1.0, f"matches {target!r}")
+    return Score(False, 0.0, "matches no target pattern")
 
 
 def parse_number(text: str) -> float | None:
-    """The one number in ``text`` (1,234 reads as 1234); None when there is none, or more than one."""
+    """The one number in ``text`` (1,234 reads as 1234); None when there is none, or more than one.
+
+    A number in words counts too ("forty-one or 42" holds two), but is never
+    read as a value: only digits are.
+    """
     found = [m.group(0) for m in _NUMBER.finditer(text) if re.search(r"\d", m.group(0))]
-    if len(found) != 1:
+    if len(found) != 1 or _WORDS_NUMBER.search(text):
         return None
     try:
         value = float(found[0].replace(",", ""))
@@ -81,7 +128,8 @@ def parse_number(text: str) -> float | None:
 
 
 def numeric(answer: str, targets: list[str], tolerance: float) -> Score:
-    """The answer holds exactly one number, within ``tolerance`` of a target ("41 or 42" holds two: incorrect)."""
+    """The answer holds exactly one number, within ``tolerance`` of a target ("41 or 42" holds two: incorrect;
+    "forty-one or 42" too)."""
     value = parse_number(answer)
     if value is None:
         return Score(False, 0.0, "the answer holds no single number")
@@ -95,14 +143,14 @@ def numeric(answer: str, targets: list[str], tolerance: float) -> Score:
 def choice(answer: str, targets: list[str], choices: list[str]) -> Score:
     """Exactly one distinct option letter in the answer, and it is the target's ("A or B" names two: incorrect).
 
-    Letters are capitals standing alone ("B", "(B)", "B.", "Answer: B"); a lone
-    lowercase letter is read only when it is the whole answer.
+    Letters are capitals standing alone ("B", "(B)", "B.", "Answer: B") and
+    lowercase letters standing alone ("b", "or maybe c"), except "a" and "i"
+    followed by a word (the article and the pronoun).
     """
     letters = choice_letters(len(choices)) if choices else choice_letters(26)
     got = answer.strip()
-    if len(got.rstrip(".)").lstrip("(")) == 1:
-        got = got.upper()
     named = {m.group(1) for m in _LETTER.finditer(got) if m.group(1) in letters}
+    named |= {m.group(1).upper() for m in _LOWER_LETTER.finditer(got) if m.group(1).upper() in letters}
     wanted = {to_letter(t, choices) for t in targets}
     if len(named) != 1:
         return Score(False, 0.0, f"the answer names {len(named)} option letters ({sorted(named)}), not exactly one")
@@ -133,9 +181,30 @@ def token_f1(answer: str, target: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def alternatives(answer: str, target: str) -> list[str]:
+    """The alternatives ``answer`` offers: its parts between "or", "maybe", "/", ";" and the like, each with words.
+
+    A separator that the target itself holds ("to be or not to be") does not split.
+    """
+    separators = [sep for sep in _ALTERNATIVES if not (re.search(rf"\b{sep}\b", target, re.IGNORECASE)
+                                                       if sep.isalpha() else sep in target)]
+    if not separators:
+        return [answer]
+    pattern = "|".join(rf"\b{sep}\b" if sep.isalpha() else re.escape(sep) for sep in separators)
+    parts = [part for part in re.split(pattern, answer, flags=re.IGNORECASE) if _tokens(part)]
+    return parts or [answer]
+
+
+def hedged_f1(answer: str, target: str) -> float:
+    """The token F1 of the answer's worst alternative: naming a wrong candidate beside the right one scores it."""
+    return min(token_f1(part, target) for part in [answer, *alternatives(answer, target)])
+
+
 def f1(answer: str, targets: list[str], threshold: float) -> Score:
-    best = max(token_f1(answer, t) for t in targets)
-    return Score(best > 0 and best >= threshold, round(best, 6), f"token F1 {best:.3f} (threshold {threshold:g})")
+    best = max(hedged_f1(answer, t) for t in targets)
+    hedge = max((len(alternatives(answer, t)) for t in targets), default=1)
+    note = f"; the answer offers {hedge} alternatives, scored by the worst" if hedge > 1 else ""
+    return Score(best > 0 and best >= threshold, round(best, 6), f"token F1 {best:.3f} (threshold {threshold:g}){note}")
 
 
 def score_answer(

@@ -136,7 +136,7 @@ def strip_fences(text: str) -> str:
 
 
 def check_script(token: str, prompt: str, program: str, test: str, entry_point: str) -> str:
-    """The checker's source for ``python3 -``: it prints ``token`` only once ``check`` returned on ``program``."""
+    """The checker's source for ``python3 -I -S -``: it prints ``token`` only once ``check`` returned on ``program``."""
     payload = json.dumps({"token": token, "prompt": prompt, "program": program, "test": test, "entry_point": entry_point})
     return f"{_CHECKER}\ncheck({payload!r}, {_CHECKER!r})\n"
 
@@ -212,7 +212,7 @@ class HumanEvalBenchmark(BaseBenchmark[HumanEvalPlan]):
         token = secrets.token_hex(16)
         script = check_script(token, task.question, program, task.ground_truth["test"], entry_point)
         # the checker comes on stdin: nothing of the tests is written into the sandbox
-        outcome = await env.exec([resolve_secret(plan.python), "-"], input=script, timeout=plan.timeout)
+        outcome = await env.exec([resolve_secret(plan.python), "-I", "-S", "-"], input=script, timeout=plan.timeout)
         seen = token_seen(outcome.stdout, token)
         # exit status 0 and the token: both, never one alone
         ok = outcome.ok and seen

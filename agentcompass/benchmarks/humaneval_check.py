@@ -1,4 +1,4 @@
-"""The program that checks one HumanEval completion, sent on stdin to ``python3 -`` in the evaluation environment.
+"""The program that checks one HumanEval completion, sent on stdin to ``python3 -I -S -`` in the evaluation environment.
 
 A pass is positive evidence: the checker prints this attempt's random token
 after ``check(candidate)`` returned, and nothing else can print it. The
@@ -21,21 +21,44 @@ completion never runs in the process that holds the token:
   process's memory; a child that keeps any refuses to run, and the check fails;
   the child dies with the checker.
 
+The checker loads no code the completion could have written:
+
+- it starts isolated (``-I -S``: no working folder or script folder on
+  ``sys.path``, no ``PYTHON*`` variable, no site folder, so no ``.pth`` file,
+  ``sitecustomize`` or ``usercustomize``), and keeps only absolute folders on
+  ``sys.path``;
+- it works in a private folder of its own, and the child in another one;
+- everything it needs is imported before the child starts: its own modules
+  (``ast`` too, which ``traceback`` imports to underline a failing
+  expression), every module the prompt and the tests import anywhere in their
+  source, and the prompt and the tests themselves; then it refuses every
+  further import (a finder first on ``sys.meta_path``), so a module the
+  completion writes where the checker's Python looks (the standard library
+  of a root container included) is never loaded by the checker;
+- a root checker runs the child as ``nobody`` (65534), so it cannot write
+  the root-owned files of the interpreter either, nor signal the checker.
+
 So ending the interpreter (exit, sys.exit, os._exit, SystemExit), patching
 builtins, print or sys.stdout, redefining ``check``, or printing a line that
-looks like a token only changes the child; none reaches the checker's stdout
+looks like a token only changes the child, and so does a module it writes
+(``traceback.py``, ``ast.py``, ``math.py`` or any other, in any folder);
+none reaches the checker's stdout
 with the token. Only the last line of stdout equal to the token, with exit
 status 0, is a pass.
 """
 
 from __future__ import annotations
 
+import ast
 import errno
+import importlib
 import json
 import linecache
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -91,29 +114,46 @@ def decode(data: Any) -> Any:
     return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode(item) for item in inner)
 
 
+try:  # loaded with the checker, before any completion runs
+    import ctypes
+except ImportError:  # a Python built without ctypes: no prctl, and a root child refuses to run
+    ctypes = None  # type: ignore[assignment]
+
+# The user a root checker runs the completion as: it owns no file of the interpreter and no process of root's.
+NOBODY = 65534
+
+
 def _prctl(option: int, value: int) -> None:
     """prctl(2) where there is one (Linux); elsewhere nothing."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
 
-def _drop_privileges() -> None:
-    """Give up every Linux capability for good (CAP_SYS_PTRACE lets root read any process's memory)."""
-    try:
-        import ctypes
+def _drop_privileges(as_nobody: bool) -> None:
+    """Give up every Linux capability for good (CAP_SYS_PTRACE lets root read any process's memory).
 
+    With ``as_nobody`` (a root checker whose interpreter ``nobody`` can read),
+    the process also becomes user and group ``nobody``: root without
+    capabilities still owns, and so could rewrite, the interpreter's files.
+    """
+    try:
         libc = ctypes.CDLL(None, use_errno=True)
         for cap in range(64):
             if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:  # PR_CAPBSET_DROP
                 break
+        if as_nobody:
+            try:
+                os.setgroups([])
+                os.setresgid(NOBODY, NOBODY, NOBODY)
+                os.setresuid(NOBODY, NOBODY, NOBODY)
+            except OSError:  # a user namespace without that user: root without capabilities, below
+                pass
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
         libc.capset(header, (ctypes.c_uint32 * 6)())  # effective, permitted, inheritable: none
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no exec gains any back
-    except (ImportError, OSError, AttributeError):
+    except (OSError, AttributeError):
         pass
     left = _privileges_left()
     if left:
@@ -135,9 +175,9 @@ def _privileges_left() -> str:
     return ", ".join(left)
 
 
-def serve(requests_fd: int, replies_fd: int) -> None:
+def serve(requests_fd: int, replies_fd: int, as_nobody: bool = False) -> None:
     """The child: exec the program, then answer each call of the entry point with its encoded result."""
-    _drop_privileges()
+    _drop_privileges(as_nobody)
     _prctl(1, 9)  # PR_SET_PDEATHSIG: SIGKILL when the checker ends
     requests = os.fdopen(requests_fd, "r", encoding="utf-8")
     replies = os.fdopen(replies_fd, "w", encoding="utf-8")
@@ -167,20 +207,82 @@ class CompletionFailed(BaseException):
     """The completion's process could not answer a call (a BaseException: no ``except Exception`` in a test hides it)."""
 
 
+class NoMoreImports:
+    """First on ``sys.meta_path`` once the completion runs: the checker loads no module after that point.
+
+    A module already loaded is served from ``sys.modules`` without asking any
+    finder; any other import fails, whatever the completion wrote and wherever.
+    """
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+        _ = path, target
+        raise ImportError(f"humaneval check: module {name!r} was not loaded before the completion ran, "
+                          "and the checker loads none after")
+
+
+def confine_path() -> None:
+    """``sys.path`` without the working folder, the script's folder or any relative entry (``-I`` does most)."""
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != here]
+
+
+def preload(*sources: str) -> None:
+    """Import every module that ``sources`` import anywhere (inside functions too), so nothing loads later."""
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                except Exception:  # noqa: BLE001 - not a module (a name from one), or missing: the test says so
+                    pass
+
+
+def readable_by_nobody(paths: list[str]) -> bool:
+    """Whether every folder above and including each of ``paths`` lets any user through (o+x)."""
+    for path in paths:
+        path = os.path.realpath(path)
+        if not os.path.exists(path):  # the standard library's zip, which most installations do not have
+            continue
+        while True:
+            try:
+                if not os.stat(path).st_mode & 0o001:
+                    return False
+            except OSError:
+                return False
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+    return True
+
+
+def private_folder(owner: int | None = None) -> str:
+    """A fresh folder only its owner can enter (``owner``: a uid to hand it to, as root)."""
+    folder = tempfile.mkdtemp(prefix="humaneval-check-")
+    if owner is not None:
+        os.chown(folder, owner, owner)
+    return folder
+
+
 def check(payload: str, source: str) -> None:
     """The checker: prints the token after the tests' ``check(candidate)`` returned, else fails."""
     settings = json.loads(payload)
     _prctl(4, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd or environ for other processes of the user
-    requests_r, requests_w = os.pipe()
-    replies_r, replies_w = os.pipe()
-    child = subprocess.Popen(
-        [sys.executable, "-c", f"{source}\nserve({requests_r}, {replies_w})\n"],
-        stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), pass_fds=(requests_r, replies_w),
-    )
-    os.close(requests_r)
-    os.close(replies_w)
-    requests = os.fdopen(requests_w, "w", encoding="utf-8")
-    replies = os.fdopen(replies_r, "r", encoding="utf-8")
+    confine_path()
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    as_nobody = root and readable_by_nobody([sys.executable, *sys.path])
+    own_folder = private_folder()
+    child_folder = private_folder(NOBODY if as_nobody else None)
+    os.chdir(own_folder)
+    child: Any = None
+    requests: Any = None
+    replies: Any = None
 
     def ask(message: Any) -> dict:
         try:
@@ -200,20 +302,40 @@ def check(payload: str, source: str) -> None:
         return decode(ask(encode([list(args), kwargs]))["value"])
 
     try:
-        if ask([settings["program"], settings["entry_point"]]) != {"ready": True}:
-            raise CompletionFailed("the completion's process did not start")
+        # the prompt and the tests, and all they import, are loaded before the completion exists
         namespace: dict[str, Any] = {"__name__": "humaneval_check"}
         for name in ("prompt", "test"):  # a traceback shows the failing line of the tests
             linecache.cache[f"<{name}>"] = (len(settings[name]), None, settings[name].splitlines(True), f"<{name}>")
+        preload(settings["prompt"], settings["test"])
         exec(compile(settings["prompt"], "<prompt>", "exec", dont_inherit=True), namespace)
         namespace[settings["entry_point"]] = candidate  # a test may call the function by its name
         exec(compile(settings["test"], "<test>", "exec", dont_inherit=True), namespace)
-        namespace["check"](candidate)
+        tests = namespace["check"]
+        requests_r, requests_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-c", f"{source}\nserve({requests_r}, {replies_w}, {as_nobody})\n"],
+            stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), pass_fds=(requests_r, replies_w), cwd=child_folder,
+        )
+        sys.meta_path.insert(0, NoMoreImports)
+        os.close(requests_r)
+        os.close(replies_w)
+        requests = os.fdopen(requests_w, "w", encoding="utf-8")
+        replies = os.fdopen(replies_r, "r", encoding="utf-8")
+        if ask([settings["program"], settings["entry_point"]]) != {"ready": True}:
+            raise CompletionFailed("the completion's process did not start")
+        tests(candidate)
     except BaseException:
         traceback.print_exc()  # with the failing line of the tests, from linecache
         raise SystemExit(1) from None
     finally:
-        child.kill()
-        child.wait()
+        if child is not None:
+            child.kill()
+            child.wait()
+        for folder in (own_folder, child_folder):
+            try:
+                shutil.rmtree(folder, ignore_errors=True)
+            except Exception:  # noqa: BLE001 - a tree too deep to remove: the sandbox goes with the session
+                pass
     sys.stdout.write(settings["token"] + "\n")
     sys.stdout.flush()

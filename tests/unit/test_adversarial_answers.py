@@ -247,3 +247,48 @@ def test_majority_vote_counts_only_the_integer_itself():
     assert verdict(benchmark, task, expected) is True
     for answer in [float(expected), str(expected), [expected], {"answer": expected}, expected + 1, None, True]:
         assert verdict(benchmark, task, answer) is False, answer
+
+
+# --- humaneval: modules planted where the checker would load them ------------------
+
+# imported by the checker, it would print the checker's token (found on the stack) and end with status 0
+FORGE = """
+import os, sys
+frame = sys._getframe()
+while frame is not None:
+    for value in list(frame.f_locals.values()):
+        if isinstance(value, dict) and isinstance(value.get("token"), str):
+            os.write(1, ("passed\\n" + value["token"] + "\\n").encode())
+            os._exit(0)
+    frame = frame.f_back
+"""
+PLANTED = ["traceback", "ast", "linecache", "math", "hashlib", "re", "random", "string", "copy", "json"]
+
+
+def test_humaneval_refuses_completions_that_plant_modules_beside_themselves():
+    """The failure path of the checker (traceback, which imports ast) and the tests' own imports load nothing planted."""
+    problem = load_problems()[2]
+    plant = "\n" + "".join(f"open({name + '.py'!r}, 'w').write({FORGE!r})\n" for name in PLANTED)
+    plant += "import os\nos.environ['PYTHONPATH'] = os.getcwd()\nos.environ['PYTHONSTARTUP'] = 'math.py'\n"
+    answers = {"wrong, plants": WRONG + plant, "right, plants": problem["canonical_solution"] + plant,
+               "wrong, plants, then os._exit(0)": WRONG + plant + "os._exit(0)\n"}
+    verdicts = ours(2, answers)
+    assert {name: r.correct for name, r in verdicts.items()} == {
+        "wrong, plants": False, "right, plants": True, "wrong, plants, then os._exit(0)": False}
+    assert verdicts["wrong, plants"].metadata["humaneval"]["token_seen"] is False
+
+
+# --- the dataset scorers: an answer naming more than one candidate is wrong ---------
+
+
+@pytest.mark.parametrize("scorer, target, hedged, honest", [
+    ("f1", "Paris", ["Paris or London", "Paris/London", "London; perhaps Paris"], ["The answer is Paris.", "Paris"]),
+    ("numeric", "42", ["forty-one or 42", "41 or 42", "42 or forty-three"], ["42.0", "The answer is 42."]),
+    ("choice", "B", ["B, or maybe c", "b or c", "B or a"], ["(B)", "Answer: B", "b", "B is a good choice"]),
+])
+def test_dataset_scorers_fail_hedged_answers(scorer, target, hedged, honest):
+    from agentcompass.benchmarks.dataset_scorers import score_answer
+
+    choices = ["w", "x", "y", "z"] if scorer == "choice" else None
+    assert [score_answer(scorer, a, [target], choices=choices).correct for a in hedged] == [False] * len(hedged)
+    assert [score_answer(scorer, a, [target], choices=choices).correct for a in honest] == [True] * len(honest)

@@ -125,7 +125,8 @@ class MiniSweAgentHarness(BaseHarness):
                 "(pip install 'agentcompass[mini-swe-agent]') or set the harness parameter `executable`"
             )
         with ModelGateway(resolve_secret(model.base_url), resolve_secret(model.api_key), context.trajectory_path,
-                          timeout=params["model_call_timeout"], headers=resolve_secret(model.headers)) as gateway:
+                          timeout=params["model_call_timeout"], headers=resolve_secret(model.headers),
+                          protocol=model.protocol) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)
             state = posixpath.join(env.workdir, STATE_DIR)
             await env.exec(["mkdir", "-p", f"{state}/config"])

@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentcompass.runtime.model_client import reply_tokens
+from agentcompass.secrets import check_header_value
 
 # Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
 _NOT_FORWARDED = {
@@ -208,6 +209,10 @@ class ModelGateway:
             raise ValueError(f"model base_url must be an http(s) URL, got {base_url!r}")
         self._upstream = upstream
         self._host: str = upstream.hostname
+        if api_key:
+            check_header_value(api_key, "the model's api_key")
+        for name, value in (headers or {}).items():
+            check_header_value(value, f"model.headers.{name}")
         self._api_key = api_key
         self._headers = dict(headers or {})  # the Model's own headers, resolved: set on every forwarded request
         self._trajectory_path = Path(trajectory_path)

@@ -207,3 +207,23 @@ def test_a_value_resolved_in_this_process_is_scrubbed_without_being_named(monkey
     monkeypatch.setenv("AC_ADV_RESOLVED", "resolved-by-a-component")
     assert resolve_secret({"V": "${AC_ADV_RESOLVED}"}) == {"V": "resolved-by-a-component"}
     assert secret_refs.Scrubber().text("it was resolved-by-a-component") == "it was ${AC_ADV_RESOLVED}"
+
+
+def test_a_failing_stage_logs_and_hands_snakemake_only_references(monkeypatch, tmp_path: Path):
+    from agentcompass.pipeline.jobs import stage_log
+    from agentcompass.runtime.models import RunRequest
+
+    monkeypatch.setenv("AC_ADV_STAGE", 'st"age\\secret')
+    req = RunRequest.from_dict({"benchmark": {"id": "b", "params": {"p": "${AC_ADV_STAGE}"}},
+                                "harness": {"id": "none"}, "model": {"id": "none"}})
+    log = tmp_path / "stage.log"
+    with pytest.raises(RuntimeError) as raised:
+        with stage_log([str(log)], "run", {"segment": "t"}, req):
+            try:
+                raise KeyError('st"age\\secret')
+            except KeyError:
+                raise RuntimeError('failed with st"age\\secret')
+    assert str(raised.value) == "failed with ${AC_ADV_STAGE}"
+    assert raised.value.__context__.args == ("${AC_ADV_STAGE}",)
+    text = log.read_text()
+    assert "${AC_ADV_STAGE}" in text and all(f not in text for f in forms('st"age\\secret'))

@@ -4,9 +4,16 @@ The real API key stays in the agentcompass job. An agent that runs in the
 Environment as a program of its own gets a stand-in for the Model's base URL
 (the gateway, reached through ``EnvironmentSession.expose_host_socket``) and
 a random per-attempt token that lives only in memory. The gateway refuses a
-request without that token (401, nothing forwarded), forwards the others to
-the Model's ``base_url`` with the real key in their place, and records every
-request and reply into the attempt's trajectory and usage.
+request without that token (401, nothing forwarded), and passes on only the
+model calls of the Model's protocol (``ROUTES``: for ``openai_chat``, POST
+``/chat/completions``, ``/completions``, ``/responses``, ``/embeddings`` and
+GET ``/models``), under the ``base_url``'s path, with the real key in place of
+the token. Any other method or path, and any path that is not plain text
+(``..`` or ``.`` segments, ``//``, a percent-encoding, a backslash, a query),
+is refused with a JSON error (400, 404 or 405) and never forwarded: the key's
+other powers (files, fine-tuning, the organization) stay out of the agent's
+reach. Every request and reply is recorded into the attempt's trajectory and
+usage.
 
 The gateway listens on a Unix socket: a file, so it can be reached from a
 sandbox whose network holds nothing else.
@@ -17,6 +24,7 @@ from __future__ import annotations
 import hmac
 import http.client
 import json
+import re
 import secrets
 import shutil
 import socketserver
@@ -30,16 +38,58 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentcompass.runtime.model_client import reply_tokens
+from agentcompass.secrets import check_header_value
 
 # Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
 _NOT_FORWARDED = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length", "authorization", "api-key", "accept-encoding",
+    # which organization or project the key acts for is the Model's config (its headers), not the agent's
+    "openai-organization", "openai-project",
 }
 _NOT_RETURNED = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "content-length",
 }
+
+
+# The model calls of each protocol: path (under the base_url's path) -> the one method it takes.
+ROUTES: dict[str, dict[str, str]] = {
+    "openai_chat": {
+        "/chat/completions": "POST",
+        "/completions": "POST",
+        "/responses": "POST",
+        "/embeddings": "POST",
+        "/models": "GET",
+    },
+}
+# GET /models/<id> too: a model id may hold '/' (org/name), each segment of plain characters
+_MODEL_ID = re.compile(r"/models(?:/[A-Za-z0-9_][A-Za-z0-9._:@+-]*)+")
+# what a path of a model call is made of: no '%' (no encoding of any kind), no '\\', no '?' or '#'
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._~:@+/-]*")
+
+
+def route(protocol: str, method: str, path: str) -> tuple[int, str, str] | None:
+    """None when ``method path`` is a model call of ``protocol``; else the status, error code and message to refuse it with."""
+    routes = ROUTES.get(protocol)
+    if routes is None:
+        return 400, "unknown_protocol", f"the gateway knows no model calls of protocol {protocol!r}"
+    if not path.startswith("/") or path.startswith("//"):
+        return 400, "invalid_path", f"not a path of this gateway: {path[:200]!r} (send a path such as /chat/completions)"
+    if not _PLAIN_PATH.fullmatch(path):
+        return 400, "invalid_path", (
+            f"refused path {path[:200]!r}: a model call's path is plain text, with no percent-encoding, "
+            "backslash, query or fragment")
+    segments = path.split("/")[1:]
+    if any(segment in ("", ".", "..") for segment in segments):
+        return 400, "invalid_path", f"refused path {path[:200]!r}: no empty, '.' or '..' segments"
+    wanted = routes.get(path) or ("GET" if "/models" in routes and _MODEL_ID.fullmatch(path) else None)
+    if wanted is None:
+        return 404, "unknown_endpoint", (
+            f"{path[:200]} is not a model call: this gateway passes only {', '.join(f'{m} {p}' for p, m in routes.items())}")
+    if method != wanted:
+        return 405, "method_not_allowed", f"{path} takes {wanted}, not {method[:20]}"
+    return None
 
 
 def _error_body(message: str, code: str) -> bytes:
@@ -88,14 +138,41 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(411, [("Content-Type", "application/json")],
                         _error_body("send the body with a Content-Length", "length_required"))
             return
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        length = (self.headers.get("Content-Length") or "0").strip()
+        if not length.isdigit() or len(self.headers.get_all("Content-Length") or []) > 1:
+            self._reply(400, [("Content-Type", "application/json")],
+                        _error_body("Content-Length must be one whole number of bytes", "bad_request"))
+            return
+        body = self.rfile.read(int(length))
         if not gateway.authorized(self.headers.get("Authorization")):
-            gateway.refused(self.command, self.path)
+            gateway.refused(self.command, self.path, 401, "missing or wrong gateway token")
             self._reply(401, [("Content-Type", "application/json")],
                         _error_body("missing or wrong gateway token", "invalid_api_key"))
             return
+        refusal = route(gateway.protocol, self.command, self.path)
+        if refusal is not None:
+            status, code, message = refusal
+            gateway.refused(self.command, self.path, status, message)
+            allow = ROUTES.get(gateway.protocol, {}).get(self.path)
+            self._reply(status, [("Content-Type", "application/json"), *([("Allow", allow)] if status == 405 and allow else [])],
+                        _error_body(message, code))
+            return
         status, headers, data = gateway.forward(self.command, self.path, self.headers, body)
         self._reply(status, headers, data)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (an unknown method, a malformed request line) as JSON errors too."""
+        self.close_connection = True
+        why = message or self.responses.get(code, ("error",))[0]
+        self.server.gateway.refused(getattr(self, "command", None) or "", getattr(self, "path", None) or "", code, why)
+        data = _error_body(why, "bad_request")
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(data)
 
     def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
         self.send_response(status)
@@ -103,9 +180,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815 (http.server naming)
+    # every method is answered here (refused unless it is the one a model call takes); any other is a 501
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _handle  # noqa: N815
 
     def log_message(self, *args) -> None:
         pass  # the trajectory is the log
@@ -120,13 +199,20 @@ class ModelGateway:
 
     def __init__(
         self, base_url: str, api_key: str | None, trajectory_path: Path, *, timeout: float = 600.0,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None, protocol: str = "openai_chat",
     ) -> None:
+        if protocol not in ROUTES:
+            raise ValueError(f"the model gateway knows no protocol {protocol!r} (it knows {', '.join(ROUTES)})")
+        self.protocol = protocol
         upstream = urlsplit(base_url)
         if upstream.scheme not in ("http", "https") or not upstream.hostname:
             raise ValueError(f"model base_url must be an http(s) URL, got {base_url!r}")
         self._upstream = upstream
         self._host: str = upstream.hostname
+        if api_key:
+            check_header_value(api_key, "the model's api_key")
+        for name, value in (headers or {}).items():
+            check_header_value(value, f"model.headers.{name}")
         self._api_key = api_key
         self._headers = dict(headers or {})  # the Model's own headers, resolved: set on every forwarded request
         self._trajectory_path = Path(trajectory_path)
@@ -165,14 +251,15 @@ class ModelGateway:
         scheme, _, given = (header or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
-    def refused(self, method: str, path: str) -> None:
-        self._record({"source": "gateway", "method": method, "path": path, "status": 401,
-                      "error": "refused: missing or wrong gateway token"})
+    def refused(self, method: str, path: str, status: int, why: str) -> None:
+        self._record({"source": "gateway", "method": method, "path": path, "status": status, "error": f"refused: {why}"})
 
     def forward(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, list, bytes]:
-        """Send the request on to the Model with the real key; its status, headers and body."""
-        if not path.startswith("/"):
-            return 400, [("Content-Type", "application/json")], _error_body(f"not a path: {path!r}", "bad_request")
+        """Send a model call (``route`` passed it) on to the Model with the real key; its status, headers and body."""
+        refusal = route(self.protocol, method, path)
+        if refusal is not None:  # never with the key
+            status, code, message = refusal
+            return status, [("Content-Type", "application/json")], _error_body(message, code)
         outgoing = {k: v for k, v in headers.items() if k.lower() not in _NOT_FORWARDED}
         outgoing["Accept-Encoding"] = "identity"  # the trajectory records what it can read
         if self._api_key:

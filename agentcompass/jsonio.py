@@ -33,12 +33,16 @@ def canonical_json(payload: Any) -> str:
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write via a temporary file in the same directory and rename: readers never see half a file."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """``write_text_atomic`` of bytes."""
     path = Path(path)
     if not path.parent.is_dir():  # a stat is much cheaper than a failing mkdir on some disks
         path.parent.mkdir(parents=True, exist_ok=True)
     # unique to this process and thread, so no random name (mkstemp) is needed
     tmp = path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
-    data = text.encode("utf-8")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:

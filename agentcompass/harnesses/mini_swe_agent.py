@@ -26,7 +26,7 @@ from agentcompass.runtime import HARNESSES, BaseHarness, RunResult, TaskStatus
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
-from agentcompass.secrets import resolve_secret, scrub
+from agentcompass.secrets import Scrubber, resolve_secret
 
 # beside the workspace, not in it: the agent's config and trajectory, removed after the run
 STATE_DIR = ".mini-swe-agent"
@@ -125,7 +125,8 @@ class MiniSweAgentHarness(BaseHarness):
                 "(pip install 'agentcompass[mini-swe-agent]') or set the harness parameter `executable`"
             )
         with ModelGateway(resolve_secret(model.base_url), resolve_secret(model.api_key), context.trajectory_path,
-                          timeout=params["model_call_timeout"], headers=resolve_secret(model.headers)) as gateway:
+                          timeout=params["model_call_timeout"], headers=resolve_secret(model.headers),
+                          protocol=model.protocol) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)
             state = posixpath.join(env.workdir, STATE_DIR)
             await env.exec(["mkdir", "-p", f"{state}/config"])
@@ -138,14 +139,15 @@ class MiniSweAgentHarness(BaseHarness):
             usage = gateway.usage()
             token = gateway.token
 
-        def clean(text: str) -> str:
-            return scrub(text.replace(token, TOKEN_PLACEHOLDER), [model.to_dict(), plan.params])
+        # the token and every secret value: as values in the trajectory's records, as text in the log
+        scrubber = Scrubber([model.to_dict(), plan.params], literals={token: TOKEN_PLACEHOLDER})
+        clean = scrubber.text
 
         (context.attempt_dir / LOG_NAME).write_text(clean(done.stdout + done.stderr), encoding="utf-8")
         if trajectory is not None:
             with context.trajectory_path.open("a", encoding="utf-8") as log:
                 for record in self._records(trajectory):
-                    log.write(clean(json.dumps(record, sort_keys=True)) + "\n")
+                    log.write(json.dumps(scrubber.value(record), sort_keys=True) + "\n")
         info = (trajectory or {}).get("info") or {}
         status = info.get("exit_status") or ""
         metadata = {"exit_status": status, "returncode": done.returncode}

@@ -12,7 +12,7 @@ import fastjsonschema
 
 from agentcompass import PROJECT_ROOT
 from agentcompass.jsonio import canonical_json, write_text_atomic
-from agentcompass.secrets import scrub
+from agentcompass.secrets import Scrubber
 from agentcompass.runtime.models import (
     BenchmarkPlan,
     Contract,
@@ -272,9 +272,11 @@ def validate_payload(kind: str, payload: Any) -> None:
 def write_file(kind: str, path: str | Path, value: Contract | dict, secrets: Iterable[Any] = ()) -> Path:
     """Validate a contract against its file schema, then write it canonically and atomically.
 
-    ``secrets`` hold ``${VAR}`` references (strings, or the request as a mapping) whose values must
-    not reach the file (a harness may echo a key into an error message): each is written as its reference.
+    ``secrets`` hold ``${VAR}`` references (strings, or the request and the plan as mappings) whose
+    values must not reach the file (a harness may echo a key into an error message): each value, and
+    each value this process resolved, is written as its reference. The payload is scrubbed as values,
+    before it is serialized, so the file is valid JSON whatever a value's characters.
     """
     payload = value.to_dict() if isinstance(value, Contract) else value
     validate_payload(kind, payload)
-    return write_text_atomic(path, scrub(canonical_json(payload), list(secrets)))
+    return write_text_atomic(path, canonical_json(Scrubber(secrets).value(payload)))

@@ -25,7 +25,7 @@ from agentcompass.jsonio import read_json
 from agentcompass.logs import LOG
 from agentcompass.paths import task_segment
 from agentcompass.runtime.models import RunRequest
-from agentcompass.secrets import scrub
+from agentcompass.secrets import Scrubber
 
 from . import engine, forkserver, lifecycle, provenance, shards, stages
 from .engine import WorkflowError
@@ -196,6 +196,9 @@ def stage_log(log, stage: str, w, req: RunRequest):
     try:
         yield
     except BaseException as exc:
+        # the request's references and every one this job resolved (the plan's: a task folder's env)
+        scrubber = Scrubber([req.to_dict()])
+        _scrub_exception(exc, scrubber)  # Snakemake logs the exception it is handed too
         path = Path(log[0])
         path.parent.mkdir(parents=True, exist_ok=True)
         where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
@@ -204,5 +207,17 @@ def stage_log(log, stage: str, w, req: RunRequest):
             if isinstance(exc, aio.Stopped):
                 f.write(f"{stage} {where}: stopped before it finished: {exc}\n")
             else:
-                f.write(f"{stage} {where}: failed\n" + scrub(traceback.format_exc(), [req.to_dict()]))
+                f.write(f"{stage} {where}: failed\n" + scrubber.text(traceback.format_exc()))
         raise
+
+
+def _scrub_exception(exc: BaseException | None, scrubber: Scrubber) -> None:
+    """Scrub the text arguments of ``exc`` and of the exceptions it was raised from, in place."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen and scrubber:
+        seen.add(id(exc))
+        try:
+            exc.args = tuple(scrubber.text(a) if isinstance(a, str) else a for a in exc.args)
+        except (AttributeError, TypeError):
+            pass
+        exc = exc.__cause__ or exc.__context__

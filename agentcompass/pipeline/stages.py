@@ -21,7 +21,7 @@ import agentcompass
 from agentcompass import aio
 from agentcompass import results as results_data
 from agentcompass.aio import run_coroutine
-from agentcompass.jsonio import interrupted_writes, read_json, write_text_atomic
+from agentcompass.jsonio import interrupted_writes, read_json, write_bytes_atomic
 from agentcompass.logs import LOG
 from agentcompass.paths import task_segment
 from agentcompass.runtime.base import (
@@ -49,7 +49,7 @@ from agentcompass.runtime.models.codec import from_dict
 from agentcompass.runtime.planner import Planner
 from agentcompass.runtime.recipes import build_run_recipe_registry
 from agentcompass.runtime.registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES
-from agentcompass.secrets import scrub
+from agentcompass.secrets import Scrubber
 
 from . import pacing, provenance
 from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, write_file
@@ -59,6 +59,40 @@ WORKSPACE_DIR = "workspace"
 FINAL_WORKSPACE_DIR = "final_workspace"
 OUTPUTS_DIR = "outputs"
 TRAJECTORY = "trajectory.jsonl"
+
+
+# --- secrets ------------------------------------------------------------------
+
+
+def attempt_secrets(req: RunRequest, plan: ExecutionPlan) -> list[Any]:
+    """Every reference an attempt may resolve: the request's and its plan's (a task folder's
+    ``[verifier] env`` and ``[solution] env``, the environment's build args)."""
+    return [req.to_dict(), plan.to_dict()]
+
+
+def scrub_attempt_files(attempt_dir: Path, scrubber: Scrubber) -> None:
+    """Rewrite the files a harness or Benchmark left at the top of the attempt folder (its trajectory,
+    its logs) with every secret value replaced by its reference: JSON lines as values, other text as text.
+
+    The agent's own files (the workspace folders, ``outputs/``) are not rewritten: they are what is
+    evaluated. Links are left alone (never followed), and so are the stage's own JSON files, which
+    ``write_file`` scrubs as it writes them.
+    """
+    if not scrubber:
+        return
+    try:
+        entries = list(os.scandir(attempt_dir))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if not entry.is_file(follow_symlinks=False) or entry.name.endswith((".json", ".tmp")):
+            continue
+        path = Path(entry.path)
+        data = path.read_bytes()
+        text = data.decode("utf-8", errors="surrogateescape")
+        scrubbed = scrubber.json_lines(text) if entry.name.endswith(".jsonl") else scrubber.text(text)
+        if scrubbed != text:  # bytes that are not UTF-8 come back as they were
+            write_bytes_atomic(path, scrubbed.encode("utf-8", errors="surrogateescape"))
 
 
 # --- components ---------------------------------------------------------------
@@ -398,9 +432,9 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
         provenance=dict(provenance.here()),
     )
-    if trajectory.exists():  # before output.json appears: a finished attempt's files are all final
-        write_text_atomic(trajectory, scrub(trajectory.read_text(), [req.to_dict()]))
-    write_file("output", out, result, secrets=[req.to_dict()])
+    # before output.json appears: a finished attempt's files are all final
+    scrub_attempt_files(attempt_dir, Scrubber(attempt_secrets(req, plan)))
+    write_file("output", out, result, secrets=attempt_secrets(req, plan))
 
 
 def evaluate(
@@ -450,7 +484,8 @@ def evaluate(
         result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
-    write_file("result", out, result, secrets=[req.to_dict()])
+    scrub_attempt_files(attempt_dir, Scrubber(attempt_secrets(req, plan)))  # a judge's calls in the trajectory
+    write_file("result", out, result, secrets=attempt_secrets(req, plan))
     return result
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+from agentcompass.secrets import resolve_secret
+
 from .config.benchmark import RuntimeBenchmarkConfig
 from .config.fields import ComponentConfig, build_component_config
 from .dependencies import DependencySpec
@@ -185,7 +187,8 @@ class ScriptReference:
 
     ``source`` (a local directory) is copied to ``target`` in the run-phase
     session, ``script`` (a path inside it) runs from the session's working
-    directory under ``env`` and ``timeout``, and the copy is removed again, so
+    directory under ``env`` (its ``${VAR}`` references resolved there, in the
+    job that runs it) and ``timeout``, and the copy is removed again, so
     the reference never stays in the workspace that is evaluated. Its fields
     are what the oracle's run depends on (``fingerprint``: a digest of
     ``source``), so a changed script reruns the oracle.
@@ -209,7 +212,8 @@ class ScriptReference:
         try:
             # through the script's own #! line, as Harbor runs solve.sh
             return await session.exec(
-                ["sh", "-c", 'chmod +x "$1" && exec "$1"', "sh", script], env=dict(self.env), timeout=self.timeout
+                ["sh", "-c", 'chmod +x "$1" && exec "$1"', "sh", script], env=resolve_secret(dict(self.env)),
+                timeout=self.timeout,
             )
         finally:
             await session.exec(["rm", "-rf", target])

@@ -42,7 +42,7 @@ import httpx
 
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
-from agentcompass.secrets import MissingSecretError, resolve_secret
+from agentcompass.secrets import MissingSecretError, check_header_value, resolve_secret
 
 # The statuses OpenAI's own SDK retries (with every 5xx): every other 4xx is a
 # request that would fail again the same way (a bad key, an unknown model).
@@ -314,7 +314,11 @@ class ModelClient:
             key = resolve_secret(self.model.api_key)
             base_url = resolve_secret(self.model.base_url) or ""
             extra_headers = resolve_secret(self.model.headers)
-        except MissingSecretError as exc:
+            if key:
+                check_header_value(key, f"model.api_key {self.model.api_key}")
+            for name, value in extra_headers.items():
+                check_header_value(value, f"model.headers.{name}")
+        except (MissingSecretError, ValueError) as exc:
             raise ModelCallError(f"model: {exc}") from None
         if not _HTTP_URL.match(base_url):
             raise ModelCallError(f"model.base_url {self.model.base_url!r} does not resolve to an http:// or https:// URL")

@@ -42,6 +42,7 @@ import httpx
 
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
+from agentcompass.runtime.models.request import BASE_URL_FIX, base_url_problem
 from agentcompass.secrets import MissingSecretError, resolve_secret
 
 # The statuses OpenAI's own SDK retries (with every 5xx): every other 4xx is a
@@ -318,6 +319,10 @@ class ModelClient:
             raise ModelCallError(f"model: {exc}") from None
         if not _HTTP_URL.match(base_url):
             raise ModelCallError(f"model.base_url {self.model.base_url!r} does not resolve to an http:// or https:// URL")
+        problem = base_url_problem(base_url)
+        if problem:  # the URL as configured: what a reference resolves to is not shown
+            raise ModelCallError(f"model.base_url {self.model.base_url!r}, as resolved in this job: {problem}; "
+                                 f"{BASE_URL_FIX}")
         self._wire_url = base_url.rstrip("/") + "/chat/completions"
         if key:
             headers["Authorization"] = f"Bearer {key}"

@@ -117,6 +117,8 @@ class EvaluationWorkflow:
             self.resources.apply_caps()
             # recovery before Snakemake reads the incomplete markers, whatever the targets
             engine.before_markers_are_read(workflow, self.inv.begin)
+            engine.accept_periodic_names(("all", "request", "tasks", "plans", "prepare", "run", "evaluate",
+                                          "metrics", "report", "shard"))
 
     # -- the rules' run: blocks ------------------------------------------------------------
     # Their text is each rule's ``code``, which Snakemake records and compares: it stays as

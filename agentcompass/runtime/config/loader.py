@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -160,8 +161,36 @@ def _check_refs(node: Any, source: str, path: tuple = ()) -> None:
             )
 
 
-def _check_unicode(data: Any, source: str) -> None:
-    """Refuse text that no UTF-8 file can hold (every file a run writes is UTF-8), naming its field."""
+def _not_json(node: Any, path: tuple = ()) -> tuple[tuple, str] | None:
+    """The first value that a JSON file cannot hold as it is, and why (YAML also reads dates, binary
+    data and ``.nan``), else None."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found = _not_json(value, (*path, key))
+            if found:
+                return found
+        return None
+    if isinstance(node, list):
+        for index, value in enumerate(node):
+            found = _not_json(value, (*path, index))
+            if found:
+                return found
+        return None
+    if isinstance(node, float) and not math.isfinite(node):
+        return path, f"{node!r} is not a number a JSON file can hold. Fix: give a finite number"
+    if node is None or isinstance(node, (str, int, float)):
+        return None
+    return path, (f"YAML reads this value as {type(node).__name__} ({str(node)[:40]!r}), which a JSON file "
+                  "cannot hold. Fix: quote it to give it as text")
+
+
+def _check_data(data: Any, source: str) -> None:
+    """Refuse what no results file can hold, naming its field: a value JSON has no form for, and text
+    that is not valid Unicode (every file a run writes is UTF-8)."""
+    found = _not_json(data)
+    if found is not None:
+        where, why = found
+        raise ConfigError(f"{source}: field '{dotted(where)}': {why}")
     path = not_unicode(data)
     if path is None:
         return
@@ -290,7 +319,7 @@ def prepare_layer(layer: ConfigLayer) -> ConfigLayer:
             "move each model under 'requests.<name>.model' (or 'defaults.model') as "
             "{id, base_url, api_key: ${VAR}, params}",
         )
-    _check_unicode(layer.data, layer.source)
+    _check_data(layer.data, layer.source)
     _check_refs(layer.data, layer.source)
     return layer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from agentcompass import PROJECT_ROOT, sdk, status
+from agentcompass import PROJECT_ROOT, display, sdk, status
 from agentcompass.jsonio import canonical_json, write_text_atomic
 from agentcompass.pipeline import locks
 from agentcompass.plugins import PluginError
@@ -21,6 +21,12 @@ from agentcompass.runtime.orchestration import resolve_orchestration, single_req
 from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError, load_components
 
 KINDS = list(REGISTRIES)
+
+
+def _print(*values, file=None) -> None:
+    """``print``, through ``display.terminal_text``: data in a message (a task id, an error, a
+    model name) never reaches the terminal as an escape sequence it would obey."""
+    print(display.terminal_text(" ".join(map(str, values))), file=file)
 
 
 def _key_values(pairs: list[str] | None, flag: str) -> dict:
@@ -49,11 +55,11 @@ def cmd_list(args) -> int:
     try:
         load_components()
     except PluginError as exc:
-        print(f"agentcompass: {exc}", file=sys.stderr)
+        _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_USAGE
     registry = REGISTRIES[args.kind]
     for cid, cls in registry.items():
-        print(f"{cid:<24} {registry.origin(cid):<16} {cls.summary()}")
+        _print(f"{cid:<24} {registry.origin(cid):<16} {cls.summary()}")
     return 0
 
 
@@ -63,23 +69,23 @@ def cmd_config_docs(args) -> int:
     try:
         cls = registry.get(args.id)
     except UnknownComponentError as exc:
-        print(f"agentcompass: {exc}", file=sys.stderr)
+        _print(f"agentcompass: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.kind} {cls.id} (version {cls.version})")
+    _print(f"{args.kind} {cls.id} (version {cls.version})")
     summary = cls.summary()
     if summary:
-        print(f"  {summary}")
+        _print(f"  {summary}")
     config_class = getattr(cls, "config_class", None)
     rows = describe_config(config_class) if config_class is not None and args.kind in ("benchmark", "harness", "environment") else []
     if not rows:
-        print("\n  (no parameters)")
+        _print("\n  (no parameters)")
         return 0
-    print("\nparameters:")
+    _print("\nparameters:")
     for row in rows:
-        print(f"  {row['name']}: {row['type']} = {default_text(row['default'])}")
-        print(f"      {row['description']}")
+        _print(f"  {row['name']}: {row['type']} = {default_text(row['default'])}")
+        _print(f"      {row['description']}")
         if row["choices"]:
-            print(f"      one of: {', '.join(map(str, row['choices']))}")
+            _print(f"      one of: {', '.join(map(str, row['choices']))}")
     return 0
 
 
@@ -145,7 +151,7 @@ def _outcome_line(outcome) -> str:
     usage = f"; {usage}" if usage else ""
     if outcome.state == "completed_with_errors":
         failed = sum(outcome.errors.values())
-        kinds = "; ".join(f"{kind} x{n}" for kind, n in outcome.errors.items())
+        kinds = "; ".join(f"{display.visible(kind)} x{n}" for kind, n in outcome.errors.items())
         return (f"{outcome.name}: completed with errors: {failed} of {total} attempts failed ({kinds}); "
                 f"{metrics}{usage} -> {outcome.results_dir}/metrics.json")
     return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {outcome.results_dir}/metrics.json"
@@ -157,10 +163,10 @@ def _build(orchestration, layer, args, extra: list[str]) -> int:
     try:
         result = sdk.build(orchestration, argv)
     except locks.Busy as exc:
-        print(f"agentcompass: {exc}", file=sys.stderr)
+        _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_LOCKED
     for outcome in result.outcomes:
-        print(_outcome_line(outcome))
+        _print(_outcome_line(outcome))
     return result.exit_status
 
 
@@ -168,14 +174,14 @@ def cmd_run(args) -> int:
     layer = _layer(args)
     orchestration = _resolve(args, layer)
     if args.dry_run:
-        print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))
+        _print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))
         return 0
     return _build(orchestration, layer, args, args.snakemake_args)
 
 
 def cmd_status(args) -> int:
     if args.snakemake_args:
-        print(f"agentcompass status: unexpected argument(s) {' '.join(args.snakemake_args)}: status takes "
+        _print(f"agentcompass status: unexpected argument(s) {' '.join(args.snakemake_args)}: status takes "
               "BENCHMARK HARNESS MODEL and the options of 'run', and runs no Snakemake", file=sys.stderr)
         return 2
     load_components()
@@ -185,12 +191,12 @@ def cmd_status(args) -> int:
         if args.results_dir:
             raise ConfigError(f"the command line: {args.benchmark!r} and --results-dir {args.results_dir!r} both "
                               "name the results folder. Fix: give --results-dir only")
-        print(f"agentcompass status: reading {args.benchmark} as --results-dir {args.benchmark} "
+        _print(f"agentcompass status: reading {args.benchmark} as --results-dir {args.benchmark} "
               "(a results folder as the first argument is deprecated)", file=sys.stderr)
         args.results_dir, args.benchmark = args.benchmark, None
     layer = _layer(args)
     orchestration = _resolve(args, layer)
-    print(status.render(status.predict(orchestration, Path.cwd()), verbose=args.verbose))
+    _print(status.render(status.predict(orchestration, Path.cwd()), verbose=args.verbose))
     return 0
 
 
@@ -203,9 +209,9 @@ def cmd_retry(args) -> int:
         for t in status.failed_attempt_targets(base / run.request.namespace / run.request.run_id, run.request)
     ]
     if not targets:
-        print("no attempt holds an error status: nothing to retry")
+        _print("no attempt holds an error status: nothing to retry")
         return 0
-    print(f"retrying {len(targets)} failed attempt(s)")
+    _print(f"retrying {len(targets)} failed attempt(s)")
     # the caller's arguments first: --forcerun takes every argument up to the next option
     return _build(orchestration, layer, args, [*args.snakemake_args, "--forcerun", *targets])
 
@@ -238,12 +244,12 @@ def cmd_clean(args) -> int:
 
     report = clean(args.run, include_live=args.all, dry_run=args.dry_run)
     for note in report.notes:
-        print(f"agentcompass clean: {note}", file=sys.stderr)
+        _print(f"agentcompass clean: {note}", file=sys.stderr)
     removed = report.processes + report.workspaces + report.containers
     for line in removed:
-        print(f"{'would remove' if args.dry_run else 'removed'} {line}")
+        _print(f"{'would remove' if args.dry_run else 'removed'} {line}")
     if not removed:
-        print("nothing to clean")
+        _print("nothing to clean")
     return 0
 
 
@@ -275,7 +281,7 @@ def _runs_table(overviews: list[dict]) -> str:
     for o in overviews:
         total = "?" if o["attempts_total"] is None else str(o["attempts_total"])
         changed = (o["last_change"] or "-").replace("T", " ")[:19]
-        lines.append([o["namespace"], o["run_id"], o["benchmark"], o["harness"], o["model"],
+        lines.append([*map(display.visible, (o["namespace"], o["run_id"], o["benchmark"], o["harness"], o["model"])),
                       f"{o['attempts_done']}/{total}", str(o["errors"]),
                       "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
                       _dollars(o["cost_usd"]), changed])
@@ -289,14 +295,14 @@ def cmd_runs(args) -> int:
     try:
         overviews = [results.overview(run) for run in results.find_runs(args.results_dir)]
     except (FileNotFoundError, ValueError) as exc:
-        print(f"agentcompass runs: {exc}", file=sys.stderr)
+        _print(f"agentcompass runs: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        print(json.dumps(overviews, indent=2, sort_keys=True))
+        _print(json.dumps(overviews, indent=2, sort_keys=True))
     elif not overviews:
-        print(f"no runs under {args.results_dir} (a run's folder holds request.json)")
+        _print(f"no runs under {args.results_dir} (a run's folder holds request.json)")
     else:
-        print(_runs_table(overviews))
+        _print(_runs_table(overviews))
     return 0
 
 
@@ -321,26 +327,26 @@ def cmd_export(args) -> int:
 
     if args.format == "parquet":
         if not args.output:
-            print("agentcompass export: parquet is binary and is not written to a terminal. "
+            _print("agentcompass export: parquet is binary and is not written to a terminal. "
                   "Fix: give -o FILE.parquet", file=sys.stderr)
             return EXIT_USAGE
         try:
             import pyarrow  # noqa: F401  (pandas writes parquet through it)
         except ImportError:
-            print("agentcompass export: --format parquet needs pyarrow, which is not installed. "
+            _print("agentcompass export: --format parquet needs pyarrow, which is not installed. "
                   "Fix: pip install pyarrow (or pip install -e '.[parquet]'), or export --format csv or jsonl",
                   file=sys.stderr)
             return EXIT_USAGE
     try:
         frame = results.load(*args.run_dirs)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"agentcompass export: {exc}", file=sys.stderr)
+        _print(f"agentcompass export: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.format == "csv":
-        text = frame.to_csv(index=False)
+        text = display.csv_text(frame, index=False)  # formula cells prefixed, controls shown
     elif args.format == "jsonl":  # pandas' own to_json writes every / as \/
         records = frame.astype(object).where(frame.notna(), None).to_dict("records")
-        text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+        text = "".join(display.terminal_json(json.dumps(record, ensure_ascii=False)) + "\n" for record in records)
     if not args.output:
         sys.stdout.write(text)
         return 0
@@ -351,11 +357,11 @@ def cmd_export(args) -> int:
         else:
             write_text_atomic(args.output, text)
     except OSError as exc:
-        print(f"agentcompass export: cannot write {args.output}: {exc.strerror or exc}. Fix: choose a file "
+        _print(f"agentcompass export: cannot write {args.output}: {exc.strerror or exc}. Fix: choose a file "
               "in a folder you can write to", file=sys.stderr)
         return EXIT_USAGE
     runs = frame.groupby(["namespace", "run_id"]).ngroups if len(frame) else 0
-    print(f"{args.output}: {len(frame)} attempts of {runs} run(s), one row each ({args.format})")
+    _print(f"{args.output}: {len(frame)} attempts of {runs} run(s), one row each ({args.format})")
     return 0
 
 
@@ -378,12 +384,12 @@ def cmd_diff(args) -> int:
     try:
         found = plan_diff.diff(args.a, args.b)
     except plan_diff.DiffError as exc:
-        print(f"agentcompass diff: {exc}", file=sys.stderr)
+        _print(f"agentcompass diff: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        sys.stdout.write(canonical_json(found.to_json()))
+        sys.stdout.write(display.terminal_json(canonical_json(found.to_json())))
     else:
-        print(plan_diff.render(found, args.verbose))
+        _print(plan_diff.render(found, args.verbose))
     return 0
 
 
@@ -393,20 +399,20 @@ def cmd_compare(args) -> int:
     try:
         found = compare.compare(args.runs, resamples=args.resamples, seed=args.seed)
     except compare.CompareError as exc:
-        print(f"agentcompass compare: {exc}", file=sys.stderr)
+        _print(f"agentcompass compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.html:
         try:
             page = write_text_atomic(args.html, compare.render_html(found))
         except OSError as exc:
-            print(f"agentcompass compare: cannot write {args.html} ({exc.strerror}). Fix: name a file in a folder "
+            _print(f"agentcompass compare: cannot write {args.html} ({exc.strerror}). Fix: name a file in a folder "
                   "you can write to", file=sys.stderr)
             return EXIT_USAGE
-        print(f"wrote {page}", file=sys.stderr)
+        _print(f"wrote {page}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(canonical_json(compare.to_json(found)))
+        sys.stdout.write(display.terminal_json(canonical_json(compare.to_json(found))))
     else:
-        print(compare.render(found))
+        _print(compare.render(found))
     return 0
 
 
@@ -446,10 +452,10 @@ def cmd_report(args) -> int:
     try:
         runs = results.find_runs(*(args.run_dirs or ["results"]))
     except FileNotFoundError as exc:
-        print(f"agentcompass report: {exc}", file=sys.stderr)
+        _print(f"agentcompass report: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if not runs:
-        print(f"agentcompass report: no run found in {' '.join(args.run_dirs or ['results'])} (a run's folder holds "
+        _print(f"agentcompass report: no run found in {' '.join(args.run_dirs or ['results'])} (a run's folder holds "
               "request.json). Fix: name a run's folder, results/<namespace>/<run_id>, or the results root it is in",
               file=sys.stderr)
         return EXIT_USAGE
@@ -457,14 +463,14 @@ def cmd_report(args) -> int:
         # a run still building its files would write the same folder: wait for it, as a second run would
         held = locks.acquire_all(run.path for run in runs)
     except locks.Busy as exc:
-        print(f"agentcompass: {exc}", file=sys.stderr)
+        _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_LOCKED
     try:
         for run in runs:
             try:
-                print(report.build(run.path))
+                _print(report.build(run.path))
             except (OSError, ValueError, KeyError) as exc:
-                print(f"agentcompass report: {run.path}: a file of this run cannot be read ({type(exc).__name__}: "
+                _print(f"agentcompass report: {run.path}: a file of this run cannot be read ({type(exc).__name__}: "
                       f"{exc}). Fix: run its request again, which rebuilds the files that are not valid",
                       file=sys.stderr)
                 return 1
@@ -515,12 +521,12 @@ def _init_files() -> dict[str, Path]:
 def cmd_init(args) -> int:
     target = Path(args.directory)
     if target.exists() and not target.is_dir():
-        print(f"agentcompass init: {target} is a file. Fix: name a new or existing folder", file=sys.stderr)
+        _print(f"agentcompass init: {target} is a file. Fix: name a new or existing folder", file=sys.stderr)
         return EXIT_USAGE
     written = [*_init_files(), "Snakefile"]
     present = [name for name in written if (target / name).exists()]
     if present:
-        print(f"agentcompass init: {target} already holds {', '.join(present)}; nothing was written. "
+        _print(f"agentcompass init: {target} already holds {', '.join(present)}; nothing was written. "
               "Fix: choose another folder, or move these away", file=sys.stderr)
         return EXIT_USAGE
     for name, source in _init_files().items():
@@ -531,7 +537,7 @@ def cmd_init(args) -> int:
         else:
             shutil.copyfile(source, dest)
     write_text_atomic(target / "Snakefile", MODULE_SNAKEFILE)
-    print(f"wrote {', '.join(str(target / name) for name in written)}\n"
+    _print(f"wrote {', '.join(str(target / name) for name in written)}\n"
           f"next: cd {target} && agentcompass run   (or: snakemake --cores 2)")
     return 0
 
@@ -607,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as exc:
-        print(f"agentcompass: invalid run config: {exc}", file=sys.stderr)
+        _print(f"agentcompass: invalid run config: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

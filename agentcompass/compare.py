@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcompass import keypaths, results
+from agentcompass.display import visible
 from agentcompass.runtime.models import TaskStatus
 
 RESAMPLES = 10_000
@@ -337,11 +338,11 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _attempt_name(item: dict, attempts: int) -> str:
-    return item["task_id"] if attempts <= 1 else f"{item['task_id']} #{item['attempt']}"
+    return visible(item["task_id"]) if attempts <= 1 else f"{visible(item['task_id'])} #{item['attempt']}"
 
 
 def _run_line(label: str, info: RunInfo) -> str:
-    return (f"{label}: {info.path} ({info.benchmark}, {info.harness}, {info.model}; "
+    return (f"{label}: {visible(info.path)} ({visible(info.benchmark)}, {visible(info.harness)}, {visible(info.model)}; "
             f"{info.finished} of {info.attempts} attempts finished)")
 
 
@@ -349,7 +350,7 @@ SHOWN = 20
 
 
 def _config_value(item: dict, side: str, width: int | None = 60) -> str:
-    return keypaths.value_text(item.get(side, keypaths.ABSENT), width)
+    return visible(keypaths.value_text(item.get(side, keypaths.ABSENT), width))
 
 
 def render(comparisons: list[Comparison]) -> str:
@@ -376,12 +377,12 @@ def render(comparisons: list[Comparison]) -> str:
         for key, title in (("only_a", "unpaired, finished in A only"), ("only_b", "unpaired, finished in B only")):
             items = getattr(c, key)
             if items:
-                shown = ", ".join(f"{_attempt_name(i, per_task)} ({i['why']})" for i in items[:SHOWN])
+                shown = ", ".join(f"{_attempt_name(i, per_task)} ({visible(i['why'])})" for i in items[:SHOWN])
                 more = f" and {len(items) - SHOWN} more (--json: all)" if len(items) > SHOWN else ""
                 lines.append(f"{title} ({len(items)}, left out of the statistics): {shown}{more}")
         lines.append("config (request.json, A -> B):" if c.config else "config (request.json): the same")
         for item in c.config:
-            lines.append(f"  {item['path']}: {_config_value(item, 'a')} -> {_config_value(item, 'b')}")
+            lines.append(f"  {visible(item['path'])}: {_config_value(item, 'a')} -> {_config_value(item, 'b')}")
     m = comparisons[0].method
     lines += ["", f"95% CI: percentile paired bootstrap over tasks ({m['resamples']} resamples, seed {m['seed']}); "
                   "pass = correct (an error counts as a fail, as in metrics.json's accuracy)"]

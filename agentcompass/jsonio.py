@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -25,6 +26,42 @@ def publishing(hook: Callable[[Path], None]) -> Iterator[None]:
         yield
     finally:
         _before_publish.reset(token)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def not_unicode(value: Any, path: tuple = ()) -> tuple | None:
+    """The key path of the first text in ``value`` (a key or a value, at any depth) that no UTF-8 file
+    can hold: one with a lone surrogate, such as a JSON ``"\\ud800"`` escape or a command-line byte that
+    is not UTF-8 (Python keeps it as ``\\udcff``). None when every text is valid Unicode."""
+    if isinstance(value, str):
+        return path if _SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _SURROGATE.search(key):
+                return (*path, key)
+            found = not_unicode(item, (*path, key))
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = not_unicode(item, (*path, index))
+            if found is not None:
+                return found
+    return None
+
+
+def without_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate of its texts (keys too) replaced by U+FFFD: what a record
+    keeps of data that is not valid Unicode."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {without_surrogates(k): without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_surrogates(v) for v in value]
+    return value
 
 
 def canonical_json(payload: Any) -> str:

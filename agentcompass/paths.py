@@ -7,6 +7,9 @@ import urllib.parse
 from pathlib import Path
 
 MAX_SEGMENT_BYTES = 200
+# a namespace, a run id (a request's name by default): one path segment each, whole, so the
+# files and temporary files written beside and inside them stay within a file name's 255 bytes
+MAX_NAME_CHARS = 240
 
 
 def task_segment(task_id: str) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentcompass import keypaths, results
+from agentcompass.display import visible
 from agentcompass.paths import task_segment
 from agentcompass.pipeline import fingerprints, reuse, stages
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
@@ -535,11 +536,11 @@ def render(d: Diff, verbose: bool = False) -> str:
                     where += f", {row['attempts']} attempt(s)"
                 values = "values differ by attempt (-v)"
                 if len(row["values"]) == 1:
-                    values = f"{keypaths.value_text(change.a)} -> {keypaths.value_text(change.b)}"
+                    values = f"{visible(keypaths.value_text(change.a))} -> {visible(keypaths.value_text(change.b))}"
                 also = [s for s in change.stages if s not in (stage, "request")]
                 extra = f"; also read by {', '.join(also)}" if also else ""
                 assumed = "; counted for every stage (not decidable alone)" if change.assumed else ""
-                lines.append(f"    {change.name}: {values}  [{where}{extra}{assumed}]")
+                lines.append(f"    {visible(change.name)}: {values}  [{where}{extra}{assumed}]")
     counts, reasons = d.counts(), d.reasons()
     lines += ["", f"What reruns when A's folder is built with B's settings ({RULE_WORDS}):"]
     if not counts:
@@ -565,10 +566,11 @@ def render(d: Diff, verbose: bool = False) -> str:
         for x in shown:
             head = {"both": "", "a": " (only in A)", "b": " (only in B)"}[x.side]
             files = ", ".join(FILES[s] for s in x.reruns) or "nothing reruns"
-            lines.append(f"  {x.task_id} #{x.attempt}{head}: {files}")
+            lines.append(f"  {visible(x.task_id)} #{x.attempt}{head}: {files}")
             for change in x.changes:
                 readers = ", ".join(change.stages) or "no stage"
-                lines.append(f"    {change.source} {change.name}: {change.values[0]} -> {change.values[1]}  "
+                lines.append(f"    {change.source} {visible(change.name)}: {visible(change.values[0])} -> "
+                             f"{visible(change.values[1])}  "
                              f"[read by {readers}]")
     elif d.kind == "run" and any(x.changes for x in d.attempts):
         lines.append("(-v: every attempt's differences)")

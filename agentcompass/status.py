@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from agentcompass.display import visible
 from agentcompass.paths import task_segment
 from agentcompass.pipeline import engine
 from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
@@ -235,7 +236,8 @@ def render(statuses: list[RequestStatus], verbose: bool = False) -> str:
         for error in shown:
             stage = f" at {error.stage}" if error.stage else ""
             first_line = error.error.strip().splitlines()[0] if error.error.strip() else ""
-            lines.append(f"    {error.status}{stage}: {error.task_id} attempt {error.attempt}: {first_line[:300]}")
+            lines.append(f"    {error.status}{stage}: {visible(error.task_id)} attempt {error.attempt}: "
+                         f"{visible(first_line[:300])}")
         if len(shown) < len(s.errors):
             lines.append(f"    ... and {len(s.errors) - len(shown)} more failed attempt(s) (-v lists them all)")
         if s.problem:

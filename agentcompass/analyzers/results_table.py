@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentcompass import display
+from agentcompass.jsonio import write_text_atomic
 from agentcompass.runtime import ANALYZERS, BaseAnalyzer, RunRequest
 
 
@@ -18,7 +20,7 @@ class ResultsTableAnalyzer(BaseAnalyzer):
         out_dir.mkdir(parents=True, exist_ok=True)
         frame = results.sort_values(["task_id", "attempt"], kind="stable")
         table = out_dir / "results.csv"
-        frame.to_csv(table, index=False)
+        write_text_atomic(table, display.csv_text(frame, index=False))
         by_status = out_dir / "by_status.csv"
-        frame.groupby("status").size().rename("attempts").to_csv(by_status)
+        write_text_atomic(by_status, display.csv_text(frame.groupby("status").size().rename("attempts")))
         return [table, by_status]

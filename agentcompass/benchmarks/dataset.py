@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import json
 import string
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from agentcompass.benchmarks.dataset_scorers import (
     to_letter,
 )
 from agentcompass.benchmarks.task_dir import tree_digest
+from agentcompass.display import visible
+from agentcompass.jsonio import not_unicode
 from agentcompass.runtime import (
     BENCHMARKS,
     BaseBenchmark,
@@ -229,16 +232,25 @@ def read_rows(path: Path, fmt: str, split: str | None) -> list[dict[str, Any]]:
         return _jsonl(path)
     if fmt == "csv":
         import csv
-        with path.open(newline="", encoding="utf-8") as handle:
-            return [dict(row) for row in csv.DictReader(handle)]
+        return [dict(row) for row in csv.DictReader(io.StringIO(_utf8(path), newline=""))]
     if fmt == "parquet":
         return _parquet(path)
     return _hf_disk(path, split)
 
 
+def _utf8(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"dataset: {path}:{line} is not UTF-8 text (byte {data[exc.start]:#04x}); save the file "
+                          "as UTF-8") from None
+
+
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(_utf8(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -247,6 +259,11 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
             raise ConfigError(f"dataset: {path}:{number} is not valid JSON ({exc.msg}); fix that line") from None
         if not isinstance(row, dict):
             raise ConfigError(f"dataset: {path}:{number} is not a JSON object; each line must be one row {{...}}")
+        bad = not_unicode(row)
+        if bad is not None:
+            raise ConfigError(f"dataset: {path}:{number}: the field {visible('.'.join(map(str, bad)))!r} holds a lone "
+                              "surrogate escape (\\ud800 to \\udfff), which stands for no character; write the "
+                              "character itself (or its pair of escapes)")
         rows.append(row)
     return rows
 

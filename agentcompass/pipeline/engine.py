@@ -315,6 +315,31 @@ def before_markers_are_read(workflow, callback: Callable[[], None]) -> None:
     DAG.check_incomplete = check_incomplete
 
 
+def accept_periodic_names(rules: Iterable[str]) -> None:
+    """Let the jobs of ``rules`` take wildcard values that end in a repeated run of characters.
+
+    Snakemake refuses a value whose end repeats one substring 20 times or more
+    (``nnnn...``, ``task-000...0``), taking it for a rule that feeds on its own
+    output. No rule of the workflow reads an output of its own kind, and a
+    namespace, a run id or a task id are names the user and the task data
+    choose: such a name must run like any other.
+    """
+    from snakemake.dag import DAG
+
+    current = DAG.check_periodic_wildcards
+    check = getattr(current, "__wrapped__", current)  # Snakemake's own
+    names = frozenset(rules) | getattr(current, "_agentcompass_rules", frozenset())
+
+    def check_periodic_wildcards(self, job):
+        if job.rule.name in names:
+            return None
+        return check(self, job)
+
+    check_periodic_wildcards._agentcompass_rules = names  # type: ignore[attr-defined]
+    check_periodic_wildcards.__wrapped__ = check  # type: ignore[attr-defined]
+    DAG.check_periodic_wildcards = check_periodic_wildcards
+
+
 class _NoSoftware:
     """A job as Snakemake's software-stack hash sees it: no conda env, container or modules (run: rules)."""
 

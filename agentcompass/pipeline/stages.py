@@ -21,7 +21,8 @@ import agentcompass
 from agentcompass import aio
 from agentcompass import results as results_data
 from agentcompass.aio import run_coroutine
-from agentcompass.jsonio import interrupted_writes, read_json, write_bytes_atomic
+from agentcompass.display import visible
+from agentcompass.jsonio import interrupted_writes, not_unicode, read_json, write_bytes_atomic
 from agentcompass.logs import LOG
 from agentcompass.paths import task_segment
 from agentcompass.runtime.base import (
@@ -211,6 +212,13 @@ def write_tasks(req: RunRequest, out: str | Path) -> list[TaskSpec]:
                 "are duplicates (or map to the same path); task ids must be unique"
             )
         seen[segment] = task.task_id
+        bad = not_unicode(task.to_dict())
+        if bad is not None:  # every file is UTF-8: such a task could be written nowhere
+            raise ValueError(
+                f"benchmark {req.benchmark.id!r}: task {visible(task.task_id)!r}: its field "
+                f"{visible('.'.join(map(str, bad)))!r} holds text that is not valid Unicode (a lone surrogate, "
+                "e.g. from a \\ud800 escape or a byte that is not UTF-8); correct the task data"
+            )
     write_file("tasks", out, TasksFile(req.metadata.request_name, req.benchmark.id, tasks))
     return tasks
 

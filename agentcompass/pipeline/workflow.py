@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import yaml
 
-from agentcompass import aio, logs, report
+from agentcompass import aio, display, logs, report
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
@@ -99,7 +99,7 @@ class EvaluationWorkflow:
             )
             evaluation = cls(resolve_orchestration(config))
         except ConfigError as exc:
-            print(f"agentcompass: invalid run config: {exc}", file=sys.stderr)
+            print(display.terminal_text(f"agentcompass: invalid run config: {exc}"), file=sys.stderr)
             # Raising inside the Snakefile stops Snakemake before any job or file exists;
             # the status is the CLI's for bad input (docs/reuse.md, Exit status).
             raise SystemExit(2) from None
@@ -117,6 +117,8 @@ class EvaluationWorkflow:
             self.resources.apply_caps()
             # recovery before Snakemake reads the incomplete markers, whatever the targets
             engine.before_markers_are_read(workflow, self.inv.begin)
+            engine.accept_periodic_names(("all", "request", "tasks", "plans", "prepare", "run", "evaluate",
+                                          "metrics", "report", "shard"))
 
     # -- the rules' run: blocks ------------------------------------------------------------
     # Their text is each rule's ``code``, which Snakemake records and compares: it stays as

@@ -17,7 +17,10 @@ A 429, a 5xx, a timeout or a dropped connection is retried with exponential
 backoff and jitter (a ``Retry-After`` header, capped, sets the wait instead);
 when the retries run out, ``ModelCallError`` names the last error. A reply
 that arrives but is unusable (not JSON, no choices, no content) is the model's
-answer: an empty one, recorded in ``ChatReply.malformed``, not an error.
+answer: an empty one, recorded in ``ChatReply.malformed``, not an error. A
+reply whose JSON holds text that is not valid Unicode (a lone surrogate escape
+such as ``"\\ud800"``) is an error of the call, not retried: no file could
+hold it as the answer; the trajectory keeps it with U+FFFD in its place.
 """
 
 from __future__ import annotations
@@ -40,8 +43,11 @@ from typing import Any
 
 import httpx
 
+from agentcompass.display import visible
+from agentcompass.jsonio import not_unicode, without_surrogates
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
+from agentcompass.runtime.models.request import BASE_URL_FIX, base_url_problem
 from agentcompass.secrets import MissingSecretError, check_header_value, resolve_secret
 
 # The statuses OpenAI's own SDK retries (with every 5xx): every other 4xx is a
@@ -58,6 +64,9 @@ class Trajectory:
 
     def append(self, kind: str, **event: Any) -> None:
         line = json.dumps({"type": kind, **event}, sort_keys=True, ensure_ascii=False, default=str)
+        if not_unicode(line) is not None:  # text no UTF-8 file holds: its lone surrogates become U+FFFD
+            line = json.dumps(without_surrogates({"type": kind, **event}), sort_keys=True, ensure_ascii=False,
+                              default=lambda value: without_surrogates(str(value)))
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(line + "\n")
 
@@ -116,6 +125,7 @@ class ModelCallError(RuntimeError):
     """A model call that failed on every try; the message names the last error."""
 
     status: int | None = None  # the HTTP status of a refusal, when there was one
+    reply: Any = None  # the reply body of a reply that could not be used, as recorded
 
 
 class _RetryableError(Exception):
@@ -322,6 +332,10 @@ class ModelClient:
             raise ModelCallError(f"model: {exc}") from None
         if not _HTTP_URL.match(base_url):
             raise ModelCallError(f"model.base_url {self.model.base_url!r} does not resolve to an http:// or https:// URL")
+        problem = base_url_problem(base_url)
+        if problem:  # the URL as configured: what a reference resolves to is not shown
+            raise ModelCallError(f"model.base_url {self.model.base_url!r}, as resolved in this job: {problem}; "
+                                 f"{BASE_URL_FIX}")
         self._wire_url = base_url.rstrip("/") + "/chat/completions"
         if key:
             headers["Authorization"] = f"Bearer {key}"
@@ -375,8 +389,9 @@ class ModelClient:
                 self.usage.retries += 1
                 await asyncio.sleep(self._delay(number, exc.retry_after))
             except ModelCallError as exc:
+                extra = {} if exc.reply is None else {"reply": exc.reply}
                 self._record(record, where, body, number, status=exc.status, error=str(exc),
-                             retried=False)
+                             retried=False, **extra)
                 raise
             else:
                 extra = {"usage_unreadable": tokens_unread} if tokens_unread else {}
@@ -417,6 +432,15 @@ class ModelClient:
         prompt, completion, unread = reply_tokens(data.get("usage") if isinstance(data, dict) else None)
         self.usage.prompt_tokens += prompt
         self.usage.completion_tokens += completion
+        bad = not_unicode(data)
+        if bad is not None:
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in bad).lstrip(".") or "the body"
+            invalid = ModelCallError(
+                f"the model's reply is not valid Unicode: {visible(where)} holds a lone surrogate (a \\ud800 to "
+                "\\udfff escape that stands for no character), so it cannot be the answer; the endpoint or the "
+                "model produced broken text (its reply is in the trajectory, with U+FFFD in place of each)")
+            invalid.status, invalid.reply = reply.status_code, without_surrogates(data)
+            raise invalid
         return reply.status_code, data, unread
 
     def _delay(self, number: int, retry_after: float | None) -> float:

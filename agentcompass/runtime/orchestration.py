@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -25,6 +26,10 @@ from .models import (
 )
 from .models.codec import from_dict
 from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES, load_components
+from agentcompass.paths import MAX_NAME_CHARS
+
+from .models.request import BASE_URL_FIX, base_url_problem
+from agentcompass.secrets import references, resolve_secret
 
 if TYPE_CHECKING:
     from .base import BaseBenchmark, BaseEnvironment, BaseHarness
@@ -63,7 +68,12 @@ def _params(config: dict, table: str, cid: str, *layers: tuple[str | None, dict]
 
 
 def _slug(value: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-.") or "run"
+    """A request name made of ids: path-safe, and cut (with a hash of the whole) to fit a folder name."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-.") or "run"
+    if len(slug) > MAX_NAME_CHARS:
+        digest = hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        slug = f"{slug[:MAX_NAME_CHARS - 13].rstrip('-.')}-{digest}"
+    return slug
 
 
 def resolve_orchestration(
@@ -195,6 +205,10 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
     benchmark = BENCHMARKS.get(req.benchmark.id)()
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and req.output.run_id is None:
         raise fail("output", f"request name {name!r} is not path-safe", "rename the request or set output.run_id")
+    if len(name) > MAX_NAME_CHARS and req.output.run_id is None:
+        raise fail("output", f"request name {name[:40]!r}... is {len(name)} characters long, and it names the run's "
+                             f"folder, which may have at most {MAX_NAME_CHARS}",
+                   "rename the request, or set output.run_id (--run-id) to a shorter name")
     try:
         benchmark_config = benchmark.build_config(req)
     except (ConfigError, ContractError) as exc:
@@ -221,6 +235,12 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
             "set model.base_url to its OpenAI-compatible endpoint, e.g. 'base_url: http://127.0.0.1:8000/v1' "
             "(--base-url on the command line)",
         )
+    for where, model in (("model", req.model), *(("benchmark", m) for m in benchmark.evaluation_models(req))):
+        if model.base_url and references(model.base_url):
+            problem = base_url_problem(resolve_secret(model.base_url))
+            if problem:
+                raise fail(where, f"model.base_url {model.base_url!r}, with its ${{VAR}} references resolved "
+                                  f"(their values are not shown): {problem}", BASE_URL_FIX)
     from .recipes import build_run_recipe_registry
     from .registry import ANALYZERS
 

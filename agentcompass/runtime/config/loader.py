@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ import yaml
 
 from agentcompass import PROJECT_ROOT
 
+from agentcompass.display import visible
+from agentcompass.jsonio import not_unicode
 from agentcompass.secrets import references
 
 from .fields import ConfigError, yaml_list
@@ -151,6 +154,53 @@ def _check_refs(node: Any, source: str, path: tuple = ()) -> None:
                 f"export {name}=... before running (it is read by the job that uses this field, "
                 "and never written), or remove the reference",
             )
+        if not_unicode(os.environ[name]) is not None:
+            raise config_error(
+                source, path, f"environment variable {name} holds bytes that are not UTF-8 (its value is not shown)",
+                f"export {name} again with its value in UTF-8 (check the terminal's encoding with 'locale')",
+            )
+
+
+def _not_json(node: Any, path: tuple = ()) -> tuple[tuple, str] | None:
+    """The first value that a JSON file cannot hold as it is, and why (YAML also reads dates, binary
+    data and ``.nan``), else None."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found = _not_json(value, (*path, key))
+            if found:
+                return found
+        return None
+    if isinstance(node, list):
+        for index, value in enumerate(node):
+            found = _not_json(value, (*path, index))
+            if found:
+                return found
+        return None
+    if isinstance(node, float) and not math.isfinite(node):
+        return path, f"{node!r} is not a number a JSON file can hold. Fix: give a finite number"
+    if node is None or isinstance(node, (str, int, float)):
+        return None
+    return path, (f"YAML reads this value as {type(node).__name__} ({str(node)[:40]!r}), which a JSON file "
+                  "cannot hold. Fix: quote it to give it as text")
+
+
+def _check_data(data: Any, source: str) -> None:
+    """Refuse what no results file can hold, naming its field: a value JSON has no form for, and text
+    that is not valid Unicode (every file a run writes is UTF-8)."""
+    found = _not_json(data)
+    if found is not None:
+        where, why = found
+        raise ConfigError(f"{source}: field '{dotted(where)}': {why}")
+    path = not_unicode(data)
+    if path is None:
+        return
+    on_command_line = not Path(source).is_file()
+    fix = ("give the value in UTF-8: a byte that is not UTF-8 reached the command line (check the "
+           "terminal's encoding with 'locale')" if on_command_line else
+           "save the file as UTF-8 and write the character itself instead of a lone surrogate escape "
+           "(\\ud800 to \\udfff stand for no character alone)")
+    raise config_error(source, tuple(visible(p) if isinstance(p, str) else p for p in path),
+                       "holds text that is not valid Unicode (shown with its escapes)", fix)
 
 
 # Model params the client cannot honour, and why: it reads one JSON reply and its first choice,
@@ -224,6 +274,9 @@ _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", b
 
 def read_layer(path: str | Path) -> ConfigLayer:
     path = Path(path)
+    if not_unicode(str(path)) is not None:
+        raise ConfigError(f"{visible(str(path))}: the config file's name is not UTF-8, and a request records the "
+                          "names of its config files. Fix: rename the file (or a folder on its path) in UTF-8")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -266,6 +319,7 @@ def prepare_layer(layer: ConfigLayer) -> ConfigLayer:
             "move each model under 'requests.<name>.model' (or 'defaults.model') as "
             "{id, base_url, api_key: ${VAR}, params}",
         )
+    _check_data(layer.data, layer.source)
     _check_refs(layer.data, layer.source)
     return layer
 
@@ -373,6 +427,10 @@ def validate_config(config: RunConfig) -> None:
     fix = f"expected: {description}" if description else "see schemas/config.schema.yaml"
     if error.validator == "type":
         raise config_error(config.source_of(path), path, *_type_problem(path, error.instance, error.validator_value, fix))
+    if error.validator == "maxLength" and isinstance(error.instance, str):
+        raise config_error(config.source_of(path), path,
+                           f"{error.instance[:40]!r}... is {len(error.instance)} characters long, more than the "
+                           f"{error.validator_value} allowed", f"give a shorter value ({description or 'see schemas/config.schema.yaml'})")
     if error.validator == "pattern":
         raise config_error(config.source_of(path), path, f"{error.instance!r} is not of the expected form", fix)
     raise config_error(config.source_of(path), path, error.message, fix)

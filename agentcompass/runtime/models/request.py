@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import copy
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from agentcompass.paths import MAX_NAME_CHARS
 
 from .codec import Contract, ContractError
 
@@ -24,11 +27,38 @@ SECRET_HEADER = re.compile(r"authorization|key|token|secret|password|cookie", re
 ANY_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
+def base_url_problem(url: str) -> str | None:
+    """What is wrong with an endpoint URL without ``${VAR}`` references, or None: the scheme, the
+    host and the port (1 to 65535) are checked as the HTTP client will read them."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises for a port that is no number or out of range
+    except ValueError as exc:
+        return f"it is not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return f"its scheme must be http or https, not {parts.scheme!r}"
+    if not parts.hostname:
+        return "it has no host"
+    if port == 0:
+        return "its port must be 1 to 65535, not 0"
+    if any(ord(c) < 0x21 or ord(c) == 0x7f for c in url):
+        return "it holds a space or a control character"
+    return None
+
+
+BASE_URL_FIX = "write it as http://HOST:PORT/PATH with a port of 1 to 65535, e.g. http://127.0.0.1:8000/v1"
+
+
 def _require_slug(value: str, where: str) -> None:
     if not SLUG.match(value):
         raise ContractError(
             f"{where} must be a path-safe name (letters, digits, '.', '_', '-'; "
             f"not starting with '.' or '-'), got {value!r}"
+        )
+    if len(value) > MAX_NAME_CHARS:
+        raise ContractError(
+            f"{where} is {len(value)} characters long, and a name of a results folder may have at most "
+            f"{MAX_NAME_CHARS}; give a shorter one (it begins {value[:40]!r})"
         )
 
 
@@ -78,6 +108,9 @@ class ModelSpec(Contract):
                 f"ModelSpec.base_url must be an http:// or https:// URL with a host, such as "
                 f"http://127.0.0.1:8000/v1, got {self.base_url!r}"
             )
+        problem = None if self.base_url is None or ANY_REF.search(self.base_url) else base_url_problem(self.base_url)
+        if problem:
+            raise ContractError(f"model.base_url {self.base_url!r}: {problem}; {BASE_URL_FIX}")
         if self.api_key is not None and not ENV_REF.match(self.api_key):
             raise ContractError(
                 "ModelSpec.api_key must name an environment variable as '${VAR}'; "

@@ -381,8 +381,6 @@ def attempt(folder: str | Path, *, text_limit: int | None = None) -> dict[str, A
 
 # how deep the folders of an attempt are read (an agent's workspace can be thousands of levels deep)
 WALK_DEPTH = 32
-_SPECIAL = {"fifo": "a FIFO", "socket": "a socket", "char-device": "a character device",
-            "block-device": "a block device", "other": "a special file"}
 
 
 def _attempt_files(folder: str, text_limit: int | None, most: int = 200) -> list[tuple[str, str | None]]:
@@ -408,7 +406,7 @@ def _attempt_files(folder: str, text_limit: int | None, most: int = 200) -> list
                 target = trees.shown(entry.target or b"")
                 found.append((name, f"[a symbolic link to {target}: not followed]"))
             elif entry.kind != "file":
-                found.append((name, f"[{_SPECIAL[entry.kind]}: not read]"))
+                found.append((name, f"[{trees.SPECIAL_KINDS[entry.kind]}: not read]"))
             elif name == os.fsdecode(entry.path) and len(parts) == 1:
                 found.append((name, None))
             else:

@@ -303,3 +303,48 @@ def shown(name: str | bytes) -> str:
         else:
             out.append(char)
     return "".join(out)
+
+
+# what each kind of entry that is not a file, folder or link is called in a message
+SPECIAL_KINDS = {"fifo": "a FIFO", "socket": "a socket", "char-device": "a character device",
+          "block-device": "a block device", "other": "a special file"}
+
+
+def confined(root: str | os.PathLike | bytes, *, most_depth: int = 64, folder_links: bool = True,
+             prune: Callable[[bytes], bool] | None = None) -> str | None:
+    """The first entry under the folder ``root`` that reaches out of it, as ``"<path below root>: why"``;
+    None when every entry stays inside.
+
+    Out of it: a link whose target is absolute or resolves outside ``root``
+    (through any chain of links), a link to a FIFO, socket or device, a FIFO,
+    socket or device itself, folders nested deeper than ``most_depth``; with
+    ``folder_links`` false also a link to a folder (a builder that follows links
+    would walk it, and a loop forever). A link that stays inside is fine, even a
+    dangling one. ``prune``: folders (by path below ``root``) not looked into.
+    """
+    base = os.path.realpath(os.fsencode(root))
+    for entry, _ in walk(base, most_depth=most_depth, prune=prune):
+        where = shown(entry.path)
+        if entry.kind == "dir":
+            if entry.cut:
+                return f"{where}: folders nest deeper than {most_depth} levels"
+            continue
+        if entry.kind in SPECIAL_KINDS:
+            return f"{where}: is {SPECIAL_KINDS[entry.kind]}, not a file, folder or link"
+        if entry.kind != "link":
+            continue
+        target = entry.target or b""
+        if os.path.isabs(target):
+            return f"{where}: is a symbolic link to the absolute path {shown(target)}, outside the folder"
+        resolved = os.path.realpath(os.path.join(base, os.path.dirname(entry.path), target))
+        if resolved != base and not resolved.startswith(base.rstrip(b"/") + b"/"):
+            return f"{where}: is a symbolic link to {shown(target)}, which leads outside the folder"
+        try:
+            kind = kind_of(os.stat(resolved).st_mode)
+        except OSError:
+            continue  # dangling (or a loop): nothing is reached through it
+        if kind in SPECIAL_KINDS:
+            return f"{where}: is a symbolic link to {SPECIAL_KINDS[kind]} ({shown(target)})"
+        if kind == "dir" and not folder_links:
+            return f"{where}: is a symbolic link to a folder ({shown(target)}), which a build would walk into"
+    return None

@@ -54,6 +54,15 @@ echo deep > bottom.txt
 """
 
 
+@pytest.fixture(autouse=True)
+def deep_trees_removed(tmp_path: Path):
+    """The trees these tests leave are removed after each test: pytest's own cleanup of old temporary
+    folders (shutil.rmtree, recursive) fails on 1,100 levels."""
+    yield
+    for child in tmp_path.iterdir():
+        trees.remove_tree(child, ignore_errors=True)
+
+
 def environment_of(provider: str) -> dict:
     if provider == "docker":
         require_docker()

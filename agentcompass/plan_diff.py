@@ -17,7 +17,6 @@ from what Snakemake does.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +79,7 @@ FIX = ("Fix: name two plan.json files, two attempt folders (results/<namespace>/
 
 def _read(path: Path, what: str) -> Any:
     try:
-        return json.loads(path.read_text())
+        return results.read_json(path)
     except (OSError, ValueError) as exc:
         raise DiffError(f"{path}: cannot read {what} ({exc}). Fix: run the request again to rewrite it") from None
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from agentcompass import trees
 from agentcompass.paths import task_segment
 from agentcompass.runtime.models.result import TaskStatus
 
@@ -74,7 +75,7 @@ class Run:
     def metrics(self) -> dict[str, Any] | None:
         """metrics.json as written, or None before the run's metrics stage has written it."""
         metrics_file = self.path / "metrics.json"
-        return json.loads(metrics_file.read_text()) if metrics_file.exists() else None
+        return _read(metrics_file) if metrics_file.exists() else None
 
     def attempts(self) -> list[tuple[dict, int, Path]]:
         """(task, attempt, attempt folder) of every attempt tasks.json lists, in its order."""
@@ -87,13 +88,28 @@ class Run:
                 for task in tasks for n in range(1, per_task + 1)]
 
 
-def _read(path: Path) -> Any:
+def read_json(path: str | Path) -> Any:
+    """A JSON file of a run's folder, read as agentcompass wrote it: a regular file, never through a link
+    (a link, a FIFO or a device in its place is a ValueError, and nothing of it is read)."""
     try:
-        return json.loads(path.read_text())
+        text = trees.read_bytes(path).decode("utf-8")
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ValueError(f"{path} is not a file agentcompass wrote (a link or a special file is in its place: "
+                         f"{exc.strerror}). Fix: delete it; the same run command builds it again") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text ({exc}). Fix: delete it; the same run command "
+                         f"builds it again") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         # agentcompass writes whole files by rename: this one was edited or cut by something else
         raise ValueError(f"{path} is not valid JSON ({exc}). Fix: delete it; the same run command "
                          f"builds it again") from None
+
+
+_read = read_json
 
 
 def open_run(path: str | Path) -> Run:
@@ -293,13 +309,18 @@ def summary(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None
 def last_change(path: Path) -> float | None:
     """The newest modification time (seconds since the epoch) of the files under ``path``."""
     newest = None
-    for folder, _, files in os.walk(path):
-        for name in files:
+    try:
+        for entry, fd in trees.walk(path, most_depth=WALK_DEPTH):
+            if entry.kind == "dir":
+                continue
             try:
-                stamp = os.stat(os.path.join(folder, name)).st_mtime
-            except FileNotFoundError:  # a file replaced while we walk: its new version is counted when seen
+                name = os.path.basename(entry.path)
+                stamp = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime
+            except OSError:  # a file replaced while we walk: its new version is counted when seen
                 continue
             newest = stamp if newest is None else max(newest, stamp)
+    except OSError:  # the folder itself is gone (or a link)
+        pass
     return newest
 
 
@@ -331,60 +352,103 @@ def attempt(folder: str | Path, *, text_limit: int | None = None) -> dict[str, A
     other file of the folder and its subfolders (not the workspace, the agent's
     working copy), as text. ``text_limit`` keeps the last that many bytes of each
     log and file: a traceback or a test's verdict is at the end.
+
+    Nothing outside the folder is read: a link is shown as a link (its target as
+    text), a FIFO, socket or device by its kind, never opened; names are shown as
+    ``trees.shown`` writes them (bytes that are not UTF-8 and control characters
+    escaped); folders deeper than ``WALK_DEPTH`` are left out, with a note.
     """
     # plain strings and one directory listing: a report reads 10,000 of these
     folder = os.fspath(folder)
     record: dict[str, Any] = {"prepared": None, "output": None, "result": None, "plan": None,
                               "trajectory": [], "logs": {}, "files": {}}
-    for name, path in _attempt_files(folder):
-        if name in ATTEMPT_JSON:
-            with open(path, encoding="utf-8") as handle:
-                record[name[:-len(".json")]] = json.load(handle)
-        elif name == TRAJECTORY:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                for line in handle:
-                    if line.strip():
-                        try:
-                            record["trajectory"].append(json.loads(line))
-                        except ValueError:
-                            record["trajectory"].append({"unparsed": line.rstrip("\n")})
+    for name, text in _attempt_files(folder, text_limit):
+        if name in ATTEMPT_JSON and text is None:
+            record[name[:-len(".json")]] = read_json(os.path.join(folder, name))
+        elif name == TRAJECTORY and text is None:
+            data = trees.read_bytes(os.path.join(folder, name)).decode("utf-8", "replace")
+            for line in data.splitlines():
+                if line.strip():
+                    try:
+                        record["trajectory"].append(json.loads(line))
+                    except ValueError:
+                        record["trajectory"].append({"unparsed": line})
         else:
-            record["logs" if name in STAGE_LOGS else "files"][name] = _text_tail(path, text_limit)
+            record["logs" if name in STAGE_LOGS else "files"][name] = text if text is not None else \
+                _text_tail(os.path.join(folder, name), text_limit)
     return record
 
 
-def _attempt_files(folder: str, most: int = 200) -> list[tuple[str, str]]:
-    """(name relative to the folder, path) of its files and its subfolders' files, in name order;
-    not the workspace nor hidden files (interrupted writes)."""
-    found: list[tuple[str, str]] = []
-    pending = [("", folder)]
-    while pending and len(found) < most:
-        prefix, directory = pending.pop()
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
+# how deep the folders of an attempt are read (an agent's workspace can be thousands of levels deep)
+WALK_DEPTH = 32
+
+
+def _attempt_files(folder: str, text_limit: int | None, most: int = 200) -> list[tuple[str, str | None]]:
+    """(name relative to the folder, shown with ``trees.shown``; None or the text to show) of its files
+    and its subfolders' files, in name order; not the workspace nor hidden files (interrupted writes).
+
+    None: a regular file at a plain name, read by path by the caller (a stage file, a log). Anything
+    else gets its text here: a file whose name had to be escaped, read through its folder's descriptor;
+    a link, a special file, a folder too deep, described and never opened.
+    """
+    found: list[tuple[str, str | None]] = []
+    try:
+        for entry, fd in trees.walk(folder, most_depth=WALK_DEPTH, prune=_not_shown):
+            parts = entry.path.split(b"/")
+            if parts[-1].startswith(b"."):
                 continue
-            if entry.is_dir(follow_symlinks=False):
-                if prefix or entry.name != "workspace":
-                    pending.append((f"{prefix}{entry.name}/", entry.path))
-            elif entry.is_file():
-                found.append((prefix + entry.name, entry.path))
-    return sorted(found[:most])
+            name = trees.shown(entry.path)
+            if entry.kind == "dir":
+                if entry.cut:
+                    found.append((name + "/", f"[a folder {WALK_DEPTH} levels down: what it holds is left out]"))
+                continue
+            if entry.kind == "link":
+                target = trees.shown(entry.target or b"")
+                found.append((name, f"[a symbolic link to {target}: not followed]"))
+            elif entry.kind != "file":
+                found.append((name, f"[{trees.SPECIAL_KINDS[entry.kind]}: not read]"))
+            elif name == os.fsdecode(entry.path) and len(parts) == 1:
+                found.append((name, None))
+            else:
+                found.append((name, _tail_of(parts[-1], fd, text_limit)))
+            if len(found) >= most:
+                break
+    except OSError:  # the folder is gone, or is not a folder
+        return []
+    return sorted(found)
+
+
+def _not_shown(path: bytes) -> bool:
+    """A folder ``attempt`` does not read: the prepared workspace, a hidden folder."""
+    return path == b"workspace" or path.rsplit(b"/", 1)[-1].startswith(b".")
+
+
+def _tail_of(name: bytes, dir_fd: int, limit: int | None) -> str:
+    try:
+        fd = trees.open_file(name, dir_fd)
+    except OSError as exc:
+        return f"[could not be read: {exc.strerror}]"
+    with os.fdopen(fd, "rb") as handle:
+        return _tail(handle, os.fstat(fd).st_size, limit)
 
 
 def _text_tail(path: str, limit: int | None) -> str:
-    size = os.path.getsize(path)
-    with open(path, "rb") as handle:
-        if limit is not None and size > limit:
-            handle.seek(size - limit)
-            data = handle.read()
-            if b"\0" in data[:8192]:
-                return f"[a binary file of {size} bytes]"
-            return f"[the first {size - limit} of {size} bytes are left out]\n" + data.decode("utf-8", "replace")
-        data = handle.read()
+    try:
+        fd = trees.open_file(path)
+    except OSError as exc:
+        return f"[could not be read: {exc.strerror}]"
+    with os.fdopen(fd, "rb") as handle:
+        return _tail(handle, os.fstat(fd).st_size, limit)
+
+
+def _tail(handle, size: int, limit: int | None) -> str:
+    if limit is not None and size > limit:
+        handle.seek(size - limit)
+        data = handle.read(limit)
+        if b"\0" in data[:8192]:
+            return f"[a binary file of {size} bytes]"
+        return f"[the first {size - limit} of {size} bytes are left out]\n" + data.decode("utf-8", "replace")
+    data = handle.read(limit) if limit is not None else handle.read()
     if b"\0" in data[:8192]:
         return f"[a binary file of {size} bytes]"
     return data.decode("utf-8", "replace")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 from agentcompass import PROJECT_ROOT, aio
 from agentcompass.pipeline import locks
-from agentcompass.results import error_kind
+from agentcompass.results import error_kind, read_json
 from agentcompass.runtime.config import load_run_config
 from agentcompass.runtime.models import (
     Orchestration,
@@ -132,13 +132,13 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
             continue
         metrics_file = run_path / "metrics.json"
         if ok and metrics_file.exists():
-            data = json.loads(metrics_file.read_text())
+            data = read_json(metrics_file)
             outcome.counts, outcome.metrics = data["counts"], data["metrics"]
             outcome.done = sum(outcome.counts.values())
             failed = sum(n for status, n in outcome.counts.items() if TaskStatus(status).is_error)
             if failed:
                 outcome.state = "completed_with_errors"
-                results = (json.loads(path.read_text()) for _, _, path in attempts if path.exists())
+                results = (read_json(path) for _, _, path in attempts if path.exists())
                 kinds = Counter(error_kind(r.get("status"), r.get("error")) for r in results if TaskStatus(r["status"]).is_error)
                 outcome.errors = dict(kinds.most_common())
             else:

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from agentcompass.display import visible
 from agentcompass.paths import task_segment
 from agentcompass.pipeline import engine
+from agentcompass.results import read_json
 from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
 
 # Which file each rule writes, to say "output.json would rerun" rather than "rule run".
@@ -62,7 +63,7 @@ def attempt_results(run_path: Path, req: RunRequest) -> list[tuple[str, int, Pat
     tasks_file = run_path / "tasks.json"
     if not tasks_file.exists():
         return []
-    tasks = json.loads(tasks_file.read_text())["tasks"]
+    tasks = read_json(tasks_file)["tasks"]
     return [
         (t["task_id"], attempt, run_path / "attempts" / task_segment(t["task_id"]) / str(attempt) / "result.json")
         for t in tasks
@@ -78,7 +79,7 @@ def status_counts(run_path: Path, req: RunRequest) -> tuple[Counter, list[Failed
         if not path.exists():
             counts["missing"] += 1
             continue
-        result = json.loads(path.read_text())
+        result = read_json(path)
         counts[result["status"]] += 1
         if TaskStatus(result["status"]).is_error:
             errors.append(FailedAttempt(task_id, attempt, result["status"], result.get("error_stage"),
@@ -97,7 +98,7 @@ def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
     for _, _, path in attempt_results(run_path, req):
         if not path.exists():
             continue
-        status = TaskStatus(json.loads(path.read_text())["status"])
+        status = TaskStatus(read_json(path)["status"])
         if status == TaskStatus.EVAL_ERROR:
             targets.append(str(path))
         elif status.is_error:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentcompass import PROJECT_ROOT
+from agentcompass import PROJECT_ROOT, trees
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.runtime import (
     BENCHMARKS,
@@ -217,20 +217,69 @@ def read_task_toml(folder: Path) -> dict[str, Any]:
         raise ValueError(f"task_dir: {path} is not valid TOML ({exc}); fix the file") from None
 
 
+# how deep a task folder's folders may nest (deeper is refused at load; digests stop there)
+MOST_DEPTH = 64
+
+
 def tree_digest(path: Path) -> str | None:
-    """A digest of every file name, mode and content under ``path`` (None if it does not exist)."""
+    """A digest of every file name, mode and content under ``path`` (None if it does not exist).
+
+    Links are digested as their target's text (never followed), FIFOs and
+    devices not at all (never opened); any name, to ``MOST_DEPTH`` levels.
+    """
     if not path.exists():
         return None
     sha = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink())
-    for file in files:
-        sha.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
-        if file.is_symlink():
-            sha.update(b"link\0" + os.readlink(file).encode())
+    if path.is_file():
+        sha.update(os.fsencode(path.name) + b"\0")
+        sha.update(oct(path.stat().st_mode & 0o777).encode() + b"\0" + path.read_bytes() + b"\0")
+        return sha.hexdigest()
+    for entry, fd in trees.walk(path, most_depth=MOST_DEPTH):
+        if entry.kind not in ("file", "link"):
+            continue
+        name = os.path.basename(entry.path)
+        sha.update(entry.path + b"\0")
+        if entry.kind == "link":
+            sha.update(b"link\0" + (entry.target or b""))
         else:
-            sha.update(oct(file.stat().st_mode & 0o777).encode() + b"\0" + file.read_bytes())
+            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+            sha.update(oct(mode & 0o777).encode() + b"\0" + trees.read_bytes(name, dir_fd=fd))
         sha.update(b"\0")
     return sha.hexdigest()
+
+
+# the parts of a task folder that go somewhere whole: the build context and workspace, /tests, /solution
+_PARTS = (ENVIRONMENT, TESTS, SOLUTION)
+
+
+def check_links(folder: Path) -> None:
+    """Refuse (ValueError naming the file) a task folder with an entry that reaches out of it.
+
+    A task folder is data from elsewhere (git keeps links): its links must
+    stay inside the part they belong to, ``environment/``, ``tests/`` or
+    ``solution/`` for what is under them and the folder for the rest, and
+    must be relative; no link may lead to a FIFO, socket or device, nor
+    those exist in it. ``task.toml``, ``instruction.md`` and the three parts
+    must be themselves, not links; under ``environment/`` (the build context)
+    a link may not name a folder. Links that stay inside are kept.
+    """
+    real = folder.resolve()
+    fix = "replace the link by the file it names (a task folder must hold what it uses)"
+    other = "remove it (a task folder holds files, folders and links that stay inside it)"
+    for name in (TASK_TOML, INSTRUCTION, *_PARTS):
+        if (real / name).is_symlink():
+            raise ValueError(f"task_dir: {folder / name} is a symbolic link (to {trees.shown(os.readlink(real / name))}); "
+                             f"{name} must be the {'folder' if name in _PARTS else 'file'} itself: {fix}")
+    top = {os.fsencode(name) for name in _PARTS}
+    checks: list[tuple[Path, str, Any]] = [(real, "the task folder", top.__contains__)]
+    checks += [(real / part, f"{part}/", None) for part in _PARTS if (real / part).is_dir()]
+    for root, what, prune in checks:
+        problem = trees.confined(root, most_depth=MOST_DEPTH, folder_links=root.name != ENVIRONMENT or root == real,
+                                 prune=prune)
+        if problem is not None:
+            where, _, why = problem.partition(": ")
+            raise ValueError(f"task_dir: {root / where}: {why.replace('the folder', what)}; "
+                             f"{fix if 'symbolic link' in why else other}")
 
 
 def dockerfile_workdir(dockerfile: Path) -> str | None:
@@ -453,6 +502,7 @@ def load_task(folder: Path) -> TaskSpec:
 
 
 def _load_task(folder: Path) -> TaskSpec:
+    check_links(folder)
     config = read_task_toml(folder)
     compose = next((name for name in _COMPOSE_FILES if (folder / ENVIRONMENT / name).is_file()), None)
     if compose:

@@ -53,6 +53,7 @@ from agentcompass.runtime.base import (
 )
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
 from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
+from agentcompass.trees import confined
 
 from . import netns
 from .cgroups import check_limits
@@ -293,6 +294,12 @@ def _build(client, config: DockerConfig, path: str) -> str:
            dockerfile.stat().st_mtime_ns)
     with _build_lock:  # one build per Dockerfile and process, however many sessions open at once
         if key not in _built:
+            # the client tars the context following its links to folders (and reads .dockerignore through
+            # one): nothing of it may lead out of the context, nor be a FIFO or a device
+            problem = confined(context, folder_links=False)
+            if problem is not None:
+                raise ImageBuildError(f"docker environment: build context {str(context)!r}: {problem}; a build "
+                                      "context must hold what the build copies (replace the link by the file)")
             try:
                 # the tag and key above hash the references; the values exist only for this call
                 buildargs = resolve_secret(config.build_args)

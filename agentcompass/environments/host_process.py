@@ -37,6 +37,7 @@ from agentcompass.runtime import (
     NetworkPolicy,
 )
 from agentcompass.aio import child_running
+from agentcompass.trees import remove_tree
 from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
@@ -443,7 +444,7 @@ class HostProcessSession(EnvironmentSession):
             await asyncio.to_thread(self._cgroup.remove)
             self._cgroup = None
         if not keeps(retain, "always" if self.keep else "never", failed):
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove_tree(self.root, ignore_errors=True)  # any depth, names, links and modes the agent left
         forget_session(self.root)
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from agentcompass.trees import remove_tree
 
 SESSION_VAR = "AGENTCOMPASS_SESSION"
 EXEC_VAR = "AGENTCOMPASS_EXEC"
@@ -158,7 +159,7 @@ def clean_workspaces(root: Path, run_id: str | None, include_live: bool, dry_run
         workspace = Path(str(record_path)[: -len(SESSION_RECORD_SUFFIX)])
         report.workspaces.append(f"workspace {workspace} of {record.get('label', '?')}")
         if not dry_run:
-            shutil.rmtree(workspace, ignore_errors=True)
+            remove_tree(workspace, ignore_errors=True)
             record_path.unlink(missing_ok=True)
 
 

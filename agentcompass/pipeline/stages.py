@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import os
 import platform
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from agentcompass.runtime.planner import Planner
 from agentcompass.runtime.recipes import build_run_recipe_registry
 from agentcompass.runtime.registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES
 from agentcompass.secrets import Scrubber
+from agentcompass.trees import remove_tree
 
 from . import pacing, provenance
 from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, write_file
@@ -352,7 +352,7 @@ def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int,
     task = task_by_segment(tasks_path, segment)
     attempt_dir = Path(prepared_out).parent
     saved = attempt_dir / WORKSPACE_DIR
-    shutil.rmtree(saved, ignore_errors=True)
+    remove_tree(saved, ignore_errors=True)
     if task.load_error is not None:  # nothing to prepare: the run stage reports the error
         write_file("prepared", prepared_out, PreparedTask(task_id=task.task_id, input=TaskInput(prompt="")))
         return
@@ -413,7 +413,7 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
         for leftover in interrupted_writes(trajectory):  # of a run of this attempt killed while scrubbing it
             leftover.unlink(missing_ok=True)
         for stale in (outputs, final_workspace):
-            shutil.rmtree(stale, ignore_errors=True)
+            remove_tree(stale, ignore_errors=True)  # the agent's tree: any depth, names, modes
         if task.load_error is not None:  # the task's own error: no sandbox, no model call
             result = RunResult(task_id=task.task_id, status=TaskStatus.RUN_ERROR, error=task.load_error, error_stage="load")
             break

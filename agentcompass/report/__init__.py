@@ -25,12 +25,11 @@ from __future__ import annotations
 import html
 import json
 import os
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentcompass import results
+from agentcompass import results, trees
 from agentcompass.jsonio import write_text_atomic
 from agentcompass.runtime.models import TaskStatus
 
@@ -76,8 +75,8 @@ def build(run_dir: str | Path) -> Path:
     _write(out / "attempt.html", _attempt_page(run))
     drawn = _charts(summary, rows)
     for name, svg in drawn.items():
-        write_text_atomic(out / name, svg)
-    return write_text_atomic(out / INDEX, _index_page(run, rows, metrics, summary, note, drawn))
+        write_text_atomic(out / name, _encodable(svg))
+    return write_text_atomic(out / INDEX, _encodable(_index_page(run, rows, metrics, summary, note, drawn)))
 
 
 # -- the figures ---------------------------------------------------------------------------------
@@ -85,7 +84,7 @@ def build(run_dir: str | Path) -> Path:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return results.read_json(path)
     except FileNotFoundError:
         return None
 
@@ -158,9 +157,19 @@ def _js(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def _encodable(text: str) -> str:
+    """``text`` with any lone surrogate (JSON may hold one: ``"\\ud800"``) written as its escape, which a
+    page shows as text and a script reads as the same string."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as handle:
         handle.write(text)
 
 
@@ -181,10 +190,7 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
     if data.is_dir():
         with os.scandir(data) as entries:
             for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
+                trees.remove_tree(entry.path)
     data.mkdir(parents=True, exist_ok=True)
     table = []
     for row in rows:
@@ -196,7 +202,7 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
             page = f"{segment}/{row['attempt']}"
             record.update({k: row[k] for k in ("task_id", "attempt", "category", "status")})
             name = attempt_file(segment, row["attempt"])
-            with open(os.path.join(data, name), "w", encoding="utf-8") as handle:
+            with open(os.path.join(data, name), "w", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write("AC_ATTEMPT(" + _js(record) + ");\n")
         error = (row["error"] or "").strip().splitlines()
         tokens = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0) if row["calls"] is not None else None

@@ -61,9 +61,31 @@ def jobs_run_with_shards(workdir: Path, output: str, logs_before: dict[Path, int
     return counts
 
 
+def entries_under(root: Path) -> list[Path]:
+    """Every entry under ``root``, at any depth and with any name; links are listed, never followed."""
+    found, stack = [], [root]
+    while stack:  # a stack, not recursion: an agent's tree may be thousands of levels deep
+        folder = stack.pop()
+        try:
+            listing = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        for entry in listing:
+            path = Path(os.fsdecode(entry.path))
+            found.append(path)
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(path)
+    return found
+
+
+def regular_files(*roots: Path) -> list[Path]:
+    """The regular files under ``roots`` (not links to them, never a FIFO or a device)."""
+    return [p for root in roots for p in entries_under(root) if not p.is_symlink() and p.is_file()]
+
+
 def files_holding(secret: str, *roots: Path) -> tuple[list[Path], int]:
-    """The files under ``roots`` whose bytes contain ``secret``, and how many files were read."""
-    files = [p for root in roots for p in root.rglob("*") if p.is_file()]
+    """The regular files under ``roots`` whose bytes contain ``secret``, and how many files were read."""
+    files = regular_files(*roots)
     return [p for p in files if secret.encode() in p.read_bytes()], len(files)
 
 

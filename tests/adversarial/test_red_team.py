@@ -33,16 +33,17 @@ import yaml
 
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments.bubblewrap import sandbox_support
-from conftest import clean_env, snakemake
+from conftest import clean_env, entries_under, regular_files, snakemake
 from environments.envkit import TEST_IMAGE, require_docker
 
 PROVIDERS = ["host_process", "docker"]
 
 
-def environment_of(provider: str, tmp_path: Path) -> dict:
+def environment_of(provider: str, tmp_path: Path, image: bool = True) -> dict:
+    """The provider's environment; for docker, in the test image unless the tasks bring their own (``image``)."""
     if provider == "docker":
         require_docker()
-        return {"id": "docker", "params": {"image": TEST_IMAGE}}
+        return {"id": "docker", "params": {"image": TEST_IMAGE} if image else {}}
     available, reason = sandbox_support()
     if not available:
         pytest.skip(f"host_process cannot make its sandbox here: {reason}")
@@ -81,8 +82,7 @@ class Secrets:
     def hits(self, workdir: Path) -> dict[str, list[str]]:
         """Each secret that a file under results/ or .snakemake/ holds, with those files."""
         found: dict[str, list[str]] = {}
-        files = [p for folder in ("results", ".snakemake") for p in walk(workdir / folder)
-                 if p.is_file() and not p.is_symlink()]
+        files = regular_files(workdir / "results", workdir / ".snakemake")
         assert files, "the run wrote nothing to read"
         for path in files:
             data = path.read_bytes()
@@ -99,23 +99,6 @@ def planted(tmp_path: Path, workdir: Path):
     planted.remove()
 
 
-def walk(root: Path) -> list[Path]:
-    """Every entry under ``root``, links not followed, at any depth (an explicit stack: no recursion limit)."""
-    found, stack = [], [root]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            path = Path(os.fsdecode(entry.path))
-            found.append(path)
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(path)
-    return found
-
-
 def results_of(workdir: Path, name: str) -> dict[str, dict]:
     base = workdir / "results" / "default" / name / "attempts"
     return {json.loads(p.read_text())["task_id"]: json.loads(p.read_text()) for p in base.glob("*/1/result.json")}
@@ -126,8 +109,8 @@ AGENT_FOLDERS = {"workspace", "final_workspace", "outputs"}
 
 def check_json_files(workdir: Path) -> None:
     """Every file agentcompass wrote as JSON (not the agent's own files) parses, trajectories line by line."""
-    for path in walk(workdir / "results"):
-        if AGENT_FOLDERS & set(path.parts) or path.is_symlink() or not path.is_file():
+    for path in regular_files(workdir / "results"):
+        if AGENT_FOLDERS & set(path.parts):
             continue
         if path.suffix == ".json":
             json.loads(path.read_text(encoding="utf-8"))
@@ -261,7 +244,7 @@ def task_folder(tasks: Path, name: str, solve: str, toml_extra: str = "", test: 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_solve_scripts_that_attack_the_host_earn_nothing_and_leak_nothing(provider, tmp_path: Path, workdir: Path, planted: Secrets):
-    environment = environment_of(provider, tmp_path)
+    environment = environment_of(provider, tmp_path, image=False)
     verifier_secret, solution_secret = f"vs{secrets.token_hex(10)}", f"ss{secrets.token_hex(10)}"
     planted.values["[verifier] env secret"] = verifier_secret
     planted.values["[solution] env secret"] = solution_secret
@@ -299,7 +282,7 @@ def test_solve_scripts_that_attack_the_host_earn_nothing_and_leak_nothing(provid
     check_json_files(workdir)
     # nothing the agent planted made the copies large, and no special file came out of the sandbox
     kept = workdir / "results" / "default" / "tasks" / "attempts" / "plunder"
-    entries = walk(kept)
+    entries = entries_under(kept)
     assert sum(p.stat().st_blocks * 512 for p in entries if p.is_file() and not p.is_symlink()) < 50 << 20
     assert not [p for p in entries if not p.is_symlink() and (p.is_block_device() or p.is_char_device() or p.is_fifo())]
     # and the report of the run holds none of it either (it is under results/, read above) and was built

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import agentcompass, clean_env
+from conftest import agentcompass, clean_env, files_holding
 
 from agentcompass import report, results, trees
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
@@ -29,7 +29,6 @@ from agentcompass.environments.leftovers import SESSION_RECORD_SUFFIX
 from agentcompass.environments.netns import network_isolation
 from environments.envkit import require_docker
 
-from .test_task_data import regular_files_holding
 
 DEPTH = 1100
 # the names the agent plants, as bytes, and how the report shows them
@@ -126,9 +125,9 @@ def test_the_report_shows_the_agents_links_as_links_and_its_names_as_text(provid
     assert files["final_workspace/<script>alert(1)<"] == "</script><script>alert(2)</script>\n"
     # neither secret under report/ (nor anywhere in results/: no copy step read through the links)
     for secret in (secret_host, secret_env):
-        hits, read = regular_files_holding(secret, run / "report")
+        hits, read = files_holding(secret, run / "report")
         assert read >= 5 and hits == []
-        assert regular_files_holding(secret, workdir / "results", workdir / ".snakemake")[0] == []
+        assert files_holding(secret, workdir / "results", workdir / ".snakemake")[0] == []
     # the page's own markup holds no tag the data brought: the name sits in a data file, as a JSON string
     for page in ("index.html", "attempt.html"):
         assert "alert(" not in (run / "report" / page).read_text()
@@ -199,7 +198,7 @@ def test_a_kept_attempt_folder_of_any_depth_and_names_builds_the_report(tmp_path
     (attempt / "outputs" / "answer.txt").symlink_to(host_file)  # in the place of a file the run downloads
     index = report.build(run)
     assert index.is_file()
-    hits, read = regular_files_holding(secret, run / "report")
+    hits, read = files_holding(secret, run / "report")
     assert read >= 5 and hits == []
     files = attempt_data_at(run, "t")["files"]
     assert files["outputs/answer.txt"] == f"[a symbolic link to {host_file}: not followed]"

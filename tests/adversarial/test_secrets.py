@@ -21,7 +21,7 @@ import yaml
 
 from agentcompass import secrets as secret_refs
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
-from conftest import clean_env, snakemake
+from conftest import clean_env, regular_files, snakemake
 from environments.envkit import TEST_IMAGE, require_docker
 
 KEYS = {"null": "null", "true": "true", "quotes": 'a"b\\c', "unicode": "clé-ключ-🔑\u2028"}
@@ -56,7 +56,7 @@ def leaks(roots: list[Path], secrets: dict[str, str]) -> tuple[list[str], int]:
     """
     found, scanned = [], 0
     for root in roots:
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        for path in sorted(regular_files(root)):
             scanned += 1
             data = path.read_bytes()
             parsed: list | None = None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import agentcompass
+from conftest import agentcompass, files_holding
 
 from agentcompass.benchmarks import task_dir
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS, check_links, load_task, tree_digest
@@ -24,22 +24,6 @@ from agentcompass.environments.netns import network_isolation
 from environments.envkit import TEST_IMAGE, require_docker
 
 HONEST = "hello-file"  # its solve.sh writes the file its test.sh checks: the oracle scores 1
-
-
-def regular_files_holding(secret: str, *roots: Path) -> tuple[list[str], int]:
-    """The regular files under ``roots`` holding ``secret`` (links are not followed, FIFOs never opened)."""
-    hits, read = [], 0
-    for root in roots:
-        for folder, dirs, files in os.walk(root):
-            for name in files:
-                path = os.path.join(folder, name)
-                if os.path.islink(path) or not os.path.isfile(path):
-                    continue
-                read += 1
-                with open(path, "rb") as handle:
-                    if secret.encode() in handle.read():
-                        hits.append(path)
-    return hits, read
 
 
 def environment_of(provider: str) -> dict:
@@ -110,7 +94,7 @@ def test_hostile_task_folders_fail_at_load_naming_the_file_and_the_honest_one_sc
         assert why in result["error"], (name, result["error"])
         assert not (attempts / name / "1" / "workspace").exists()  # no sandbox was opened for it
     # the host file the links name is nowhere: not in a prompt, a workspace, a verdict, a log, the report
-    hits, read = regular_files_holding(secret, workdir / "results", workdir / ".snakemake")
+    hits, read = files_holding(secret, workdir / "results", workdir / ".snakemake")
     assert read > 20 and hits == []
 
 

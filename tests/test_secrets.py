@@ -150,7 +150,7 @@ def test_every_secret_reaches_its_consumer_and_no_file(workdir: Path, tmp_path: 
         config = workdir / "secrets.yaml"
         config.write_text(
             "requests:\n  probe:\n"
-            f"    benchmark: {{id: test_secret_task_dir, params: {{path: '{tasks}', probe: 'bench-${{AC_SECRET_BENCH}}'}}}}\n"
+            f"    benchmark: {{id: test_secret_task_dir, params: {{path: '{tasks}', probe: 'bench-${{AC_SECRET_BENCH}}', task_env: [AC_SECRET_VERIFIER]}}}}\n"
             "    harness: {id: test_secret_chat, params: {probe: '${AC_SECRET_HARNESS}', max_model_retries: 0}}\n"
             f"    environment: {environment}\n"
             f"    model: {{id: scripted, base_url: '{endpoint.base_url}', api_key: '${{AC_SECRET_KEY}}', "

@@ -164,7 +164,7 @@ def test_an_unset_variable_of_verifier_env_stops_the_run_before_any_attempt(tmp_
     tasks = copy_tasks(tmp_path)
     toml = tasks / "hello-file" / "task.toml"
     toml.write_text(toml.read_text() + '\n[verifier.env]\nGREETING_TOKEN = "${AC_TEST_UNSET_GREETING}"\n')
-    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks)})
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks), "task_env": ["AC_TEST_UNSET_GREETING"]})
     env = clean_env()
     env.pop("AC_TEST_UNSET_GREETING", None)
     done = snakemake(workdir, "--configfile", str(config), env=env)
@@ -175,6 +175,21 @@ def test_an_unset_variable_of_verifier_env_stops_the_run_before_any_attempt(tmp_
     done = snakemake(workdir, "--configfile", str(config), env=clean_env(AC_TEST_UNSET_GREETING="hello"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert results_of(workdir)["hello-file"]["correct"] is True
+
+
+def test_a_task_folder_names_only_the_variables_the_request_lets_it_read(tmp_path: Path, workdir: Path):
+    """Task folders are data from elsewhere: one whose [verifier.env] or [solution.env] names a variable of the
+    job that ``task_env`` does not list (the model's key, say) stops the run at planning, naming both."""
+    environment_of("host_process")
+    tasks = copy_tasks(tmp_path)
+    toml = tasks / "word-count" / "task.toml"
+    toml.write_text(toml.read_text() + '\n[solution.env]\nSTOLEN = "${AC_TEST_MODEL_KEY}"\n')
+    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks)})
+    done = snakemake(workdir, "--configfile", str(config), env=clean_env(AC_TEST_MODEL_KEY="sk-test-not-for-tasks"))
+    assert done.returncode != 0
+    assert f"{toml} [solution.env] refers to ${{AC_TEST_MODEL_KEY}}, which this request does not let" in done.stderr
+    assert "task_env: [AC_TEST_MODEL_KEY]" in done.stderr, done.stderr[-3000:]
+    assert not (workdir / "results/default/tasks/attempts").exists()  # no sandbox opened, nothing run
 
 
 def test_a_reward_written_before_the_verifier_timed_out_is_no_verdict(tmp_path: Path, workdir: Path):

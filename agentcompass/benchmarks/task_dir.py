@@ -67,7 +67,7 @@ from agentcompass.runtime import (
 )
 from agentcompass.runtime.base import ScriptReference
 from agentcompass.runtime.config import ConfigError, ParameterError, config_field, plan_field
-from agentcompass.secrets import references, resolve_secret, scrub
+from agentcompass.secrets import REFERENCE, references, resolve_secret, scrub
 
 SHIPPED_TASKS = PROJECT_ROOT / "examples" / "task_dir"
 TASK_TOML = "task.toml"
@@ -142,8 +142,21 @@ class TaskDirConfig(RuntimeBenchmarkConfig):
         stage="evaluate",
     )
 
+    task_env: list[str] = config_field(
+        default=[],
+        description="The job's environment variables that task folders may name as ${VAR} in [verifier] env and "
+        "[solution] env (a judge's key, say). Task folders are data from elsewhere: one that names any other "
+        "variable stops the run when it is planned, naming the task and the variable. Default: none.",
+        stage="metrics",  # read only when planning; a plan it allows is the same whatever else it allows
+    )
+
     def __post_init__(self) -> None:
         RuntimeBenchmarkConfig.__post_init__(self)
+        if not isinstance(self.task_env, list) or not all(
+            isinstance(name, str) and REFERENCE.fullmatch(f"${{{name}}}") for name in self.task_env
+        ):
+            raise ParameterError(f"task_env must be a list of environment variable names, got {self.task_env!r}",
+                                 ["task_env"])
         if self.verifier_timeout is not None:
             self.verifier_timeout = _number(self.verifier_timeout, "verifier_timeout")
             if self.verifier_timeout <= 0:
@@ -775,6 +788,13 @@ class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
         if not req.harness.is_none and HARNESSES.get(req.harness.id).is_oracle:
             tables.append(("solution", settings["solution_env"]))
         for table, env in tables:
+            refused = [name for name in references(env) if name not in config.task_env]
+            if refused:
+                raise ValueError(
+                    f"task_dir: {folder / TASK_TOML} [{table}.env] refers to ${{{refused[0]}}}, which this request "
+                    f"does not let task folders read; a task folder is data from elsewhere, and this would hand it "
+                    f"the job's {refused[0]}. If the task may have it, add it to the benchmark's params: "
+                    f"task_env: [{refused[0]}]")
             unset = [name for name in references(env) if name not in os.environ]
             if unset:
                 raise ValueError(

@@ -262,7 +262,7 @@ def test_solve_scripts_that_attack_the_host_earn_nothing_and_leak_nothing(provid
                 '\n[solution.env]\nSOL = "${RED_TEAM_SOLUTION}"\n')
     task_folder(tasks, "honest", honest)
     config = {"requests": {"tasks": {
-        "benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
+        "benchmark": {"id": "task_dir", "params": {"path": str(tasks), "task_env": ["RED_TEAM_VERIFIER", "RED_TEAM_SOLUTION"]}},
         "harness": "oracle", "model": {"id": "none"}, "environment": environment,
         "execution": {"max_retries": 2},
     }}}

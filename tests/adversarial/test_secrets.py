@@ -131,10 +131,10 @@ def test_no_secret_of_any_characters_reaches_a_file_and_every_file_parses(
         model = {"id": "scripted", "base_url": endpoint.base_url, "api_key": "${AC_ADV_KEY}"}
         config = workdir / "secrets.yaml"
         config.write_text(yaml.safe_dump({"requests": {
-            "chat-run": {"benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
+            "chat-run": {"benchmark": {"id": "task_dir", "params": {"path": str(tasks), "task_env": ["AC_ADV_VERIFIER", "AC_ADV_SOLUTION"]}},
                          "harness": {"id": "chat", "params": {"max_model_retries": 0}},
                          "model": model, "environment": environment},
-            "oracle-run": {"benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
+            "oracle-run": {"benchmark": {"id": "task_dir", "params": {"path": str(tasks), "task_env": ["AC_ADV_VERIFIER", "AC_ADV_SOLUTION"]}},
                            "harness": "oracle", "model": {"id": "none"}, "environment": environment},
         }}))
         done = snakemake(workdir, "--configfile", str(config), env=clean_env(**values))

@@ -64,6 +64,8 @@ CLI_CASES = {
                              ["model.base_url", "Invalid IPv6"]),
     "base-url-port-0": (["example_exact_match", "chat", "m", "--base-url", "http://127.0.0.1:0/v1"],
                         ["model.base_url", "port must be 1 to 65535"]),
+    "base-url-literal-password": (["example_exact_match", "chat", "m", "--base-url", "http://me:hunter2pw@127.0.0.1:9/v1"],
+                                  ["model.base_url", "holds a password of its own", "user:${VAR}@host"]),
     "model-param-nan": (["example_exact_match", "chat", "m", "--base-url", "http://127.0.0.1:9/v1", "-m", "temperature=.nan"],
                         ["model.params.temperature", "finite number"]),
     "model-param-yaml-date": (["example_exact_match", "chat", "m", "--base-url", "http://127.0.0.1:9/v1", "-m", "stop=2024-01-01"],
@@ -74,7 +76,8 @@ CLI_CASES = {
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
 def test_a_bad_command_line_value_is_refused_naming_its_field_before_any_work(workdir, case):
     argv, named = CLI_CASES[case]
-    _refused(agentcompass(workdir, "run", *argv), "invalid run config", "the command line", *named)
+    out = _refused(agentcompass(workdir, "run", *argv), "invalid run config", "the command line", *named)
+    assert "hunter2pw" not in out  # a password is never shown back
     assert not (workdir / "results").exists() and not (workdir / "r\udcff").exists()
 
 

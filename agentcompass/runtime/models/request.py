@@ -46,6 +46,15 @@ def base_url_problem(url: str) -> str | None:
     return None
 
 
+def _literal_password(url: str) -> bool:
+    """Whether ``url`` carries a password that is not a ``${VAR}`` reference."""
+    try:
+        password = urllib.parse.urlsplit(url).password
+    except ValueError:
+        return False  # reported as a malformed URL
+    return bool(password) and not ENV_REF.fullmatch(password)
+
+
 BASE_URL_FIX = "write it as http://HOST:PORT/PATH with a port of 1 to 65535, e.g. http://127.0.0.1:8000/v1"
 
 
@@ -107,6 +116,12 @@ class ModelSpec(Contract):
             raise ContractError(
                 f"ModelSpec.base_url must be an http:// or https:// URL with a host, such as "
                 f"http://127.0.0.1:8000/v1, got {self.base_url!r}"
+            )
+        if self.base_url is not None and _literal_password(self.base_url):
+            raise ContractError(
+                "model.base_url holds a password of its own (user:password@host): it would be written into "
+                "request.json and every plan; write the password as a reference, user:${VAR}@host, or give "
+                "the key as api_key: '${VAR}'"
             )
         problem = None if self.base_url is None or ANY_REF.search(self.base_url) else base_url_problem(self.base_url)
         if problem:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import hashlib
 import io
@@ -632,34 +633,38 @@ class DockerSession(EnvironmentSession):
 
         await self._call("writing a file", write)
 
+    @contextlib.contextmanager
     def _archive_now(self, path: str, limit: int | None = None):
-        """The archive of ``path`` (symlinks followed) as the engine streams it, and its stat; a file
-        larger than ``limit`` is refused before anything is read."""
-        import docker
-
+        """The archive of ``path`` (symlinks followed) as a file the engine streams, and its stat; a file
+        larger than ``limit`` is refused before anything is read. Closed at the end, read to its end or not:
+        the engine stops sending (an archive left unread would hold the container)."""
         target, stat = self._resolve_now(path)
         if stat is None:
             raise FileNotFoundError(f"{path} does not exist in the container")
         if limit is not None and not stat["mode"] & _MODE_DIR and stat.get("size", 0) > limit:
             raise transfer.CopyLimitError("size", self.copy_limits, "")
+        api = self.client.api
+        response = api._get(api._url("/containers/{0}/archive", self.container.id), params={"path": target}, stream=True)
         try:
-            stream, _ = self.client.api.get_archive(self.container.id, target)
-        except docker.errors.NotFound:
-            self._raise_if_dead()
-            raise FileNotFoundError(f"{path} does not exist in the container") from None
-        return stream, stat
+            if response.status_code == 404:
+                self._raise_if_dead()
+                raise FileNotFoundError(f"{path} does not exist in the container")
+            api._raise_for_status(response)
+            yield _stream_file(response.iter_content(1 << 20, False)), stat
+        finally:
+            response.close()
 
     async def read_text(self, path: str) -> str:
         def read() -> bytes:
-            stream, stat = self._archive_now(self._path(path), self.copy_limits.size)
-            if stat["mode"] & _MODE_DIR:
-                raise IsADirectoryError(f"{path} is a directory in the container")
-            with tarfile.open(fileobj=_stream_file(stream), mode="r|") as tar:
-                member, file = _only_file(tar, path)
-                if member.size > self.copy_limits.size:
-                    raise transfer.CopyLimitError("size", self.copy_limits, "")
-                with file as source:
-                    return source.read()
+            with self._archive_now(self._path(path), self.copy_limits.size) as (stream, stat):
+                if stat["mode"] & _MODE_DIR:
+                    raise IsADirectoryError(f"{path} is a directory in the container")
+                with tarfile.open(fileobj=stream, mode="r|") as tar:
+                    member, file = _only_file(tar, path)
+                    if member.size > self.copy_limits.size:
+                        raise transfer.CopyLimitError("size", self.copy_limits, "")
+                    with file as source:
+                        return source.read()
 
         try:
             return (await self._call("reading a file", read)).decode("utf-8")
@@ -671,9 +676,9 @@ class DockerSession(EnvironmentSession):
         what = f"copying {transfer.shown(remote)} out of session {self.label}"
 
         def fetch() -> list[str]:
-            stream, _ = self._archive_now(self._path(remote))
-            # regular files, folders and links only, never through a link, holes kept, within the limits
-            return transfer.extract_local(_stream_file(stream), str(local), self.copy_limits)
+            with self._archive_now(self._path(remote)) as (stream, _):
+                # regular files, folders and links only, never through a link, holes kept, within the limits
+                return transfer.extract_local(stream, str(local), self.copy_limits)
 
         try:
             skipped = await self._call("copying files out", fetch)

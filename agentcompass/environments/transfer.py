@@ -172,9 +172,16 @@ class _FileData:
         self.data_at, self.hole_at, self.ended = 0, 0, False
 
     def read(self, n: int = _CHUNK) -> bytes:
+        """Exactly ``n`` bytes (fewer only at the end): ``tarfile`` takes a short read for a cut stream."""
         n = min(n if n >= 0 else _CHUNK, self.left)
-        if n <= 0:
-            return b""
+        parts = []
+        while n > 0:
+            part = self._part(n)
+            parts.append(part)
+            n -= len(part)
+        return b"".join(parts)
+
+    def _part(self, n: int) -> bytes:
         if not self.ended and self.pos >= self.hole_at:
             try:
                 self.data_at = os.lseek(self.fd, self.pos, os.SEEK_DATA)

@@ -85,7 +85,8 @@ class HostProcessConfig(ComponentConfig):
         "host's system folders read-only, no host Unix socket; only loopback under 'none'), refused where it "
         "cannot be made. 'auto': the sandbox where it can be made; elsewhere a 'public' phase runs plain host "
         "processes (with a warning) and a 'none' phase is refused. 'off': plain host processes, and a 'none' "
-        "phase in a network namespace only (host Unix sockets stay reachable).",
+        "phase in a network namespace only (host Unix sockets stay reachable); the session's file calls are then "
+        "confined to the workspace (no link followed), the agent's commands are not.",
     )
     memory: str | None = config_field(
         default=None, description="Memory limit of the session's processes together, e.g. '512m' or '2g' (a cgroup, "

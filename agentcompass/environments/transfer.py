@@ -720,13 +720,15 @@ def _fail(code: int, **report: object) -> int:
     return code
 
 
-def _split(path: str) -> tuple[int, str]:
-    """The folder of ``path`` (links followed, as any program there would) open, and its last name."""
+def _split(path: str, create: bool = False) -> tuple[int, str]:
+    """The folder of ``path`` (links followed, as any program there would) open, and its last name; the
+    folders on the way made when ``create``."""
     path = os.path.realpath(path)
     parent, name = os.path.split(path)
     if not name:
         raise OSError(errno.EINVAL, "the root folder cannot be copied")
-    os.makedirs(parent, exist_ok=True)
+    if create:
+        os.makedirs(parent, exist_ok=True)
     return os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), name
 
 
@@ -794,7 +796,7 @@ def main(argv: list[str]) -> int:
             finally:
                 os.close(parent_fd)
         elif op == "unpack":
-            parent_fd, name = _split(path)
+            parent_fd, name = _split(path, create=True)
             try:
                 skipped = extract(sys.stdin.buffer, parent_fd, name, limits)
             finally:

@@ -145,7 +145,8 @@ def test_proc_self_environ_is_a_sandboxed_process_s_never_the_job_s(any_provider
 
 
 def test_writes_outside_the_workspace_never_reach_the_host(any_provider, host_files, secret, tmp_path):
-    planted = Path(sys.prefix) / "lib" / f"agentcompass-planted-{uuid.uuid4().hex}.pth"
+    tag = uuid.uuid4().hex
+    planted = [Path(sys.prefix) / "lib" / f"agentcompass-planted-{tag}.pth", Path(f"/etc/agentcompass-planted-{tag}")]
     local = tmp_path / "local.txt"
     local.write_text("owned")
 
@@ -155,20 +156,20 @@ def test_writes_outside_the_workspace_never_reach_the_host(any_provider, host_fi
             await _attempt(s.write_text(str(host_files / "canary.txt"), "owned")),
             await _attempt(s.write_text(f"{up}{host_files}/canary.txt", "owned")),
             await _attempt(s.write_text(f"{up}{host_files}/new.txt", "owned")),
-            await _attempt(s.write_text(str(planted), "# planted by the agent\n")),
+            await _attempt(s.write_text(str(planted[0]), "# planted by the agent\n")),  # would run at the next start
             await _attempt(s.upload(local, str(host_files / "canary.txt"))),
             await _attempt(s.upload(local, f"{up}{host_files}/uploaded.txt")),
-            await _attempt(s.write_text("/etc/agentcompass-planted", "owned")),
+            await _attempt(s.write_text(str(planted[1]), "owned")),
         ]
         return results
 
     try:
         results = any_provider.run(body)
     finally:
-        leaked = planted.exists()
-        planted.unlink(missing_ok=True)
-    assert not leaked, "a file call wrote into the job's Python installation"
-    assert not Path("/etc/agentcompass-planted").exists()
+        leaked = [str(p) for p in planted if p.exists()]
+        for path in planted:
+            path.unlink(missing_ok=True)
+    assert not leaked, f"a file call wrote on the host: {leaked}"
     _untouched(host_files, secret)
     if any_provider.params.get("sandbox") == "off":
         assert all(isinstance(r, PermissionError) for r in results), results
@@ -178,19 +179,40 @@ def test_host_folders_are_read_only_to_file_calls_in_the_host_process_sandbox(tm
     # (a container's /etc is the image's own: root in it may write there)
     local = tmp_path / "local.txt"
     local.write_text("owned")
-    before = Path("/etc/hostname").read_bytes()
+    tag = uuid.uuid4().hex
+    canary = Path(f"/etc/agentcompass-canary-{tag}")  # the test's own file: nothing of the host is at stake
+    planted = [Path(f"/usr/agentcompass-planted-{tag}.txt"), Path(sys.prefix, f"agentcompass-planted-{tag}.txt")]
+    canary.write_text("untouched")
 
     async def body(s):
-        return [await _attempt(s.write_text("/etc/hostname", "owned")),
-                await _attempt(s.upload(local, "/usr/agentcompass-planted.txt")),
-                await _attempt(s.write_text(f"{sys.prefix}/agentcompass-planted.txt", "owned"))]
+        return [await _attempt(s.write_text(str(canary), "owned")),
+                await _attempt(s.upload(local, str(canary))),
+                await _attempt(s.upload(local, str(planted[0]))),
+                await _attempt(s.write_text(str(planted[1]), "owned"))]
 
-    results = _provider("host_process").run(body)
+    try:
+        results = _provider("host_process").run(body)
+        kept = canary.read_text()
+    finally:
+        canary.unlink()
+        leaked = [str(p) for p in planted if p.exists()]
+        for path in planted:
+            path.unlink(missing_ok=True)
+    assert not leaked, f"a file call wrote on the host: {leaked}"
+    assert kept == "untouched"
     for result in results:
         assert isinstance(result, OSError) and "Read-only file system" in str(result), result
-    assert Path("/etc/hostname").read_bytes() == before
-    assert not Path("/usr/agentcompass-planted.txt").exists()
-    assert not Path(sys.prefix, "agentcompass-planted.txt").exists()
+
+
+def test_a_failed_call_leaves_nothing_behind(any_provider, tmp_path):
+    async def body(s):
+        missing = [await _attempt(s.download("no/such/file", tmp_path / "never")),
+                   await _attempt(s.read_text("no/such/file")), await _attempt(s.exists("no/such/file"))]
+        return missing, await s.exists("no")
+
+    (download, read, exists), made = any_provider.run(body)
+    assert isinstance(download, FileNotFoundError) and isinstance(read, FileNotFoundError) and exists is False
+    assert made is False and not os.path.lexists(tmp_path / "never")
 
 
 # --- links the agent plants -------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import hashlib
 import io
@@ -55,7 +56,7 @@ from agentcompass.runtime.config import ComponentConfig, ConfigError, config_fie
 from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
 from agentcompass.trees import confined
 
-from . import netns
+from . import netns, transfer
 from .cgroups import check_limits
 from .leftovers import EXEC_VAR, CleanReport, label_selected, owner_alive, owner_token
 
@@ -333,6 +334,33 @@ def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
+class _Chunks(io.RawIOBase):
+    """The chunks an engine streams, read as a file (for ``tarfile``'s stream mode)."""
+
+    def __init__(self, chunks) -> None:
+        super().__init__()
+        self._chunks = iter(chunks)
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._left:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._left = chunk
+        n = min(len(buffer), len(self._left))
+        buffer[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
+
+
+def _stream_file(chunks) -> io.BufferedReader:
+    return io.BufferedReader(_Chunks(chunks), 1 << 20)
+
+
 def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
     """Read a multiplexed exec stream to its end: 8-byte headers (stream, size) then payload."""
     streams = {1: bytearray(), 2: bytearray()}
@@ -374,6 +402,7 @@ class DockerSession(EnvironmentSession):
         self._relays: dict[int, netns.TcpRelay] = {}
         self._socket_relays: list[netns.TcpRelay] = []
         self._closed = False
+        self.copy_limits = transfer.Limits()  # what one copy into or out of the session may hold
 
     @property
     def workdir(self) -> str:
@@ -580,15 +609,31 @@ class DockerSession(EnvironmentSession):
 
     async def upload(self, local: Path, remote: str) -> None:
         local = Path(local)
-        if not local.exists():
+        if not os.path.lexists(local):
             raise FileNotFoundError(str(local))
+        what = f"copying {transfer.shown(str(local))} into session {self.label} at {transfer.shown(remote)}"
+        skipped: list[str] = []
 
         def put() -> None:
             if not local.is_dir() and (stat := self._resolve_now(self._path(remote))[1]) is not None and stat["mode"] & _MODE_DIR:
                 raise IsADirectoryError(f"{remote} is a directory in the container: a file cannot be uploaded onto it")
-            self._put_now(self._path(remote), lambda tar, name: tar.add(local, arcname=name, filter=_tar_filter))
+            parent, name = posixpath.split(self._path(remote))
+            self._ensure_dir_now(parent)
+            with tempfile.TemporaryFile() as spool:
+                # regular files, folders and links only: the engine would make a device node or FIFO it is sent
+                local_parent, local_name = transfer.open_parent(str(local))
+                try:
+                    transfer.pack(spool, local_parent, local_name, name, self.copy_limits, skipped)
+                finally:
+                    os.close(local_parent)
+                spool.seek(0)
+                self.container.put_archive(parent, spool)
 
-        await self._call("copying files in", put)
+        try:
+            await self._call("copying files in", put)
+        except transfer.CopyLimitError as exc:
+            raise exc.within(what) from None
+        transfer.note_skipped(what, skipped)
 
     async def write_text(self, path: str, text: str) -> None:
         data = text.encode("utf-8")
@@ -608,63 +653,58 @@ class DockerSession(EnvironmentSession):
 
         await self._call("writing a file", write)
 
-    def _get_now(self, path: str, spool) -> dict:
-        """Stream the archive of ``path`` (symlinks followed) into ``spool``; return its stat."""
-        import docker
-
+    @contextlib.contextmanager
+    def _archive_now(self, path: str, limit: int | None = None):
+        """The archive of ``path`` (symlinks followed) as a file the engine streams, and its stat; a file
+        larger than ``limit`` is refused before anything is read. Closed at the end, read to its end or not:
+        the engine stops sending (an archive left unread would hold the container)."""
         target, stat = self._resolve_now(path)
         if stat is None:
             raise FileNotFoundError(f"{path} does not exist in the container")
+        if limit is not None and not stat["mode"] & _MODE_DIR and stat.get("size", 0) > limit:
+            raise transfer.CopyLimitError("size", self.copy_limits, "")
+        api = self.client.api
+        response = api._get(api._url("/containers/{0}/archive", self.container.id), params={"path": target}, stream=True)
         try:
-            stream, _ = self.client.api.get_archive(self.container.id, target)
-        except docker.errors.NotFound:
-            self._raise_if_dead()
-            raise FileNotFoundError(f"{path} does not exist in the container") from None
-        for chunk in stream:
-            spool.write(chunk)
-        spool.seek(0)
-        return stat
+            if response.status_code == 404:
+                self._raise_if_dead()
+                raise FileNotFoundError(f"{path} does not exist in the container")
+            api._raise_for_status(response)
+            yield _stream_file(response.iter_content(1 << 20, False)), stat
+        finally:
+            response.close()
 
     async def read_text(self, path: str) -> str:
         def read() -> bytes:
-            with tempfile.TemporaryFile() as spool:
-                stat = self._get_now(self._path(path), spool)
+            with self._archive_now(self._path(path), self.copy_limits.size) as (stream, stat):
                 if stat["mode"] & _MODE_DIR:
                     raise IsADirectoryError(f"{path} is a directory in the container")
-                with tarfile.open(fileobj=spool, mode="r:") as tar:
-                    with _only_file(tar, path)[1] as source:
+                with tarfile.open(fileobj=stream, mode="r|") as tar:
+                    member, file = _only_file(tar, path)
+                    if member.size > self.copy_limits.size:
+                        raise transfer.CopyLimitError("size", self.copy_limits, "")
+                    with file as source:
                         return source.read()
 
-        return (await self._call("reading a file", read)).decode("utf-8")
+        try:
+            return (await self._call("reading a file", read)).decode("utf-8")
+        except transfer.CopyLimitError as exc:
+            raise exc.within(f"reading {transfer.shown(path)}") from None
 
     async def download(self, remote: str, local: Path) -> None:
         local = Path(local)
+        what = f"copying {transfer.shown(remote)} out of session {self.label}"
 
-        def fetch() -> None:
-            with tempfile.TemporaryFile() as spool:
-                stat = self._get_now(self._path(remote), spool)
-                with tarfile.open(fileobj=spool, mode="r:") as tar:
-                    if not stat["mode"] & _MODE_DIR:
-                        member, file = _only_file(tar, remote)
-                        local.parent.mkdir(parents=True, exist_ok=True)
-                        with file as source, open(local, "wb") as target:
-                            while chunk := source.read(1 << 20):
-                                target.write(chunk)
-                        os.chmod(local, member.mode & 0o777)
-                        return
-                    local.mkdir(parents=True, exist_ok=True)
-                    for member in tar:
-                        # the archive's top entry is the directory itself: its contents go into ``local``
-                        _, _, rest = member.name.partition("/")
-                        if not rest:
-                            continue
-                        member.name = rest
-                        if member.islnk():
-                            member.linkname = member.linkname.partition("/")[2]
-                        # the 'tar' filter refuses names and links that would land outside ``local``
-                        tar.extract(member, local, filter="tar")
+        def fetch() -> list[str]:
+            with self._archive_now(self._path(remote)) as (stream, _):
+                # regular files, folders and links only, never through a link, holes kept, within the limits
+                return transfer.extract_local(stream, str(local), self.copy_limits)
 
-        await self._call("copying files out", fetch)
+        try:
+            skipped = await self._call("copying files out", fetch)
+        except transfer.CopyLimitError as exc:
+            raise exc.within(what) from None
+        transfer.note_skipped(what, skipped)
 
     # --- network -----------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ cannot be made, never run weaker.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
+import json
 import logging
 import os
 import pwd
@@ -41,7 +43,7 @@ from agentcompass.trees import remove_tree
 from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
-from . import netns
+from . import netns, transfer
 from .bubblewrap import Sandbox, require_sandbox, sandbox_support
 from .cgroups import Limits, SessionCgroup, check_limits, memory_bytes, require_limits
 from .leftovers import (
@@ -84,7 +86,8 @@ class HostProcessConfig(ComponentConfig):
         "host's system folders read-only, no host Unix socket; only loopback under 'none'), refused where it "
         "cannot be made. 'auto': the sandbox where it can be made; elsewhere a 'public' phase runs plain host "
         "processes (with a warning) and a 'none' phase is refused. 'off': plain host processes, and a 'none' "
-        "phase in a network namespace only (host Unix sockets stay reachable).",
+        "phase in a network namespace only (host Unix sockets stay reachable); the session's file calls are then "
+        "confined to the workspace (no link followed), the agent's commands are not.",
     )
     memory: str | None = config_field(
         default=None, description="Memory limit of the session's processes together, e.g. '512m' or '2g' (a cgroup, "
@@ -113,11 +116,24 @@ class HostProcessConfig(ComponentConfig):
 _PIPE_GRACE_SECONDS = 1.0
 _RELAY_START_TIMEOUT = 10.0
 _SOCKET_RELAY = str(Path(__file__).with_name("socket_relay.py"))
+_TRANSFER = str(Path(__file__).with_name("transfer.py"))
 
 
 async def _drain(stream: asyncio.StreamReader, buffer: bytearray) -> None:
     while chunk := await stream.read(65536):
         buffer.extend(chunk)
+
+
+async def _drain_capped(stream: asyncio.StreamReader, buffer: bytearray, cap: int) -> None:
+    """Read ``stream`` to its end, keeping at most ``cap`` bytes (the rest is read and dropped)."""
+    while chunk := await stream.read(65536):
+        buffer.extend(chunk[: max(cap - len(buffer), 0)])
+
+
+def _through(use, fd: int, mode: str):
+    """``use`` of a pipe end as a file, closed after."""
+    with open(fd, mode, buffering=1 << 20) as file:
+        return use(file)
 
 
 async def _exited(proc: asyncio.subprocess.Process) -> int:
@@ -167,6 +183,9 @@ class HostProcessSession(EnvironmentSession):
         self.limits = limits
         self._cgroup: SessionCgroup | None = None
         self.keep = keep
+        # what one copy into or out of the session may hold, and the file calls made without the sandbox
+        self.copy_limits = transfer.Limits()
+        self._confined = transfer.Confined(str(root), self.copy_limits)
         self.label = label
         self.session_id = uuid.uuid4().hex
         self._markers = {SESSION_VAR: self.session_id, OWNER_VAR: owner_token(), LABEL_VAR: label}
@@ -280,7 +299,7 @@ class HostProcessSession(EnvironmentSession):
 
     async def _start(
         self, argv: list[str], cwd: str, env: dict[str, str], stdin, user_change: list[str] | None = None,
-        network_only: bool = False,
+        network_only: bool = False, stdout=asyncio.subprocess.PIPE,
     ) -> asyncio.subprocess.Process:
         """``argv`` in the session's sandbox (or with ``network_only``, in its network only: a relay to a
         host socket), in a process group of its own that close() ends."""
@@ -299,7 +318,7 @@ class HostProcessSession(EnvironmentSession):
         self._started_any = True
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=stdin, pass_fds=pass_fds,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            stdout=stdout, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )
         self._groups.add(proc.pid)
         return proc
@@ -341,37 +360,174 @@ class HostProcessSession(EnvironmentSession):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the command stopped reading: what it got is its input
 
-    async def upload(self, local: Path, remote: str) -> None:
-        target = self._path(remote)
-        if not Path(local).is_dir() and target.is_dir():
-            raise IsADirectoryError(f"{remote} is a directory: a file cannot be uploaded onto it")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if Path(local).is_dir():
-            shutil.copytree(local, target, symlinks=True, dirs_exist_ok=True)
+    # --- files -----------------------------------------------------------------------
+    # In the sandbox every file call runs there (``transfer.main`` in a process entered as a command
+    # is), so a path means what it means to a command there, and no host path is ever opened for it.
+    # Without the sandbox, paths are confined to the workspace and no link is followed (``Confined``).
+    # Copies out land on the host through ``transfer.extract``: regular files, folders and links only.
+
+    def _target(self, path: str) -> str:
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"a session path must be a non-empty string, got {path!r}")
+        if "\0" in path:
+            raise ValueError(f"{transfer.shown(path)}: a path cannot hold a NUL character")
+        return str(self._path(path))
+
+    async def _file_call(self, op: str, path: str, what: str, *, feed=None, consume=None) -> bytes:
+        """Run ``transfer.main`` OP on ``path`` in the sandbox; ``feed(writer)`` writes its stdin and
+        ``consume(reader)`` reads its stdout, each in a thread; without ``consume`` its stdout is returned."""
+        exec_id = uuid.uuid4().hex
+        private = {"TMPDIR": "/tmp"} if "TMPDIR" in os.environ else {}
+        env = {**sandbox_environment(), **private, **self._markers, EXEC_VAR: exec_id}
+        argv = [sys.executable, "-I", "-S", _TRANSFER, op, path, *self.copy_limits.args()]
+        self._check_network()
+        ends: list[int] = []
+        stdin, stdout = asyncio.subprocess.DEVNULL, asyncio.subprocess.PIPE
+        if feed is not None:
+            stdin, write = os.pipe()
+            ends += [stdin, write]
+        if consume is not None:
+            read, stdout = os.pipe()
+            ends += [read, stdout]
+        try:
+            proc = await self._start(argv, str(self.root), env, stdin=stdin, stdout=stdout)
+        except BaseException:
+            for fd in ends:
+                os.close(fd)
+            raise
+        if feed is not None:
+            os.close(stdin)
+        if consume is not None:
+            os.close(stdout)
+        err = bytearray()
+        out = bytearray()
+        assert proc.stderr is not None  # _start pipes it
+        work: list[asyncio.Future] = [asyncio.ensure_future(_drain_capped(proc.stderr, err, 1 << 16))]
+        if feed is not None:
+            work.append(asyncio.ensure_future(asyncio.to_thread(_through, feed, write, "wb")))
+        if consume is not None:
+            work.append(asyncio.ensure_future(asyncio.to_thread(_through, consume, read, "rb")))
         else:
-            shutil.copy2(local, target)
+            assert proc.stdout is not None
+            work.append(asyncio.ensure_future(_drain_capped(proc.stdout, out, self.copy_limits.size + 1)))
+        try:
+            outcomes = await asyncio.gather(*work, return_exceptions=True)
+            if any(isinstance(o, BaseException) for o in outcomes):
+                _kill_group(proc.pid)  # a side stopped early: the other must not wait for it
+            await proc.wait()
+        finally:
+            if proc.returncode is None:
+                _kill_group(proc.pid)
+            if not _group_alive(proc.pid):
+                self._groups.discard(proc.pid)
+        code = proc.returncode
+        assert code is not None  # waited for
+        failures = [o for o in outcomes[1:] if isinstance(o, BaseException)]
+        if code in (2, 3):
+            raise self._helper_error(code, bytes(err), path, what)
+        if code != 0:
+            self._check_network()  # the whole sandbox was ended from outside
+            if failures and not isinstance(failures[0], BrokenPipeError):
+                raise failures[0]
+            raise OSError(errno.EIO, f"{what}: the file call was killed in the sandbox (status {_exit_status(code)})")
+        if failures:
+            raise failures[0]
+        return bytes(out)
+
+    def _helper_error(self, code: int, err: bytes, path: str, what: str) -> OSError:
+        try:
+            report = json.loads(err.decode(errors="replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            report = {}
+        if not isinstance(report, dict):
+            report = {}
+        if code == 3:
+            kind = str(report.get("limit", "size"))
+            return transfer.CopyLimitError(kind, self.copy_limits, str(report.get("at", ""))[:300], what)
+        given = report.get("errno")
+        number = given if isinstance(given, int) else errno.EIO
+        reason = str(report.get("reason") or os.strerror(number))[:500]
+        shown = transfer.shown(path)
+        message = {
+            errno.ENOENT: f"{shown} does not exist in the sandbox",
+            errno.EISDIR: f"{shown} is a directory in the sandbox",
+            errno.ENOTDIR: f"{shown}: a folder on its way is not a folder in the sandbox",
+        }.get(number, f"{what}: {reason} (in the sandbox)")
+        return OSError(number, message)
+
+    async def upload(self, local: Path, remote: str) -> None:
+        local = Path(local)
+        if not os.path.lexists(local):
+            raise FileNotFoundError(str(local))
+        target = self._target(remote)
+        what = f"copying {transfer.shown(str(local))} into session {self.label} at {transfer.shown(remote)}"
+        limits = self.copy_limits
+        try:
+            if self._sandbox is None:
+                skipped = await asyncio.to_thread(self._confined.upload, str(local), target)
+            else:
+                out = await self._file_call(
+                    "unpack", target, what, feed=lambda writer: transfer.pack_local(writer, str(local), limits))
+                skipped = json.loads(out or b"{}").get("skipped", [])
+        except transfer.CopyLimitError as exc:
+            raise exc.within(what) from None
+        transfer.note_skipped(what, [str(s)[:400] for s in skipped])
 
     async def download(self, remote: str, local: Path) -> None:
-        source = self._path(remote)
-        Path(local).parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, local, symlinks=True, dirs_exist_ok=True)
-        else:
-            shutil.copy2(source, local)
+        local = Path(local)
+        target = self._target(remote)
+        what = f"copying {transfer.shown(remote)} out of session {self.label}"
+        limits = self.copy_limits
+        skipped: list[str] = []
+        try:
+            if self._sandbox is None:
+                skipped = await asyncio.to_thread(self._confined.download, target, str(local))
+            else:
+                def land(reader) -> None:
+                    skipped.extend(transfer.extract_local(reader, str(local), limits))
+
+                await self._file_call("pack", target, what, consume=land)
+        except transfer.CopyLimitError as exc:
+            raise exc.within(what) from None
+        transfer.note_skipped(what, skipped)
 
     async def read_text(self, path: str) -> str:
-        return self._path(path).read_text(encoding="utf-8")
+        target = self._target(path)
+        if self._sandbox is None:
+            try:
+                data = await asyncio.to_thread(self._confined.read, target)
+            except transfer.CopyLimitError as exc:
+                raise exc.within(f"reading {transfer.shown(path)}") from None
+        else:
+            data = await self._file_call("read", target, f"reading {transfer.shown(path)}")
+            if len(data) > self.copy_limits.size:
+                raise transfer.CopyLimitError("size", self.copy_limits, "", f"reading {transfer.shown(path)}")
+        return data.decode("utf-8")
 
     async def write_text(self, path: str, text: str) -> None:
-        target = self._path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        target = self._target(path)
+        data = text.encode("utf-8")
+        if self._sandbox is None:
+            await asyncio.to_thread(self._confined.write, target, data)
+            return
+
+        def feed(writer) -> None:
+            writer.write(data)
+
+        await self._file_call("write", target, f"writing {transfer.shown(path)}", feed=feed)
+
+    async def _status(self, path: str) -> tuple[bool, bool]:
+        target = self._target(path)
+        if self._sandbox is None:
+            return await asyncio.to_thread(self._confined.status, target)
+        report = json.loads(await self._file_call("stat", target, f"reading the status of {transfer.shown(path)}"))
+        return bool(report.get("exists")), bool(report.get("dir"))
 
     async def exists(self, path: str) -> bool:
-        return self._path(path).exists()
+        return (await self._status(path))[0]
 
     async def is_dir(self, path: str) -> bool:
-        return self._path(path).is_dir()
+        return (await self._status(path))[1]
 
     async def endpoint(self, port: int) -> str:
         network = self._sandbox.network if self._sandbox is not None else self._isolated

@@ -119,7 +119,8 @@ class MiniSweAgentHarness(BaseHarness):
         if not model.base_url:
             return failed("model.base_url is not set: mini_swe_agent needs an OpenAI-compatible endpoint")
         executable = params["executable"] or str(Path(sys.executable).parent / "mini")
-        if "/" in executable and not await env.exists(executable):
+        # looked up as a command there sees it (a session without its sandbox confines file calls to the workspace)
+        if "/" in executable and not (await env.exec(["test", "-x", executable])).ok:
             return failed(
                 f"mini-swe-agent's program is not at {executable} in the environment: install it "
                 "(pip install 'agentcompass[mini-swe-agent]') or set the harness parameter `executable`"

@@ -21,7 +21,6 @@ import logging
 import os
 import pwd
 import re
-import shutil
 import signal
 import sys
 import tempfile

@@ -225,7 +225,6 @@ def hostile_solution(planted: Secrets) -> str:
         # file types the host must never open, and names and shapes it must survive
         "mknod block-device b 7 0 2>/dev/null; mknod char-device c 1 3 2>/dev/null; mkfifo a-fifo",
         "printf x > \"$(printf 'not-utf8-\\377\\376')\"; printf x > \"$(printf 'esc-\\033[31m-red\\nline')\"",
-        DEEP,
         "dd if=/dev/zero of=sparse bs=1 count=1 seek=209715199 2>/dev/null",
         "exit 0",
     ]
@@ -260,6 +259,8 @@ def test_solve_scripts_that_attack_the_host_earn_nothing_and_leak_nothing(provid
     task_folder(tasks, "solution-secret",
                 f'#!/bin/sh\necho "using $SOL"\n[ "$SOL" = "{solution_secret}" ] || exit 3\n{honest}',
                 '\n[solution.env]\nSOL = "${RED_TEAM_SOLUTION}"\n')
+    # a tree deeper than a copy takes: the attempt's own clear error, never a crash or a retry
+    task_folder(tasks, "deep", f"#!/bin/sh\ncd /app 2>/dev/null || true\n{DEEP}\n{honest}")
     task_folder(tasks, "honest", honest)
     config = {"requests": {"tasks": {
         "benchmark": {"id": "task_dir", "params": {"path": str(tasks), "task_env": ["RED_TEAM_VERIFIER", "RED_TEAM_SOLUTION"]}},
@@ -272,12 +273,15 @@ def test_solve_scripts_that_attack_the_host_earn_nothing_and_leak_nothing(provid
     done = snakemake(workdir, "--configfile", str(path), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     results = results_of(workdir, "tasks")
-    assert sorted(results) == ["honest", "plunder", "reroll", "solution-secret", "verifier-secret"]
+    assert sorted(results) == ["deep", "honest", "plunder", "reroll", "solution-secret", "verifier-secret"]
     assert results["honest"]["score"] == 1.0 and results["solution-secret"]["score"] == 1.0, results
     assert results["plunder"]["score"] == 0.0, results["plunder"]
     assert not results["reroll"].get("correct"), results["reroll"]
     assert results["reroll"]["retries_used"] == 0, results["reroll"]
     assert results["verifier-secret"]["status"] == "eval_error", results["verifier-secret"]
+    deep = results["deep"]
+    assert deep["status"] == "run_error" and "nested more than 128 levels deep" in deep["error"], deep
+    assert deep["retries_used"] == 0, deep
     assert planted.hits(workdir) == {}
     check_json_files(workdir)
     # nothing the agent planted made the copies large, and no special file came out of the sandbox

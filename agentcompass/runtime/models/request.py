@@ -52,7 +52,7 @@ def _literal_password(url: str) -> bool:
         password = urllib.parse.urlsplit(url).password
     except ValueError:
         return False  # reported as a malformed URL
-    return bool(password) and not ENV_REF.fullmatch(password)
+    return password is not None and password != "" and not ENV_REF.fullmatch(password)
 
 
 BASE_URL_FIX = "write it as http://HOST:PORT/PATH with a port of 1 to 65535, e.g. http://127.0.0.1:8000/v1"

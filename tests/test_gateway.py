@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from agentcompass.environments import HostProcessEnvironment
 from agentcompass.gateway import ModelGateway
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+from adversarial.test_gateway import RecordingUpstream
 
 REAL_KEY = "sk-real-key-of-the-test"
 CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -93,44 +92,15 @@ def test_the_token_is_swapped_for_the_real_key_and_every_call_is_recorded(tmp_pa
     assert gateway.token not in text and REAL_KEY not in text
 
 
-class ModelsServer:
-    """An endpoint that lists its models on GET /v1/models, as OpenAI clients ask."""
-
-    def __enter__(self):
-        seen = self.seen = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                seen.append((self.path, self.headers.get("Authorization")))
-                data = json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def test_other_openai_paths_are_forwarded_but_are_not_model_calls(tmp_path: Path):
+def test_the_models_list_is_forwarded_but_is_not_a_model_call(tmp_path: Path):
     trajectory = tmp_path / "trajectory.jsonl"
-    with ModelsServer() as server, ModelGateway(server.base_url, REAL_KEY, trajectory) as gateway:
+    with RecordingUpstream() as server, ModelGateway(server.base_url, REAL_KEY, trajectory) as gateway:
         [(status, body)] = through_relay(gateway, [("GET", "/models", {"Authorization": f"Bearer {gateway.token}"}, None)])
         usage = gateway.usage()
-    assert status == 200 and body["data"][0]["id"] == "scripted"
-    assert server.seen == [("/v1/models", f"Bearer {REAL_KEY}")]
+    assert status == 200 and body["data"][0]["id"] == "m"
+    assert server.seen == [("GET", "/v1/models", f"Bearer {REAL_KEY}", b"")]
     assert usage["calls"] == 0
-    assert records(trajectory)[0]["reply"]["data"][0]["id"] == "scripted"
+    assert records(trajectory)[0]["reply"]["data"][0]["id"] == "m"
 
 
 def test_an_unreachable_model_is_a_502_the_agent_can_read(tmp_path: Path):

@@ -26,8 +26,7 @@ from conftest import agentcompass, clean_env, files_holding
 from agentcompass import report, results, trees
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments.leftovers import SESSION_RECORD_SUFFIX
-from agentcompass.environments.netns import network_isolation
-from environments.envkit import require_docker
+from test_task_dir import environment_of
 
 
 DEPTH = 1100
@@ -60,16 +59,6 @@ def deep_trees_removed(tmp_path: Path):
     yield
     for child in tmp_path.iterdir():
         trees.remove_tree(child, ignore_errors=True)
-
-
-def environment_of(provider: str) -> dict:
-    if provider == "docker":
-        require_docker()
-        return {"id": "docker"}
-    available, reason = network_isolation()
-    if not available:
-        pytest.skip(f"host_process cannot isolate the verifier's 'none' phase here: {reason}")
-    return {"id": "host_process"}
 
 
 def planting_task(tmp_path: Path, name: str, script: str, env: dict[str, str]) -> Path:

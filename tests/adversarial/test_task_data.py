@@ -20,20 +20,10 @@ from conftest import agentcompass, files_holding
 
 from agentcompass.benchmarks import task_dir
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS, check_links, load_task, tree_digest
-from agentcompass.environments.netns import network_isolation
+from test_task_dir import environment_of
 from environments.envkit import TEST_IMAGE, require_docker
 
 HONEST = "hello-file"  # its solve.sh writes the file its test.sh checks: the oracle scores 1
-
-
-def environment_of(provider: str) -> dict:
-    if provider == "docker":
-        require_docker()
-        return {"id": "docker"}
-    available, reason = network_isolation()
-    if not available:
-        pytest.skip(f"host_process cannot isolate the verifier's 'none' phase here: {reason}")
-    return {"id": "host_process"}
 
 
 def hostile_task_set(tmp_path: Path, canary: Path) -> Path:

@@ -20,7 +20,7 @@ import pytest
 
 from agentcompass.jsonio import not_unicode
 from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, malformed
-from tests.conftest import agentcompass, clean_env
+from conftest import agentcompass, clean_env
 
 LONG = "a" * 300
 

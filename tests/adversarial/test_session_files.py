@@ -38,7 +38,7 @@ from agentcompass.runtime.models import (
     TaskInput,
 )
 from agentcompass.testing.endpoint import ScriptedEndpoint, tool_call_reply
-from tests.environments.envkit import Provider, require_docker
+from environments.envkit import Provider, require_docker
 
 SECRET_VARIABLE = "AGENTCOMPASS_PLANTED_SECRET"
 
@@ -46,7 +46,7 @@ SECRET_VARIABLE = "AGENTCOMPASS_PLANTED_SECRET"
 def _provider(name: str) -> Provider:
     if name == "docker":
         require_docker()
-        from tests.environments.envkit import TEST_IMAGE
+        from environments.envkit import TEST_IMAGE
 
         return Provider("docker", {"image": TEST_IMAGE})
     available, reason = sandbox_support()

@@ -119,6 +119,7 @@ def test_a_data_file_that_is_not_utf8_names_file_and_line(workdir):
     (workdir / "data.csv").write_bytes(b"id,input,target\na,q,x\nb,\xff,x\n")
     _refused(agentcompass(workdir, "run", "dataset", "oracle", "none", "-b", "path=data.csv"),
              "data.csv:3", "not UTF-8")
+    assert not (workdir / "results").exists()  # refused before any job
 
 
 def test_long_and_periodic_names_run_within_file_name_limits(workdir):

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOCK_FILE = ".lock"
+# how long a run that found a lock taken waits for its holder to write who it is (it does so right after taking it)
+_HOLDER_WRITE_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -128,13 +130,22 @@ def _lock(fd: int, path: Path, folder: Path, wait: bool) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise Busy(folder, Holder.read(path)) from None
+            raise Busy(folder, _holder_of_taken_lock(path)) from None
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
         # a filesystem without flock: the holder's pid decides, on this host
         holder = Holder.read(path)
         if holder is not None and holder.pid != os.getpid() and holder.alive():
             raise Busy(folder, holder) from None
+
+
+def _holder_of_taken_lock(path: Path) -> Holder | None:
+    """Who holds the lock just found taken: a holder writes itself in right after it takes the lock,
+    so an empty file is read again for a moment before the holder counts as unknown."""
+    deadline = time.monotonic() + _HOLDER_WRITE_WAIT
+    while (holder := Holder.read(path)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return holder
 
 
 def release(folder: str | Path, *, entirely: bool = False) -> None:

@@ -79,33 +79,36 @@ def leaks(roots: list[Path], secrets: dict[str, str]) -> tuple[list[str], int]:
     return found, scanned
 
 
+def task_folder(folder: Path, instruction: str, toml: str, test: str, solve: str) -> None:
+    """A task folder in the test image: its instruction, task.toml, tests/test.sh and solution/solve.sh."""
+    for sub in ("environment", "tests", "solution"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "instruction.md").write_text(instruction)
+    (folder / "environment" / "Dockerfile").write_text(f"FROM {TEST_IMAGE}\nWORKDIR /app\n")
+    (folder / "task.toml").write_text(toml)
+    (folder / "tests" / "test.sh").write_text(test)
+    (folder / "solution" / "solve.sh").write_text(solve)
+
+
 def write_tasks(root: Path, solution_sha: str) -> Path:
     tasks = root / "tasks"
-    dockerfile = f"FROM {TEST_IMAGE}\nWORKDIR /app\n"
     # the verifier hands its secret back every way it can: reward.txt, stdout, stderr
-    echo = tasks / "echo-secret"
-    for sub in ("environment", "tests", "solution"):
-        (echo / sub).mkdir(parents=True)
-    (echo / "instruction.md").write_text("Say hello.\n")
-    (echo / "environment" / "Dockerfile").write_text(dockerfile)
-    (echo / "task.toml").write_text('[verifier]\ntimeout_sec = 60.0\n\n[verifier.env]\nV_SECRET = "${AC_ADV_VERIFIER}"\n')
-    (echo / "tests" / "test.sh").write_text(
+    task_folder(
+        tasks / "echo-secret", "Say hello.\n",
+        '[verifier]\ntimeout_sec = 60.0\n\n[verifier.env]\nV_SECRET = "${AC_ADV_VERIFIER}"\n',
         '#!/bin/sh\nmkdir -p /logs/verifier\nprintf "%s" "$V_SECRET" > /logs/verifier/reward.txt\n'
-        'printf "verifier saw %s\\n" "$V_SECRET"\nprintf "verifier saw %s\\n" "$V_SECRET" >&2\nexit 3\n')
-    (echo / "solution" / "solve.sh").write_text("#!/bin/sh\ntrue\n")
+        'printf "verifier saw %s\\n" "$V_SECRET"\nprintf "verifier saw %s\\n" "$V_SECRET" >&2\nexit 3\n',
+        "#!/bin/sh\ntrue\n",
+    )
     # the solution's secret must reach solve.sh resolved: the verifier checks its digest
-    solve = tasks / "solve-secret"
-    for sub in ("environment", "tests", "solution"):
-        (solve / sub).mkdir(parents=True)
-    (solve / "instruction.md").write_text("Write solution.sha.\n")
-    (solve / "environment" / "Dockerfile").write_text(dockerfile)
-    (solve / "task.toml").write_text('[verifier]\ntimeout_sec = 60.0\n\n[solution.env]\nS_SECRET = "${AC_ADV_SOLUTION}"\n')
-    (solve / "solution" / "solve.sh").write_text(
-        '#!/bin/sh\nprintf "%s" "$S_SECRET" | sha256sum | cut -c1-64 > solution.sha\n'
-        'printf "solution has %s\\n" "$S_SECRET"\nprintf "solution has %s\\n" "$S_SECRET" >&2\n')
-    (solve / "tests" / "test.sh").write_text(
+    task_folder(
+        tasks / "solve-secret", "Write solution.sha.\n",
+        '[verifier]\ntimeout_sec = 60.0\n\n[solution.env]\nS_SECRET = "${AC_ADV_SOLUTION}"\n',
         "#!/bin/sh\nmkdir -p /logs/verifier\n"
-        f'if [ "$(cat solution.sha)" = "{solution_sha}" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
+        f'if [ "$(cat solution.sha)" = "{solution_sha}" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
+        '#!/bin/sh\nprintf "%s" "$S_SECRET" | sha256sum | cut -c1-64 > solution.sha\n'
+        'printf "solution has %s\\n" "$S_SECRET"\nprintf "solution has %s\\n" "$S_SECRET" >&2\n',
+    )
     return tasks
 
 

@@ -1,11 +1,13 @@
 # agentcompass: a Model, a Benchmark, a Harness and an Environment, declared in
 # YAML, built into result files. This file is a table of contents: the config is
-# loaded and validated here, the stages live in rules/, the logic in agentcompass/.
+# loaded and validated here, the stages are declared in agentcompass/stages.py, their
+# rules live in rules/<stage>.smk, their bodies in agentcompass/pipeline/bodies.py.
 #
 #   request.json -> tasks.json -> plans.json -> attempts/<task>/<n>/{plan,prepared,output,result}.json
 #   -> metrics.json, run_info.json -> report/index.html
 
 from agentcompass.pipeline.workflow import EvaluationWorkflow
+from agentcompass.stages import STAGES
 
 # Validates every config layer (configs/config.yaml, --configfile, --config)
 # against schemas/config.schema.yaml and the registries; exits before any job.
@@ -26,15 +28,9 @@ rule all:
         EVAL.targets.all,
 
 
-include: "rules/request.smk"
-include: "rules/tasks.smk"
-include: "rules/plans.smk"
-include: "rules/prepare.smk"
-include: "rules/run.smk"
-include: "rules/evaluate.smk"
-include: "rules/shard.smk"
-include: "rules/metrics.smk"
-include: "rules/report.smk"
+# One rule file per stage, in the stage table's order (agentcompass.stages).
+for stage in STAGES:
+    include: f"rules/{stage.name}.smk"
 
 
 # Modules, config and rules live until exit: the garbage collector need not scan them.

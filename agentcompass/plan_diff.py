@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from agentcompass import keypaths, results
 from agentcompass.display import visible
-from agentcompass.paths import task_segment
+from agentcompass.layout import task_segment
 from agentcompass.pipeline import fingerprints, reuse, stages
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
 from agentcompass.runtime.models.request import BenchmarkSpec, EnvironmentSpec, HarnessSpec, ModelSpec

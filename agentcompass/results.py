@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from agentcompass import trees
-from agentcompass.paths import task_segment
+from agentcompass.layout import task_segment
 from agentcompass.runtime.models.result import TaskStatus
 
 # identity, what was run, the verdict, what it cost, how long it took, where it ran

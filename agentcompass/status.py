@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from agentcompass.display import visible
-from agentcompass.paths import task_segment
+from agentcompass.layout import task_segment
 from agentcompass.pipeline import engine
 from agentcompass.results import read_json
 from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus

@@ -1,5 +1,8 @@
 # Shared wiring: wildcard shapes, result paths and the checkpoint hand-off.
-# Target lists, params, resources and stage calls are parts of EVAL (agentcompass.pipeline.workflow).
+# Target lists, params, resources and the one entry point of every rule's run: block
+# (EVAL.build) are parts of EVAL (agentcompass.pipeline.workflow).
+
+from agentcompass import layout
 
 
 wildcard_constraints:
@@ -10,7 +13,9 @@ wildcard_constraints:
     shard=r"[0-9]+",
 
 
-RUN = f"{RESULTS}/{{ns}}/{{run_id}}"
-ATTEMPT = f"{RUN}/attempts/{{task}}/{{attempt}}"
+# the results layout (agentcompass.layout): a request's run folder, an attempt's, a shard's
+RUN = f"{RESULTS}/{layout.RUN_PATTERN}"
+ATTEMPT = f"{RESULTS}/{layout.ATTEMPT_PATTERN}"
+SHARD = f"{RESULTS}/{layout.SHARD_PATTERN}"
 
 EVAL.bind(checkpoints, workflow)

@@ -9,8 +9,8 @@ rule evaluate:
     log:
         f"{ATTEMPT}/evaluate.log",
     params:
-        depends=EVAL.attempt_params.evaluate,
+        **EVAL.params("evaluate"),
     resources:
         **EVAL.resources.attempt_job("evaluate"),
     run:
-        EVAL.evaluate(wildcards, input, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

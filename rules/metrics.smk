@@ -8,7 +8,7 @@ rule metrics:
     log:
         f"{RUN}/logs/metrics.log",
     params:
-        versions=EVAL.params.metrics,
+        **EVAL.params("metrics"),
     localrule: True
     run:
-        EVAL.metrics(wildcards, input, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

@@ -9,8 +9,7 @@ checkpoint plans:
     log:
         f"{RUN}/logs/plans.log",
     params:
-        plan=EVAL.params.plans,
-        record=EVAL.params.run_info,
+        **EVAL.params("plans"),
     localrule: True
     run:
-        EVAL.write_plans(wildcards, input, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

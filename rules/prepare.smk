@@ -12,8 +12,8 @@ rule prepare:
     log:
         f"{ATTEMPT}/prepare.log",
     params:
-        depends=EVAL.attempt_params.prepare,
+        **EVAL.params("prepare"),
     resources:
         **EVAL.resources.attempt_job("prepare"),
     run:
-        EVAL.prepare(wildcards, input, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

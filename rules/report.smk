@@ -21,7 +21,7 @@ rule report:
     log:
         f"{RUN}/logs/report.log",
     params:
-        version=EVAL.params.report,
+        **EVAL.params("report"),
     localrule: True
     run:
-        EVAL.jobs.report(wildcards, input, output, params, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

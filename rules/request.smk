@@ -5,7 +5,7 @@ rule request:
     log:
         f"{RUN}/logs/request.log",
     params:
-        request=EVAL.params.request,
+        **EVAL.params("request"),
     localrule: True
     run:
-        EVAL.write_request(wildcards, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

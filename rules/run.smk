@@ -7,9 +7,9 @@ rule run:
     log:
         f"{ATTEMPT}/run.log",
     params:
-        depends=EVAL.attempt_params.run,
+        **EVAL.params("run"),
     resources:
         # task_concurrency, environment_<id> and model_endpoint_<slug>: caps (agentcompass.pipeline.resources)
         **EVAL.resources.attempt_job("run"),
     run:
-        EVAL.run(wildcards, input, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

@@ -5,16 +5,16 @@ rule shard:
         # only the slice's files a --forcerun names (built by this run first)
         EVAL.shards.inputs,
     output:
-        f"{RUN}/shards/{{shard}}/shard.json",
+        f"{SHARD}/shard.json",
     log:
         # the inner Snakemake's own output: which jobs ran, and why any failed
-        f"{RUN}/shards/{{shard}}/shard.log",
+        f"{SHARD}/shard.log",
     params:
-        depends=EVAL.attempt_params.shard,
-        # bumped when a file of the slice was deleted or replaced since shard.json
-        generation=EVAL.shards.generation,
+        # what its attempts read, and a generation bumped when a file of the slice was deleted or
+        # replaced since shard.json
+        **EVAL.params("shard"),
     threads: EVAL.shards.threads()
     resources:
         **EVAL.resources.shard_job(),
     run:
-        EVAL.run_shard(wildcards, threads, resources, params, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

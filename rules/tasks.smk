@@ -5,7 +5,7 @@ checkpoint tasks:
     log:
         f"{RUN}/logs/tasks.log",
     params:
-        benchmark=EVAL.params.tasks,
+        **EVAL.params("tasks"),
     localrule: True
     run:
-        EVAL.write_tasks(wildcards, output, log)
+        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)

@@ -340,6 +340,42 @@ def accept_periodic_names(rules: Iterable[str]) -> None:
     DAG.check_periodic_wildcards = check_periodic_wildcards
 
 
+# rule name -> the texts its recorded code may hold and still be current (``accept_recorded_code``)
+_ACCEPTED_CODE: dict[str, frozenset[str]] = {}
+
+
+def accept_recorded_code(texts: dict[str, Iterable[str]]) -> None:
+    """Take the code recorded for a rule's outputs as current when it is one of ``texts[rule]``,
+    as when it is the rule's code now.
+
+    Snakemake records the text of a rule's ``run:`` block as the code of each file the rule
+    builds, and builds the file again when the text changes (its ``code`` rerun trigger). A
+    stage's behaviour is in its body and its version, not in that text: when the block is
+    rewritten to call the same body, its earlier texts are the same code, and the files they
+    built stay current.
+    """
+    from snakemake.persistence import PersistenceBase
+
+    for rule, accepted in texts.items():
+        _ACCEPTED_CODE[rule] = frozenset(accepted)
+    changed = PersistenceBase._code_changed
+    if getattr(changed, "_agentcompass", False):
+        return
+
+    def _code_changed(self, job, file=None) -> bool:
+        if changed(self, job, file=file):
+            return self.code(file) not in _ACCEPTED_CODE.get(job.rule.name, ())
+        return False
+
+    _code_changed._agentcompass = True  # type: ignore[attr-defined]
+    PersistenceBase._code_changed = _code_changed
+
+
+def code_is_current(workflow, rule_name: str, recorded: str | None) -> bool:
+    """Whether ``recorded``, the code of a file's record, is its rule's code now (or one accepted)."""
+    return recorded == rule_code(workflow, rule_name) or recorded in _ACCEPTED_CODE.get(rule_name, ())
+
+
 class _NoSoftware:
     """A job as Snakemake's software-stack hash sees it: no conda env, container or modules (run: rules)."""
 

@@ -35,11 +35,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agentcompass import jsonio
+from agentcompass import jsonio, layout
 from agentcompass.logs import LOG
-from agentcompass.runtime.models import RunRequest, RunResult
+from agentcompass.runtime.models import ExecutionPlan, RunRequest, RunResult
+from agentcompass.stages import LAST_ATTEMPT_STAGE, SHARD, names
+from agentcompass.stages import stage as stage_of
 
-from . import engine, provenance, shards, stages
+from . import engine, provenance, shards
 from .files import (
     AttemptFinished,
     AttemptsPlanned,
@@ -49,7 +51,8 @@ from .files import (
     RequestStarted,
 )
 
-EVENTS_FILE = "events.jsonl"
+EVENTS_FILE = layout.EVENTS
+SHARD_RULES = names(SHARD)
 # the outer run's start (seconds since the epoch), for inner runs and cluster jobs
 STARTED_ENV = "AGENTCOMPASS_INVOCATION_STARTED"
 
@@ -187,7 +190,7 @@ class Emitter:
             return
         mine = [(rule, w) for rule, w in jobs if w.get("ns") == req.namespace and w.get("run_id") == req.run_id]
         if self.inv.inner is None and self.targets.shard_count(req):
-            running = sorted({int(w["shard"]) for rule, w in mine if rule == "shard"})
+            running = sorted({int(w["shard"]) for rule, w in mine if rule in SHARD_RULES})
             for index in running:
                 self._emit(req, AttemptsPlanned, shard=index, attempts=len(self.targets.shard_slice(req, index)),
                            exact=False)
@@ -199,7 +202,8 @@ class Emitter:
     def shard_built(self, req: RunRequest, index: int, attempts: list[tuple[str, int]]) -> None:
         """A shard's inner run ended well: how many attempts it built, from their result.json
         (an inner run with nothing to build never starts its jobs, and says nothing itself)."""
-        built = sum(self._built_now(f"{self.targets.attempt_dir(req, s, a)}/result.json") for s, a in attempts)
+        last = stage_of(LAST_ATTEMPT_STAGE)
+        built = sum(self._built_now(layout.file_in(self.targets.attempt_dir(req, s, a), last)) for s, a in attempts)
         self._emit(req, AttemptsPlanned, shard=index, attempts=built, exact=True)
 
     def _built_now(self, path: str) -> bool:
@@ -209,24 +213,25 @@ class Emitter:
         except OSError:
             return False
 
-    def attempt_job(self, req: RunRequest, stage: str, w, plans_path: str, reused: str | None = None) -> None:
-        """A stage job of an attempt starts; ``reused`` is the previous stage's file (none for prepare).
+    def attempt_job(self, req: RunRequest, stage: str, plan: ExecutionPlan, reused: str | None = None) -> None:
+        """A stage job of an attempt starts; ``reused`` is the previous stage's file (none for the first).
 
         The attempt starts here unless that file was built in this invocation.
         """
         self.announce(req)
         if reused is not None and self._built_now(reused):
             return
-        plan = stages.plan_for(req, plans_path, w.task, int(w.attempt))  # decoded once: the stage reads it too
         self._emit(req, ExecutionPlanResolved, task_id=plan.task_id, attempt=plan.attempt, plan=plan.audit_view())
         self._emit(req, AttemptStarted, task_id=plan.task_id, attempt=plan.attempt, stage=stage)
 
-    def attempt_finished(self, req: RunRequest, result: RunResult, prepared: str, output: str) -> None:
-        """The attempt's result.json was written."""
-        ran = [stage for stage, path in (("prepare", prepared), ("run", output)) if self._built_now(path)]
+    def attempt_finished(self, req: RunRequest, result: RunResult, upstream: list[tuple[str, str]],
+                         stage: str) -> None:
+        """The attempt's last stage ``stage`` wrote its result; ``upstream`` are the (stage, file) it was
+        built from, of which those built in this invocation ran for it too."""
+        ran = [name for name, path in upstream if self._built_now(path)]
         self._emit(req, AttemptFinished, task_id=result.task_id, attempt=result.attempt, status=result.status,
                    score=result.score, correct=result.correct, error_stage=result.error_stage,
-                   stages=[*ran, "evaluate"], usage=dict(result.usage))
+                   stages=[*ran, stage], usage=dict(result.usage))
 
 
 # -- reading ------------------------------------------------------------------------------------------

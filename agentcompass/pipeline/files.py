@@ -13,16 +13,13 @@ import fastjsonschema
 from agentcompass import PROJECT_ROOT
 from agentcompass.jsonio import canonical_json, write_text_atomic
 from agentcompass.secrets import Scrubber
+from agentcompass.stages import CONTRACTS, resolve
 from agentcompass.runtime.models import (
     BenchmarkPlan,
     Contract,
     ExecutionPlan,
     HarnessPlan,
-    MetricResult,
-    PreparedTask,
     RequestOutcome,
-    RunRequest,
-    RunResult,
     TaskSpec,
     TaskStatus,
 )
@@ -185,19 +182,8 @@ EVENT_TYPES: dict[str, type] = {
                 RequestFinished)
 }
 
-# kind -> contract type; a file <kind>.json validates against schemas/<kind>.schema.json
-FILE_KINDS: dict[str, type] = {
-    "request": RunRequest,
-    "tasks": TasksFile,
-    "plans": PlansFile,
-    "plan": ExecutionPlan,
-    "prepared": PreparedTask,
-    "output": RunResult,
-    "result": RunResult,
-    "metrics": MetricResult,
-    "run_info": RunInfo,
-    "shard": ShardRecord,
-}
+# kind -> contract type, from the stage table; a file <kind>.json validates against schemas/<kind>.schema.json
+FILE_KINDS: dict[str, type] = {kind: cast(type, resolve(contract)) for kind, contract in CONTRACTS.items()}
 
 _OPEN = frozenset({BenchmarkPlan, HarnessPlan})
 

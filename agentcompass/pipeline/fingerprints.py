@@ -4,29 +4,34 @@ Snakemake compares a job's params with those it recorded for the job's
 outputs and reruns the job when they differ. Each param here holds what its
 stage depends on and nothing else, so a new temperature reruns the harness
 but not preparation, and a new scoring setting reruns evaluation but never
-calls the model (``agentcompass.pipeline.reuse`` says what each stage reads).
+calls the model. The stage table (``agentcompass.stages``) names each stage's
+function here, and its version.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 import agentcompass
-from agentcompass import report
+from agentcompass import layout
 from agentcompass.runtime.base import BaseBenchmark, BaseHarness
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
+from agentcompass.stages import ATTEMPT, SHARD, STAGES, SUMMARY, Stage, names, of_scope
 
-from . import engine, reuse, shards, stages
+from . import engine, reading, reuse, shards
 from .bulk import BulkOutput, settled
 from .engine import IncompleteCheckpointException, WorkflowError
 from .invocation import Invocation
 
-# Bump a stage's version when its behaviour changes: Snakemake then reruns it.
-STAGE_VERSIONS = {
-    "tasks": "1", "plans": "1", "prepare": "1", "run": "1", "evaluate": "1", "metrics": "2", "shard": "1",
-}
+ATTEMPT_STAGES = of_scope(ATTEMPT)
+SHARD_STAGE = of_scope(SHARD)[0]
+SUMMARY_STAGES = names(SUMMARY)
+CHECKPOINTS = tuple(s for s in STAGES if s.checkpoint)
 
 
 def as_param(value: Any) -> str:
@@ -35,9 +40,19 @@ def as_param(value: Any) -> str:
 
 
 # -- what each stage reads, as pure functions of a request, its task and its plan ------------
-# The rules' params below and ``agentcompass diff`` (agentcompass.plan_diff) both call these,
-# so what diff says a change reruns is what Snakemake reruns. None of them holds the task
-# source (it is not in the files a run leaves) or the reuse-off nonce (recompute_param).
+# The stage table names each stage's function; the rules' params below and ``agentcompass diff``
+# (agentcompass.plan_diff) both call them, so what diff says a change reruns is what Snakemake
+# reruns. None of them holds the task source (it is not in the files a run leaves) or the
+# reuse-off nonce (recompute_param): ``Extra`` brings them.
+
+
+@dataclass(frozen=True)
+class Extra:
+    """What a request or summary stage's params hold besides what the stage reads of the request:
+    the Benchmark's task files (``source``) and the reuse-off nonce (``recompute``)."""
+
+    source: dict[str, str] = field(default_factory=dict)
+    recompute: dict[str, str] = field(default_factory=dict)
 
 
 def recompute_param(req: RunRequest, nonce: str) -> dict[str, str]:
@@ -46,31 +61,42 @@ def recompute_param(req: RunRequest, nonce: str) -> dict[str, str]:
 
 
 def component_versions(req: RunRequest) -> dict[str, str]:
-    harness = stages.harness_for(req)
+    harness = reading.harness_for(req)
     return {
         "agentcompass": agentcompass.__version__,
-        "benchmark": stages.benchmark_for(req).version,
+        "benchmark": reading.benchmark_for(req).version,
         "harness": harness.version if harness else "none",
         "environment": ENVIRONMENTS.get(req.environment.id).version,
     }
 
 
-def tasks_param(req: RunRequest) -> dict[str, Any]:
-    benchmark = stages.benchmark_for(req)
-    return {
-        "stage": STAGE_VERSIONS["tasks"],
+def request_params(s: Stage, req: RunRequest, extra: Extra = Extra()) -> list[Any]:
+    """The values of a request or summary stage's params (one per ``s.params``), before ``as_param``."""
+    return s.resolve("fingerprint")(req, s, extra)
+
+
+def request_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
+    return [reuse.request_record(req)]
+
+
+def tasks_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
+    benchmark = reading.benchmark_for(req)
+    return [{
+        "stage": s.version,
         "benchmark": req.benchmark.id,
-        "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("tasks",)),
+        "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, (s.name,)),
         "version": benchmark.version,
-    }
+        **extra.source, **extra.recompute,
+    }]
 
 
-def plans_param(req: RunRequest) -> dict[str, Any]:
+def plans_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
+    """The plans, and what run_info.json records besides them."""
     execution = req.execution.to_dict()
     execution.pop("task_concurrency")  # how fast, not what: never a reason to rerun
     execution.pop("analyzers")
-    return {
-        "stage": STAGE_VERSIONS["plans"],
+    plans = {
+        "stage": s.version,
         "benchmark": req.benchmark.to_dict(),
         "harness": req.harness.to_dict(),
         "environment": req.environment.to_dict(),
@@ -78,60 +104,114 @@ def plans_param(req: RunRequest) -> dict[str, Any]:
         "recipes": {rid: cls.version for rid, cls in RECIPES.items()},
         "recipe_dirs": req.metadata.recipe_dirs,
         "versions": component_versions(req),
+        **extra.source, **extra.recompute,
+    }
+    return [plans, {"model": req.model.id, "versions": component_versions(req)}]
+
+
+def metrics_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
+    benchmark = reading.benchmark_for(req)
+    return [{
+        "stage": s.version, "benchmark": benchmark.version,
+        "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, (s.name,)),
+        "analyzers": req.execution.analyzers,
+        "pricing": req.model.pricing.to_dict() if req.model.pricing else None,
+        **extra.recompute,
+    }]
+
+
+def report_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
+    return [{"stage": s.version, **extra.recompute}]
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """What an attempt stage's params are computed from. ``versions``, ``benchmark`` and ``harness``
+    are ``component_versions(req)`` and the request's components: a request of 10,000 attempts
+    computes them once."""
+
+    req: RunRequest
+    task: TaskSpec
+    plan: ExecutionPlan
+    versions: dict[str, str]
+    benchmark: BaseBenchmark
+    harness: BaseHarness | None
+    task_digest: str
+
+
+def _plan_view(plan: ExecutionPlan, s: Stage, **fields: Any) -> str:
+    """The digest of the part of an attempt's plan that ``s`` reads: the task and its environment,
+    ``fields``, and the BenchmarkPlan fields marked as read by it (or unmarked)."""
+    bplan = plan.benchmark_plan
+    view: dict[str, Any] = {
+        "task_id": plan.task_id,
+        "attempt": plan.attempt,
+        "task_environment": {"id": plan.task_environment.id, "params": plan.task_environment.params},
+        **fields,
+    }
+    if "benchmark_plan" in fields:
+        view["benchmark_plan"] = {f.name: getattr(bplan, f.name) for f in dataclasses.fields(bplan)
+                                  if reuse.field_stage(f) in (s.name, None)}
+    return reuse.digest(view)
+
+
+def _policy(policy) -> str | None:
+    return policy.mode if policy else None
+
+
+def prepare_param(v: AttemptView, s: Stage) -> dict[str, Any]:
+    plan = v.plan
+    return {
+        "stage": s.version,
+        "benchmark": v.versions["benchmark"], "environment": v.versions["environment"], "task": v.task_digest,
+        "plan": _plan_view(plan, s, baseline_network=_policy(plan.baseline_network), benchmark_plan=True),
     }
 
 
-def run_info_param(req: RunRequest) -> dict[str, Any]:
-    """The plans rule's second param: what run_info.json records besides the plans."""
-    return {"model": req.model.id, "versions": component_versions(req)}
+def run_param(v: AttemptView, s: Stage) -> dict[str, Any]:
+    plan = v.plan
+    fields: dict[str, Any] = {
+        "run_network": _policy(plan.run_network),
+        "evaluation_environment_mode": plan.evaluation_environment_mode,
+        "harness_plan": plan.harness_plan.to_dict(),
+        "execution": {"max_retries": plan.execution.max_retries, "task_timeout": plan.execution.task_timeout},
+    }
+    if plan.harness_plan.harness_id == "none":  # a harness-free Benchmark's run_task reads its own plan
+        fields["benchmark_plan"] = True
+    run = {
+        # The Model as configured: api_key is its ${VAR} reference, never the key.
+        "stage": s.version, "model": reuse.model_view(v.req),
+        "harness": v.versions["harness"], "environment": v.versions["environment"],
+        "plan": _plan_view(plan, s, **fields),
+    }
+    if v.harness is None:  # a harness-free Benchmark runs its own code on the task
+        run["benchmark"] = v.versions["benchmark"]
+        run["task"] = v.task_digest
+    elif v.harness.is_oracle:  # the oracle's answer is the reference, nothing else of the plan
+        run["reference"] = reuse.digest(v.benchmark.reference_solution(v.task, plan.benchmark_plan))
+    return run
 
 
-def report_param() -> dict[str, Any]:
-    return {"stage": report.VERSION}
-
-
-def metrics_param(req: RunRequest) -> dict[str, Any]:
-    benchmark = stages.benchmark_for(req)
+def evaluate_param(v: AttemptView, s: Stage) -> dict[str, Any]:
+    plan = v.plan
     return {
-        "stage": STAGE_VERSIONS["metrics"], "benchmark": benchmark.version,
-        "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, ("metrics",)),
-        "analyzers": req.execution.analyzers,
-        "pricing": req.model.pricing.to_dict() if req.model.pricing else None,
+        "stage": s.version,
+        "benchmark": v.versions["benchmark"], "environment": v.versions["environment"], "task": v.task_digest,
+        "plan": _plan_view(
+            plan, s, evaluation_network=_policy(plan.evaluation_network),
+            evaluation_environment_mode=plan.evaluation_environment_mode,
+            evaluation_environment=plan.evaluation_environment.to_dict() if plan.evaluation_environment else None,
+            benchmark_plan=True,
+        ),
     }
 
 
 def attempt_params(req: RunRequest, task: TaskSpec, plan: ExecutionPlan, *, versions: dict[str, str],
                    benchmark: BaseBenchmark, harness: BaseHarness | None,
                    task_digest: str | None = None) -> dict[str, dict[str, Any]]:
-    """What the prepare, run and evaluate stages of one attempt read.
-
-    ``versions``, ``benchmark`` and ``harness`` are ``component_versions(req)`` and the request's
-    components, passed in because a request of 10,000 attempts computes them once.
-    """
-    task_digest = task_digest or reuse.task_fingerprint(task)
-    run = {
-        "stage": STAGE_VERSIONS["run"], "model": reuse.model_view(req),
-        "harness": versions["harness"], "environment": versions["environment"],
-        "plan": reuse.digest(reuse.plan_view(plan, "run")),
-    }
-    if harness is None:  # a harness-free Benchmark runs its own code on the task
-        run["benchmark"] = versions["benchmark"]
-        run["task"] = task_digest
-    elif harness.is_oracle:  # the oracle's answer is the reference, nothing else of the plan
-        run["reference"] = reuse.digest(benchmark.reference_solution(task, plan.benchmark_plan))
-    return {
-        "prepare": {
-            "stage": STAGE_VERSIONS["prepare"],
-            "benchmark": versions["benchmark"], "environment": versions["environment"],
-            "task": task_digest, "plan": reuse.digest(reuse.plan_view(plan, "prepare")),
-        },
-        "run": run,
-        "evaluate": {
-            "stage": STAGE_VERSIONS["evaluate"],
-            "benchmark": versions["benchmark"], "environment": versions["environment"],
-            "task": task_digest, "plan": reuse.digest(reuse.plan_view(plan, "evaluate")),
-        },
-    }
+    """What each attempt stage of one attempt reads, by stage."""
+    view = AttemptView(req, task, plan, versions, benchmark, harness, task_digest or reuse.task_fingerprint(task))
+    return {s.name: s.resolve("fingerprint")(view, s) for s in ATTEMPT_STAGES}
 
 
 class Fingerprints:
@@ -157,52 +237,33 @@ class Fingerprints:
         """
         key = (req.namespace, req.run_id)
         if key not in self._sources:  # digesting a folder of task files: once per parse, not per param
-            self._sources[key] = stages.benchmark_for(req).source_fingerprint(req)
+            self._sources[key] = reading.benchmark_for(req).source_fingerprint(req)
         source = self._sources[key]
         return {} if source is None else {"source": source}
 
-    @engine.signature_once
-    def request(self, w) -> str:
-        self.inv.begin()
-        return as_param(reuse.request_record(self.inv.request(w)))
+    def extra(self, req: RunRequest) -> Extra:
+        return Extra(self.source(req), self.recompute(req))
 
-    @engine.signature_once
-    def tasks(self, w) -> str:
+    def values(self, s: Stage, w) -> tuple[str, ...]:
+        """A request or summary stage's params for the wildcards ``w``, as the rule records them."""
         self.inv.begin()
         req = self.inv.request(w)
-        return as_param({**tasks_param(req), **self.source(req), **self.recompute(req)})
+        return tuple(as_param(value) for value in request_params(s, req, self.extra(req)))
 
-    @engine.signature_once
-    def plans(self, w) -> str:
-        self.inv.begin()
-        req = self.inv.request(w)
-        return as_param({**plans_param(req), **self.source(req), **self.recompute(req)})
-
-    @engine.signature_once
-    def run_info(self, w) -> str:
-        return as_param(run_info_param(self.inv.request(w)))
-
-    @engine.signature_once
-    def metrics(self, w) -> str:
-        self.inv.begin()
-        req = self.inv.request(w)
-        return as_param({**metrics_param(req), **self.recompute(req)})
-
-    @engine.signature_once
-    def report(self, w) -> str:
-        self.inv.begin()
-        return as_param({**report_param(), **self.recompute(self.inv.request(w))})
+    def param(self, s: Stage, index: int) -> Callable:
+        """The rule's ``index``-th param of stage ``s``, as a param function of Snakemake's."""
+        return engine.signature_once(lambda wildcards: self.values(s, wildcards)[index])
 
     # -- the bulk files, read at parse time once current --------------------------------
 
     def bulk_outputs(self, req: RunRequest) -> list[BulkOutput]:
-        """tasks.json, plans.json and run_info.json with what their rules record for them now."""
-        base, w = self.inv.run_path(req), self.inv.wildcards(req)
-        plans_params = (self.plans(w), self.run_info(w))
+        """The checkpoints' files (tasks.json, plans.json, run_info.json) with what their rules
+        record for them now."""
+        run, w = self.inv.run_path(req), self.inv.wildcards(req)
         return [
-            BulkOutput(base / "tasks.json", "tasks", (self.tasks(w),)),
-            BulkOutput(base / "plans.json", "plans", plans_params, (base / "tasks.json",)),
-            BulkOutput(base / "run_info.json", "plans", plans_params, (base / "tasks.json",)),
+            BulkOutput(Path(layout.file_in(run, s, o.name)), s.name, self.values(s, w),
+                       tuple(Path(layout.file_in(run, source, name)) for _, source, name in s.inputs))
+            for s in CHECKPOINTS for o in s.outputs
         ]
 
     def settled(self, req: RunRequest) -> bool:
@@ -227,21 +288,12 @@ class AttemptFingerprints:
         self.targets = targets
         self._tables: dict[tuple[str, str], dict] = {}
 
-    @engine.signature_once
-    def prepare(self, w) -> str:
-        return self.of(w)["prepare"]
-
-    @engine.signature_once
-    def run(self, w) -> str:
-        # The Model as configured: api_key is its ${VAR} reference, never the key.
-        return self.of(w)["run"]
-
-    @engine.signature_once
-    def evaluate(self, w) -> str:
-        return self.of(w)["evaluate"]
+    def param(self, s: Stage) -> Callable:
+        """The param of attempt stage ``s``, as a param function of Snakemake's."""
+        return engine.signature_once(lambda wildcards: self.of(wildcards)[s.name])
 
     def of(self, w) -> dict[str, str]:
-        """The prepare, run and evaluate params of one attempt."""
+        """The params of one attempt's stages, by stage."""
         return self.table(self.inv.request(w))[(w.task, int(w.attempt))]
 
     def table(self, req: RunRequest) -> dict:
@@ -254,7 +306,8 @@ class AttemptFingerprints:
                 raise WorkflowError(
                     f"request {req.metadata.request_name!r}: its tasks.json or plans.json must be "
                     f"(re)built before its attempt files. Fix: run the whole request (the default "
-                    f"target, or {self.inv.run_path(req) / 'metrics.json'}) rather than single attempt files."
+                    f"target, or {layout.file_in(self.inv.run_path(req), SUMMARY_STAGES[0])}) rather than single "
+                    f"attempt files."
                 ) from None
             # a shard's inner run needs its slice only: the rest is never decoded
             attempts = None if self.inv.inner is None else self.targets.shard_slice(req, self.inv.inner[2])
@@ -264,17 +317,17 @@ class AttemptFingerprints:
     def _table(self, req: RunRequest, tasks_file: str, plans_file: str, attempts=None) -> dict:
         versions = self.fingerprints.components(req)
         recompute = self.fingerprints.recompute(req)
-        benchmark, harness = stages.benchmark_for(req), stages.harness_for(req)
+        benchmark, harness = reading.benchmark_for(req), reading.harness_for(req)
         tasks_seen: dict[str, str] = {}
         table = {}
-        for segment, attempt in stages.raw_plans(plans_file) if attempts is None else attempts:
-            plan = stages.plan_for(req, plans_file, segment, attempt)
-            task = stages.task_by_segment(tasks_file, segment)
+        for segment, attempt in reading.raw_plans(plans_file) if attempts is None else attempts:
+            plan = reading.plan_for(req, plans_file, segment, attempt)
+            task = reading.task_by_segment(tasks_file, segment)
             if segment not in tasks_seen:
                 tasks_seen[segment] = reuse.task_fingerprint(task)
             params = attempt_params(req, task, plan, versions=versions, benchmark=benchmark, harness=harness,
                                     task_digest=tasks_seen[segment])
-            table[(segment, attempt)] = {stage: as_param({**value, **recompute}) for stage, value in params.items()}
+            table[(segment, attempt)] = {name: as_param({**value, **recompute}) for name, value in params.items()}
         return table
 
     @engine.signature_once
@@ -288,14 +341,14 @@ class AttemptFingerprints:
         self.inv.begin()
         req = self.inv.request(w)
         tasks_file, plans_file = self.targets.bulk_files(req)
-        tasks, plans = stages.raw_tasks(tasks_file), stages.raw_plans(plans_file)
+        tasks, plans = reading.raw_tasks(tasks_file), reading.raw_plans(plans_file)
         attempts = self.targets.shard_slice(req, int(w.shard))
-        harness = stages.harness_for(req)
+        harness = reading.harness_for(req)
         forced = {"forced": self.inv.nonce} if shards.forced_rules(self.inv.snakemake) else {}
         return as_param({
-            "stage": STAGE_VERSIONS["shard"],
+            "stage": SHARD_STAGE.version,
             # the stages its inner run builds: a new metrics stage reruns metrics.json, not the shards
-            "stages": {stage: STAGE_VERSIONS[stage] for stage in ("prepare", "run", "evaluate")},
+            "stages": {s.name: s.version for s in ATTEMPT_STAGES},
             "versions": self.fingerprints.components(req),
             "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
             "attempts": reuse.digest([[tasks[s], plans[(s, a)]] for s, a in attempts]),

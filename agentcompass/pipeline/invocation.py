@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from agentcompass.paths import run_dir
+from agentcompass.layout import run_dir
 from agentcompass.runtime.models import Orchestration, RunRequest
 
 from . import shards

@@ -1,6 +1,10 @@
-"""The stage calls of the rules' ``run:`` blocks: each job logs, records and stops the same way.
+"""The one entry point of every rule's ``run:`` block, and the one argument each stage's body takes.
 
-Around every stage call:
+A rule's ``run:`` block is ``EVAL.build(rule, wildcards, input, output, params, threads,
+resources, log)``, whatever the stage: ``Jobs.build`` finds the stage in the stage table
+(``agentcompass.stages``), makes its argument (a ``RequestJob``, an ``AttemptJob`` or a
+``ShardJob``: the request and the stage's files, by name) and calls its body. Around
+every body:
 
 - a run that is stopping starts nothing (``aio.Stopped``);
 - each output is recorded as finished just before it appears (``recovery``
@@ -8,7 +12,8 @@ Around every stage call:
 - a failing stage's traceback, scrubbed of the key, goes to its log file;
 - temporary files an earlier, interrupted write of its outputs left go before it
   starts (a run that stopped while a job wrote may have dropped the job's
-  incomplete markers too, so the recovery of a killed run would not find them).
+  incomplete markers too, so the recovery of a killed run would not find them);
+- an attempt stage says when its attempt starts and finishes (``events``).
 """
 
 from __future__ import annotations
@@ -18,35 +23,119 @@ import logging
 import os
 import time
 import traceback
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from agentcompass import aio, jsonio, report
-from agentcompass.jsonio import read_json
+from agentcompass import aio, jsonio
 from agentcompass.logs import LOG
-from agentcompass.paths import task_segment
-from agentcompass.runtime.models import RunRequest
+from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.secrets import Scrubber
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, Stage, stage
 
-from . import engine, forkserver, lifecycle, provenance, shards, stages
-from .engine import WorkflowError
-from .events import Emitter
-from .files import ShardRecord, write_file
-from .invocation import Invocation
-from .resources import Resources
-from .targets import Targets
+from . import engine, reading
+from .files import write_file
+
+if TYPE_CHECKING:
+    from .workflow import EvaluationWorkflow
+
+
+@dataclass
+class RequestJob:
+    """A request or summary stage's argument: the request, its run folder and the stage's files.
+
+    ``inputs`` and ``outputs`` are the rule's, by name (``outputs["plans"]``); ``pipeline`` is the
+    workflow the job runs in (None when a body is called without Snakemake, as ``status`` does).
+    """
+
+    request: RunRequest
+    run: str
+    inputs: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    pipeline: EvaluationWorkflow | None = None
+    stage: str = ""
+
+    def output(self, name: str | None = None) -> str:
+        return self.outputs[name] if name else next(iter(self.outputs.values()))
+
+    def write(self, name: str, value: Any, **options: Any) -> None:
+        """Write ``value`` as the stage's output ``name``: validated against its contract, scrubbed
+        of secrets and recorded as it appears (``files.write_file``)."""
+        write_file(stage(self.stage).kind(name), self.outputs[name], value, **options)
+
+
+@dataclass
+class AttemptJob(RequestJob):
+    """An attempt stage's argument: also the attempt, its folder and the request's tasks.json and
+    plans.json, of which it reads its own slice (its task and plan, decoded once)."""
+
+    segment: str = ""
+    attempt: int = 0
+    folder: str = ""
+    tasks_file: str = ""
+    plans_file: str = ""
+
+    @cached_property
+    def plan(self) -> ExecutionPlan:
+        return reading.plan_for(self.request, self.plans_file, self.segment, self.attempt)
+
+    @cached_property
+    def task(self) -> TaskSpec:
+        return reading.task_by_segment(self.tasks_file, self.segment)
+
+
+@dataclass
+class ShardJob(RequestJob):
+    """The shard stage's argument: also the slice's index, and the job's threads, resources,
+    params and log (its inner Snakemake runs with them)."""
+
+    index: int = 0
+    threads: int = 1
+    resources: Any = None
+    params: Any = None
+    log: str = ""
 
 
 class Jobs:
-    def __init__(self, inv: Invocation, targets: Targets, shard_rule: shards.Shards, resources: Resources,
-                 events: Emitter) -> None:
-        self.inv = inv
-        self.targets = targets
-        self.shards = shard_rule
-        self.resources = resources
-        self.events = events
+    def __init__(self, pipeline: EvaluationWorkflow) -> None:
+        self.pipeline = pipeline
+        self.inv = pipeline.inv
+
+    def build(self, rule: str, w, input, output, params, threads, resources, log) -> None:
+        """Build one job of the stage ``rule`` (the entry point of every rule's ``run:`` block)."""
+        s = stage(rule)
+        # the params it records: computed again here, as Snakemake computed them
+        values = tuple(getattr(params, name) for name in s.params)
+        with self._job(s, w, input, output, values, log) as req:
+            job = self._argument(s, req, w, input, output, threads, resources, params, log)
+            events = self.pipeline.events
+            # the files of the stages before it, as (stage, path): the last one's is the stage's own input
+            upstream = [(source, job.inputs[name]) for name, source, _ in s.inputs]
+            if isinstance(job, AttemptJob):
+                events.attempt_job(req, s.name, job.plan, reused=upstream[-1][1] if upstream else None)
+            result = s.resolve("body")(job)
+            if isinstance(job, AttemptJob) and s.name == LAST_ATTEMPT_STAGE:
+                events.attempt_finished(req, result, upstream, s.name)
+
+    def _argument(self, s: Stage, req: RunRequest, w, input, output, threads, resources, params, log):
+        run = str(self.inv.run_path(req))
+        inputs = {name: str(value) for name, value in input.items()}
+        outputs = {o.name: str(output[i]) for i, o in enumerate(s.outputs)}
+        if s.scope == ATTEMPT:
+            # A job runs after its request's tasks.json and plans.json are written (the DAG
+            # orders it so), and reads its own slice of them.
+            tasks_file, plans_file = self.pipeline.targets.bulk_files(req)
+            return AttemptJob(req, run, inputs, outputs, self.pipeline, s.name, segment=w.task, attempt=int(w.attempt),
+                              folder=str(Path(outputs[s.outputs[0].name]).parent),
+                              tasks_file=tasks_file, plans_file=plans_file)
+        if s.scope == SHARD:
+            return ShardJob(req, run, inputs, outputs, self.pipeline, s.name, index=int(w.shard), threads=threads,
+                            resources=resources, params=params, log=str(log[0]))
+        return RequestJob(req, run, inputs, outputs, self.pipeline, s.name)
 
     @contextlib.contextmanager
-    def _job(self, rule: str, w, input, output, params, log):
+    def _job(self, s: Stage, w, input, output, params, log):
         reason = aio.stopping()
         if reason is not None:
             raise aio.Stopped(reason)
@@ -56,12 +145,12 @@ class Jobs:
         debug = LOG.isEnabledFor(logging.DEBUG)  # runtime.log_level: debug
         if debug:
             where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())
-            LOG.debug(f"{rule} {where}: started")
+            LOG.debug(f"{s.name} {where}: started")
             started = time.monotonic()
-        with stage_log(log, rule, w, req), jsonio.publishing(self._recorder(rule, input, output, params, log)):
+        with stage_log(log, s.name, w, req), jsonio.publishing(self._recorder(s.name, input, output, params, log)):
             yield req
         if debug:
-            LOG.debug(f"{rule} {where}: done in {time.monotonic() - started:.3f} s")
+            LOG.debug(f"{s.name} {where}: done in {time.monotonic() - started:.3f} s")
 
     def _recorder(self, rule: str, input, output, params, log):
         workflow = self.inv.snakemake
@@ -79,111 +168,6 @@ class Jobs:
                 records.write_finished(workflow, rule, named, inputs, logs, values)
 
         return record
-
-    def _bulk_paths(self, req: RunRequest) -> tuple[str, str]:
-        # A job runs after its request's tasks.json and plans.json are written (the DAG
-        # orders it so), and reads its own slice of them.
-        base = self.inv.run_path(req)
-        return str(base / "tasks.json"), str(base / "plans.json")
-
-    # -- per request ------------------------------------------------------------------------
-
-    def write_request(self, w, output, params, log) -> None:
-        with self._job("request", w, (), output, params, log) as req:
-            stages.write_request(req, output[0])
-
-    def write_tasks(self, w, output, params, log) -> None:
-        with self._job("tasks", w, (), output, params, log) as req:
-            tasks = stages.write_tasks(req, output[0])
-            workflow = self.inv.snakemake
-            if (workflow is not None and engine.is_main_process(workflow) and not engine.on_cluster(workflow)
-                    and self.targets.shards_for(len(tasks) * req.execution.attempts)):
-                forkserver.start()  # the shards' inner runs fork from it: it imports while the plans are made
-
-    def write_plans(self, w, input, output, params, log) -> None:
-        """plans.json and, from it, run_info.json: one job, so run_info.json never lags its plans."""
-        with self._job("plans", w, input, output, params, log) as req:
-            stages.write_plans(req, input.tasks, output.plans)
-            stages.run_info(req, output.plans, output.run_info)
-            # every attempt's folder: a shard's generation compares their times with its record
-            for task in stages.read_tasks(input.tasks):
-                for attempt in range(1, req.execution.attempts + 1):
-                    os.makedirs(self.targets.attempt_dir(req, task_segment(task.task_id), attempt), exist_ok=True)
-
-    def metrics(self, w, input, output, params, log) -> None:
-        with self._job("metrics", w, input, output, params, log) as req:
-            stages.metrics(req, self.targets.results_of(req), output[0])
-
-    def report(self, w, input, output, params, log) -> None:
-        with self._job("report", w, input, output, params, log) as req:
-            report.build(self.inv.run_path(req))
-
-    # -- per attempt ------------------------------------------------------------------------
-
-    def prepare(self, w, input, output, params, log) -> None:
-        with self._job("prepare", w, input, output, params, log) as req:
-            tasks, plans = self._bulk_paths(req)
-            self.events.attempt_job(req, "prepare", w, plans)
-            stages.prepare(req, tasks, plans, w.task, int(w.attempt), output[0])
-
-    def run(self, w, input, output, params, log) -> None:
-        with self._job("run", w, input, output, params, log) as req:
-            tasks, plans = self._bulk_paths(req)
-            self.events.attempt_job(req, "run", w, plans, reused=input.prepared)
-            stages.run(req, tasks, plans, input.prepared, w.task, int(w.attempt), output[0])
-
-    def evaluate(self, w, input, output, params, log) -> None:
-        with self._job("evaluate", w, input, output, params, log) as req:
-            tasks, plans = self._bulk_paths(req)
-            self.events.attempt_job(req, "evaluate", w, plans, reused=input.output)
-            result = stages.evaluate(req, tasks, plans, input.prepared, input.output,
-                                     w.task, int(w.attempt), output.result, output.plan)
-            self.events.attempt_finished(req, result, input.prepared, input.output)
-
-    # -- per shard ------------------------------------------------------------------------------
-
-    def shard(self, w, input, threads: int, resources, params, output, log) -> None:
-        """Build one slice with an inner Snakemake; record what it left in shard.json."""
-        with self._job("shard", w, input, output, params, log) as req:
-            self.events.announce(req)  # how many attempts its shards build, before the first one starts
-            index = int(w.shard)
-            started = time.monotonic()
-            attempts = self.targets.shard_slice(req, index)
-            workflow = self.inv.snakemake
-            threads = self.shards.job_threads(threads)
-            argv = shards.inner_argv(workflow, threads, self.resources.claims(resources),
-                                     shards.forced_rules(workflow), self.targets.attempt_files(req, attempts))
-            # on a cluster this job is one SLURM job: its inner run records that job in every output.json
-            where = provenance.here()
-            # the outer run's invocation, also when this job is a cluster job of its own
-            env = shards.inner_env(req.namespace, req.run_id, index, self.events.invocation)
-            env[lifecycle.PARENT_ENV] = str(os.getpid())
-            if where["slurm_job_id"]:
-                env[provenance.JOB_ID_ENV] = where["slurm_job_id"]
-            code = shards.run_inner(argv, env, Path(log[0]), fork=engine.is_main_process(workflow))
-            if code != 0:
-                reason = aio.stopping()
-                if reason is not None:
-                    raise aio.Stopped(reason)
-                raise WorkflowError(
-                    f"shard {index} of request {req.metadata.request_name!r}: its inner Snakemake exited with "
-                    f"{code}; the jobs that failed are named in {log[0]}. Finished attempts are kept: "
-                    f"run again to retry the rest."
-                )
-            self.events.shard_built(req, index, attempts)
-            counts: dict[str, int] = {}
-            for segment, attempt in attempts:
-                result = read_json(f"{self.targets.attempt_dir(req, segment, attempt)}/result.json")
-                counts[result["status"]] = counts.get(result["status"], 0) + 1
-            first, last = attempts[0], attempts[-1]
-            # the generation first: shard.json appearing means the shard is current
-            shards.hold(self.shards.generation_file(req, index), int(params.generation))
-            write_file("shard", output[0], ShardRecord(
-                request_name=req.metadata.request_name, shard=index, attempts=len(attempts),
-                first=f"{first[0]}/{first[1]}", last=f"{last[0]}/{last[1]}", counts=counts,
-                host=where["host"], seconds=round(time.monotonic() - started, 3),
-                slurm_job_id=where["slurm_job_id"],
-            ))
 
 
 @contextlib.contextmanager
@@ -221,3 +205,4 @@ def _scrub_exception(exc: BaseException | None, scrubber: Scrubber) -> None:
         except (AttributeError, TypeError):
             pass
         exc = exc.__cause__ or exc.__context__
+

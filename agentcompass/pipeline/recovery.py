@@ -84,7 +84,7 @@ def recover(workflow, records: engine.Records, outputs: Iterable[Output]) -> Rec
         except Exception:  # its params cannot be known before a checkpoint reruns: build it again
             now = None
         if record is not None and now is not None and record.params == now \
-                and record.code == engine.rule_code(workflow, output.rule):
+                and engine.code_is_current(workflow, output.rule, record.code):
             records.unmark(path)
             done.kept.append(path)
         else:

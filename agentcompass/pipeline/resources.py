@@ -31,8 +31,12 @@ from agentcompass.runtime import BENCHMARKS
 from agentcompass.runtime.model_client import endpoint_resource
 from agentcompass.runtime.models import ModelSpec, RunRequest
 
+from agentcompass.stages import JUDGE, MODEL, SHARD, of_scope, stage
+
 from . import engine
 from .invocation import Invocation
+
+SHARD_RULE = of_scope(SHARD)[0].name
 
 TASK_CONCURRENCY = "task_concurrency"
 # the driver's caps, for its cluster jobs: a job's Snakemake computes a shard's claims again
@@ -104,10 +108,11 @@ class Resources:
         # prepare too: under a cap, attempts are prepared as the endpoint takes them, not all at
         # once ahead of it (every prepared attempt waiting for a unit is a job Snakemake weighs,
         # and measures the input of, at every job selection)
+        wanted = stage(rule).claims
         endpoint = model_endpoint(req)
-        if rule in ("prepare", "run", "shard") and endpoint is not None:
+        if MODEL in wanted and endpoint is not None:
             claims[endpoint] = 1
-        if rule in ("evaluate", "shard"):  # a judge the Benchmark calls while it scores
+        if JUDGE in wanted:  # a judge the Benchmark calls while it scores
             claims.update({name: 1 for name in evaluation_endpoints(req)})
         return claims
 
@@ -115,7 +120,7 @@ class Resources:
         return self._claims(self.inv.request(wildcards), rule).get(name, 0)
 
     def attempt_job(self, rule: str) -> dict[str, Any]:
-        """The resources of one prepare, run or evaluate job (for ``resources: **...``)."""
+        """The resources of one job of an attempt stage (for ``resources: **...``)."""
         return {
             name: engine.signature_once(functools.partial(self._attempt_job, name, rule))
             for name in self.names()
@@ -128,12 +133,12 @@ class Resources:
         return {name: engine.signature_once(functools.partial(self._shard_share, name)) for name in self.names()}
 
     def _shard_share(self, name: str, wildcards, threads) -> int:
-        if not self._attempt_job(name, "shard", wildcards):
+        if not self._attempt_job(name, SHARD_RULE, wildcards):
             return 0
         workflow = self.inv.snakemake
         if workflow is not None and not engine.is_main_process(workflow):
             # a cluster job: the shard's threads as the driver counted them (shards.Shards.job_threads)
-            threads = max(threads, engine.requested_threads(workflow, "shard") or 0)
+            threads = max(threads, engine.requested_threads(workflow, SHARD_RULE) or 0)
         cap = self.cap(name)
         return min(threads, int(cap)) if cap else threads
 

@@ -36,8 +36,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentcompass import layout
 from agentcompass.jsonio import interrupted_writes, write_text_atomic
 from agentcompass.logs import LOG
+from agentcompass.stages import ATTEMPT, names
 
 from . import cluster, engine, forkserver
 
@@ -47,7 +49,7 @@ SHARD_ENV = "AGENTCOMPASS_SHARD"
 INVOCATION_ENV = "AGENTCOMPASS_INVOCATION"
 
 # Per-attempt rules: what an inner run builds, and what a --forcerun may name.
-ATTEMPT_RULES = ("prepare", "run", "evaluate")
+ATTEMPT_RULES = names(ATTEMPT)
 
 
 def generation(held: str, folders) -> int:
@@ -253,7 +255,7 @@ class Shards:
 
     def generation_file(self, req, index: int) -> str:
         """Beside shard.json, and not an output of the shard job (``generation``)."""
-        return str(self.targets.shard_file(req, index).parent / "generation")
+        return layout.generation_file(self.inv.run_path(req), index)
 
     def job_threads(self, threads: int) -> int:
         """The threads a shard job runs its inner run with: in a cluster job, those the profile

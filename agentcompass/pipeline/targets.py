@@ -4,28 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentcompass import report
+from agentcompass import layout
 from agentcompass.runtime.models import RunRequest
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, of_scope, stage
 
-from . import engine, stages
+from . import engine, reading
 from .engine import WorkflowError
-from .fingerprints import Fingerprints
+from .fingerprints import CHECKPOINTS, SHARD_STAGE, Fingerprints
 from .invocation import Invocation
 
-ATTEMPT_FILES = ("plan.json", "prepared.json", "output.json", "result.json")
+ATTEMPT_STAGES = of_scope(ATTEMPT)
 
 
 class Targets:
     def __init__(self, inv: Invocation, fingerprints: Fingerprints) -> None:
         self.inv = inv
         self.fingerprints = fingerprints
-        self._bulk_files: dict[tuple[str, str], tuple[str, str]] = {}
+        self._bulk_files: dict[tuple[str, str], tuple[str, ...]] = {}
         self._attempts: dict[tuple[str, str], list[tuple[str, int]]] = {}
         self._roots: dict[tuple[str, str], str] = {}
 
     # -- the bulk files and the attempts they list ------------------------------------------
 
-    def bulk_files(self, req: RunRequest) -> tuple[str, str]:
+    def bulk_files(self, req: RunRequest) -> tuple[str, ...]:
         """Paths of tasks.json and plans.json once they are current.
 
         Until then they come from the checkpoints, which raise (and so make
@@ -37,15 +38,13 @@ class Targets:
         files = self._bulk_files.get(key)
         if files is None:
             if self.fingerprints.settled(req):
-                base = self.inv.run_path(req)
-                files = str(base / "tasks.json"), str(base / "plans.json")
+                run = self.inv.run_path(req)
+                files = tuple(layout.file_in(run, s) for s in CHECKPOINTS)
             else:
                 checkpoints = self.inv.checkpoints
                 assert checkpoints is not None  # bound before any job's input is asked for
-                files = (
-                    checkpoints.tasks.get(ns=req.namespace, run_id=req.run_id).output[0],
-                    checkpoints.plans.get(ns=req.namespace, run_id=req.run_id).output[0],
-                )
+                files = tuple(getattr(checkpoints, s.name).get(ns=req.namespace, run_id=req.run_id).output[0]
+                              for s in CHECKPOINTS)
             self._bulk_files[key] = files
         return files
 
@@ -57,27 +56,30 @@ class Targets:
             tasks_file, _ = self.bulk_files(req)  # raises until the checkpoints are done
             paths = self._attempts[key] = [
                 (segment, attempt)
-                for segment in stages.task_segments(tasks_file)
+                for segment in reading.task_segments(tasks_file)
                 for attempt in range(1, req.execution.attempts + 1)
             ]
         return paths
 
     def attempt_dir(self, req: RunRequest, segment: str, attempt: int) -> str:
         # plain strings: tens of thousands of paths per parse, and pathlib costs 10x more
-        return f"{self._attempts_root(req)}/{segment}/{attempt}"
+        return layout.attempt_folder(self._run(req), segment, attempt)
 
-    def _attempts_root(self, req: RunRequest) -> str:
+    def _run(self, req: RunRequest) -> str:
         key = (req.namespace, req.run_id)
-        root = self._roots.get(key)
-        if root is None:
-            root = self._roots[key] = str(self.inv.run_path(req) / "attempts")
-        return root
+        run = self._roots.get(key)
+        if run is None:
+            run = self._roots[key] = str(self.inv.run_path(req))
+        return run
 
     def attempt_files(self, req: RunRequest, attempts) -> list[str]:
-        return [f"{self.attempt_dir(req, s, a)}/{name}" for s, a in attempts for name in ATTEMPT_FILES]
+        """Every file of the attempt stages of each of ``attempts``."""
+        return layout.attempt_files(self._run(req), attempts, ATTEMPT_STAGES)
 
     def results_of(self, req: RunRequest) -> list[str]:
-        return [f"{self.attempt_dir(req, s, a)}/result.json" for s, a in self.attempt_paths(req)]
+        """The file of every attempt that holds its result (the last attempt stage's first)."""
+        last = stage(LAST_ATTEMPT_STAGE)
+        return [layout.file_in(self.attempt_dir(req, s, a), last) for s, a in self.attempt_paths(req)]
 
     # -- shards: a large request built in slices (agentcompass.pipeline.shards) ------------------
 
@@ -107,7 +109,7 @@ class Targets:
         return self.attempt_paths(req)[index * size:(index + 1) * size]
 
     def shard_file(self, req: RunRequest, index: int) -> Path:
-        return self.inv.run_path(req) / "shards" / str(index) / "shard.json"
+        return Path(layout.file_in(layout.shard_folder(self.inv.run_path(req), index), SHARD_STAGE))
 
     # -- target lists ------------------------------------------------------------------------
 
@@ -122,11 +124,12 @@ class Targets:
                     f"or plans.json still had to be rebuilt. Fix: run the whole request, not the shard alone."
                 )
             return self.attempt_files(req, self.shard_slice(req, index))
-        base = self.inv.run_path(req)
+        run = self.inv.run_path(req)
         # Settled bulk files are left out: naming a checkpoint's output would make
         # Snakemake re-evaluate everything depending on it, for files it will not rebuild.
-        bulk = () if self.fingerprints.settled(req) else ("tasks.json", "plans.json", "run_info.json")
-        targets = [str(base / name) for name in ("request.json", *bulk, "metrics.json")] + report.outputs(base)
+        settled = self.fingerprints.settled(req)
+        targets = [f for s in of_scope(REQUEST, SUMMARY) if not (settled and s.checkpoint)
+                   for f in layout.files_in(run, s)]
         count = self.shard_count(req)
         if count:
             return targets + [str(self.shard_file(req, k)) for k in range(count)]

@@ -28,15 +28,17 @@ from typing import Any, Callable
 
 import yaml
 
-from agentcompass import aio, display, logs, report
+from agentcompass import aio, display, layout, logs
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
 
-from . import engine, forkserver, lifecycle, locks, pacing, recovery, shards, stages
+from agentcompass.stages import ATTEMPT, REQUEST, RULES, SHARD, STAGES, SUMMARY, of_scope, stage
+
+from . import engine, forkserver, lifecycle, locks, pacing, reading, recovery, shards
 from .engine import WorkflowError
 from .events import Emitter
-from .fingerprints import AttemptFingerprints, Fingerprints
+from .fingerprints import ATTEMPT_STAGES, CHECKPOINTS, AttemptFingerprints, Fingerprints
 from .invocation import Invocation
 from .jobs import Jobs
 from .resources import CAPS_ENV, Resources
@@ -75,13 +77,13 @@ class EvaluationWorkflow:
         self.inv = Invocation(orchestration)
         self.orchestration = orchestration
         self.results_dir = self.inv.results_dir
-        self.params = Fingerprints(self.inv)
-        self.targets = Targets(self.inv, self.params)
-        self.attempt_params = AttemptFingerprints(self.inv, self.params, self.targets)
+        self.params_of = Fingerprints(self.inv)
+        self.targets = Targets(self.inv, self.params_of)
+        self.attempt_params = AttemptFingerprints(self.inv, self.params_of, self.targets)
         self.shards = Shards(self.inv, self.targets)
         self.resources = Resources(self.inv)
         self.events = Emitter(self.inv, self.targets)
-        self.jobs = Jobs(self.inv, self.targets, self.shards, self.resources, self.events)
+        self.jobs = Jobs(self)
         self.lifecycle: lifecycle.Lifecycle | None = None
         self._locked: list[Path] = []
 
@@ -117,37 +119,23 @@ class EvaluationWorkflow:
             self.resources.apply_caps()
             # recovery before Snakemake reads the incomplete markers, whatever the targets
             engine.before_markers_are_read(workflow, self.inv.begin)
-            engine.accept_periodic_names(("all", "request", "tasks", "plans", "prepare", "run", "evaluate",
-                                          "metrics", "report", "shard"))
+            engine.accept_periodic_names(RULES)
+            engine.accept_recorded_code({s.name: s.recorded_code for s in STAGES})
 
-    # -- the rules' run: blocks ------------------------------------------------------------
-    # Their text is each rule's ``code``, which Snakemake records and compares: it stays as
-    # it was, so an upgrade of agentcompass does not rebuild results it would build the same.
-    # The params a job records are computed again here, as Snakemake computed them.
+    # -- what the rules call ------------------------------------------------------------------
 
-    def write_request(self, w, output, log) -> None:
-        self.jobs.write_request(w, output, (self.params.request(w),), log)
+    def params(self, name: str) -> dict[str, Callable]:
+        """The params of stage ``name``'s rule (for ``params: **EVAL.params("...")``): what it reads."""
+        s = stage(name)
+        if s.scope == ATTEMPT:
+            return {s.params[0]: self.attempt_params.param(s)}
+        if s.scope == SHARD:
+            return {s.params[0]: self.attempt_params.shard, s.params[1]: self.shards.generation}
+        return {param: self.params_of.param(s, i) for i, param in enumerate(s.params)}
 
-    def write_tasks(self, w, output, log) -> None:
-        self.jobs.write_tasks(w, output, (self.params.tasks(w),), log)
-
-    def write_plans(self, w, input, output, log) -> None:
-        self.jobs.write_plans(w, input, output, (self.params.plans(w), self.params.run_info(w)), log)
-
-    def prepare(self, w, input, output, log) -> None:
-        self.jobs.prepare(w, input, output, (self.attempt_params.prepare(w),), log)
-
-    def run(self, w, input, output, log) -> None:
-        self.jobs.run(w, input, output, (self.attempt_params.run(w),), log)
-
-    def evaluate(self, w, input, output, log) -> None:
-        self.jobs.evaluate(w, input, output, (self.attempt_params.evaluate(w),), log)
-
-    def metrics(self, w, input, output, log) -> None:
-        self.jobs.metrics(w, input, output, (self.params.metrics(w),), log)
-
-    def run_shard(self, w, threads, resources, params, output, log) -> None:
-        self.jobs.shard(w, self.shards.inputs(w), threads, resources, params, output, log)
+    def build(self, rule: str, wildcards, input, output, params, threads, resources, log) -> None:
+        """Build one job of ``rule``: the one entry point of every rule's ``run:`` block (``jobs``)."""
+        self.jobs.build(rule, wildcards, input, output, params, threads, resources, log)
 
     # -- the first call of a DAG build, the start and the end of a run ---------------------
 
@@ -163,7 +151,7 @@ class EvaluationWorkflow:
                 raise WorkflowError(str(exc)) from None
         else:
             ns, run_id, index = self.inv.inner
-            folder = self.inv.run_path(self.inv.by_key[(ns, run_id)]) / "shards" / str(index)
+            folder = Path(layout.shard_folder(self.inv.run_path(self.inv.by_key[(ns, run_id)]), index))
             try:
                 locks.acquire(folder)
             except locks.Busy as exc:  # a shard left running by a killed run: it stops, then this one goes on
@@ -190,34 +178,29 @@ class EvaluationWorkflow:
                                              inner=self.inv.inner is not None)
 
     def _outputs(self) -> list[recovery.Output]:
-        """The files this process's jobs write, with their rules' params now (computed only if needed)."""
+        """The files this process's jobs write, with their rules' params now (computed only if needed):
+        the request's stages' first (the attempt files' params are read from them)."""
         outputs: list[recovery.Output] = []
         for req in self.inv.requests:
             if self.inv.inner is not None and not self.inv.is_inner_of(req):
                 continue
             w = self.inv.wildcards(req)
-            base = self.inv.run_path(req)
+            run = self.inv.run_path(req)
             if self.inv.inner is None:
-                plans = _params(w, self.params.plans, self.params.run_info)
-                outputs += [
-                    recovery.Output(str(base / "request.json"), "request", _params(w, self.params.request)),
-                    recovery.Output(str(base / "tasks.json"), "tasks", _params(w, self.params.tasks)),
-                    recovery.Output(str(base / "plans.json"), "plans", plans),
-                    recovery.Output(str(base / "run_info.json"), "plans", plans),
-                    recovery.Output(str(base / "metrics.json"), "metrics", _params(w, self.params.metrics)),
-                    *(recovery.Output(path, "report", _params(w, self.params.report))
-                      for path in report.outputs(base)),
-                ]
+                for s in of_scope(REQUEST, SUMMARY):
+                    params = _params(w, *self.params(s.name).values())
+                    outputs += [recovery.Output(path, s.name, params) for path in layout.files_in(run, s)]
             outputs += self._attempt_outputs(req)
         return outputs
 
     def _attempt_outputs(self, req) -> list[recovery.Output]:
         """Per-attempt files of this process (or shard records), from the tasks.json on disk."""
-        tasks_file = self.inv.run_path(req) / "tasks.json"
+        run = self.inv.run_path(req)
+        tasks_file = Path(layout.file_in(run, CHECKPOINTS[0]))
         if not tasks_file.exists():
             return []
         try:
-            segments = stages.task_segments(tasks_file)
+            segments = reading.task_segments(tasks_file)
         except (OSError, ValueError, KeyError):
             return []
         attempts = [(s, a) for s in segments for a in range(1, req.execution.attempts + 1)]
@@ -226,22 +209,21 @@ class EvaluationWorkflow:
             index = self.inv.inner[2]
             attempts = attempts[index * size:(index + 1) * size]
         elif size and (len(attempts) > size or engine.on_cluster(self.inv.snakemake)):
+            shard = of_scope(SHARD)[0]
             outputs = []
             for index in range(-(-len(attempts) // size)):
                 w = _Wildcards(ns=req.namespace, run_id=req.run_id, shard=str(index))
-                outputs.append(recovery.Output(str(self.targets.shard_file(req, index)), "shard",
-                                               _params(w, self.attempt_params.shard, self.shards.generation)))
+                params = _params(w, *self.params(shard.name).values())
+                outputs += [recovery.Output(path, shard.name, params)
+                            for path in layout.files_in(layout.shard_folder(run, index), shard)]
             return outputs
         outputs = []
         for segment, attempt in attempts:
             w = _Wildcards(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
             folder = self.targets.attempt_dir(req, segment, attempt)
-            outputs += [
-                recovery.Output(f"{folder}/prepared.json", "prepare", _params(w, self.attempt_params.prepare)),
-                recovery.Output(f"{folder}/output.json", "run", _params(w, self.attempt_params.run)),
-                recovery.Output(f"{folder}/result.json", "evaluate", _params(w, self.attempt_params.evaluate)),
-                recovery.Output(f"{folder}/plan.json", "evaluate", _params(w, self.attempt_params.evaluate)),
-            ]
+            for s in ATTEMPT_STAGES:
+                params = _params(w, *self.params(s.name).values())
+                outputs += [recovery.Output(path, s.name, params) for path in layout.files_in(folder, s)]
         return outputs
 
     def start(self) -> None:

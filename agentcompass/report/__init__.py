@@ -29,18 +29,20 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentcompass import results, trees
+from agentcompass import layout, results, trees
 from agentcompass.jsonio import write_text_atomic
 from agentcompass.runtime.models import TaskStatus
+from agentcompass.stages import stage
 
 from . import charts
 
 # Bump when what the report shows changes: the report rule's param, so Snakemake rebuilds every report.
-VERSION = "1"
-FOLDER = "report"
-INDEX = "index.html"
-# the charts, in the order index.html shows them; each is a report() output of the rule
-CHARTS = ("categories.svg", "scores.svg", "errors.svg", "tokens.svg")
+VERSION = stage("report").version  # the report stage's version (agentcompass.stages): bump it there
+FOLDER = layout.REPORT
+# the charts, in the order index.html shows them (each a report() output of the rule), then the page
+_FILES = [Path(f).name for f in stage("report").files]
+INDEX = _FILES[-1]
+CHARTS = tuple(_FILES[:-1])
 # of each log and evidence file, the last this many bytes (a traceback, a test's verdict, is at the end)
 TEXT_LIMIT = 200_000
 # bars of the errors-by-kind chart (the other kinds are summed in one more), twice that of the category charts
@@ -55,8 +57,7 @@ def folder(run_dir: str | Path) -> Path:
 
 def outputs(run_dir: str | Path) -> list[str]:
     """The files of the report the workflow declares (index.html last: it appears last)."""
-    base = folder(run_dir)
-    return [str(base / name) for name in CHARTS] + [str(base / INDEX)]
+    return layout.files_in(run_dir, stage("report"))
 
 
 def build(run_dir: str | Path) -> Path:
@@ -194,7 +195,7 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
     data.mkdir(parents=True, exist_ok=True)
     table = []
     for row in rows:
-        # the task's folder name (results.rows made it with paths.task_segment)
+        # the task's folder name (results.rows made it with layout.task_segment)
         segment = os.path.basename(os.path.dirname(row["attempt_dir"]))
         page = None
         record = results.attempt(row["attempt_dir"], text_limit=TEXT_LIMIT)

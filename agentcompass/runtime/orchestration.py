@@ -26,7 +26,7 @@ from .models import (
 )
 from .models.codec import from_dict
 from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES, load_components
-from agentcompass.paths import MAX_NAME_CHARS
+from agentcompass.layout import MAX_NAME_CHARS
 
 from .models.request import BASE_URL_FIX, base_url_problem
 from agentcompass.secrets import references, resolve_secret

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from agentcompass.jsonio import write_json
-from agentcompass.paths import task_segment
+from agentcompass.layout import task_segment
 from agentcompass.pipeline import stages
 from agentcompass.runtime.registry import load_builtin_components
 from agentcompass.runtime.models import PreparedTask, RunRequest, RunResult, TaskInput, TaskOutput, TaskStatus

@@ -303,7 +303,7 @@ def test_signature_once_is_what_snakemake_reads_instead_of_inspecting():
 
 # --- reading records as agentcompass status does: relative, absolute and long paths ---------------
 
-LONG = "x" * 120 + "-" + "y" * 79  # a 200-byte path segment, as paths.task_segment may make one
+LONG = "x" * 120 + "-" + "y" * 79  # a 200-byte path segment, as layout.task_segment may make one
 PARAM = json.dumps({"stage": "1", "plan": "abc"}, sort_keys=True)
 
 RECORDS_SNAKEFILE = """

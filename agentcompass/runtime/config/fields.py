@@ -9,6 +9,8 @@ import types
 import typing
 from typing import Any
 
+from agentcompass.stages import PARAM_STAGES
+
 from ..models.codec import ContractError, _checker, _type_name
 
 _MISSING = dataclasses.MISSING
@@ -26,7 +28,8 @@ class ParameterError(ConfigError):
         self.names = names
 
 
-STAGES = ("tasks", "prepare", "run", "evaluate", "metrics")
+# the stages a parameter may be marked as read by (agentcompass.stages)
+STAGES = PARAM_STAGES
 
 
 def config_field(

@@ -8,7 +8,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentcompass.paths import MAX_NAME_CHARS
+from agentcompass.layout import MAX_NAME_CHARS
 
 from .codec import Contract, ContractError
 

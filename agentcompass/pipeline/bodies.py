@@ -1,7 +1,9 @@
-"""The stages: each a function of its input files plus the request, writing one file.
+"""The stages' bodies: each a function of one argument, the job (``jobs.RequestJob``,
+``jobs.AttemptJob`` or ``jobs.ShardJob``), writing the stage's files.
 
-Rules in ``rules/*.smk`` call these and nothing else; they can be tested
-without Snakemake.
+The stage table (``agentcompass.stages``) names the body of each stage; its rule calls it
+through ``jobs.Jobs.build``. A body can be tested without Snakemake: build its job argument
+and call it.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import os
 import platform
 import time
@@ -17,25 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import agentcompass
-from agentcompass import aio
+from agentcompass import aio, layout
+from agentcompass import report as report_pages
 from agentcompass import results as results_data
 from agentcompass.aio import run_coroutine
 from agentcompass.display import visible
 from agentcompass.jsonio import interrupted_writes, not_unicode, read_json, write_bytes_atomic
+from agentcompass.layout import task_segment
 from agentcompass.logs import LOG
-from agentcompass.paths import task_segment
-from agentcompass.runtime.base import (
-    BaseBenchmark,
-    BaseHarness,
-    EnvironmentSession,
-    HarnessContext,
-    HarnessFreeBenchmark,
-    error_result,
-    retryable,
-)
+from agentcompass.runtime.base import EnvironmentSession, HarnessContext, HarnessFreeBenchmark, error_result, retryable
+from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
 from agentcompass.runtime.models import (
     ExecutionPlan,
-    HarnessPlan,
     MetricSummary,
     PreparedTask,
     RunRequest,
@@ -44,23 +38,19 @@ from agentcompass.runtime.models import (
     TaskSpec,
     TaskStatus,
 )
-from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
 from agentcompass.runtime.models.codec import from_dict
 from agentcompass.runtime.planner import Planner
 from agentcompass.runtime.recipes import build_run_recipe_registry
-from agentcompass.runtime.registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES
+from agentcompass.runtime.registry import ANALYZERS
 from agentcompass.secrets import Scrubber
+from agentcompass.stages import LAST_ATTEMPT_STAGE, stage
 from agentcompass.trees import remove_tree
 
-from . import pacing, provenance
-from .files import ComponentVersion, PlansFile, RunInfo, TasksFile, write_file
-
-WORKSPACE_DIR = "workspace"
-# the agent's workspace as the run left it, kept for evaluation in the task environment
-FINAL_WORKSPACE_DIR = "final_workspace"
-OUTPUTS_DIR = "outputs"
-TRAJECTORY = "trajectory.jsonl"
-
+from . import engine, forkserver, lifecycle, pacing, provenance, shards
+from .engine import WorkflowError
+from .files import ComponentVersion, PlansFile, RunInfo, ShardRecord, TasksFile, write_file
+from .jobs import AttemptJob, RequestJob, ShardJob
+from .reading import benchmark_for, environment_for, harness_for, plan_classes, read_result, read_tasks
 
 # --- secrets ------------------------------------------------------------------
 
@@ -96,111 +86,38 @@ def scrub_attempt_files(attempt_dir: Path, scrubber: Scrubber) -> None:
             write_bytes_atomic(path, scrubbed.encode("utf-8", errors="surrogateescape"))
 
 
-# --- components ---------------------------------------------------------------
-
-
-def benchmark_for(req: RunRequest) -> BaseBenchmark:
-    return BENCHMARKS.get(req.benchmark.id)()
-
-
-def harness_for(req: RunRequest) -> BaseHarness | None:
-    return None if req.harness.is_none else HARNESSES.get(req.harness.id)()
-
-
-def environment_for(env_id: str):
-    return ENVIRONMENTS.get(env_id)()
-
-
-# --- reading files (cached by path and modification) -------------------------------
-
-
-def file_stamp(path: str | Path) -> tuple[str, int, int]:
-    """Path, modification time and size: a file version, for caches."""
-    st = os.stat(path)
-    return str(path), st.st_mtime_ns, st.st_size
-
-
-@functools.lru_cache(maxsize=64)
-def _raw_tasks(stamp: tuple) -> dict[str, dict]:
-    """tasks.json's task objects by path segment, in order, not yet decoded."""
-    return {task_segment(t["task_id"]): t for t in read_json(stamp[0])["tasks"]}
-
-
-@functools.lru_cache(maxsize=64)
-def _tasks_cached(stamp: tuple) -> list[TaskSpec]:
-    return [from_dict(TaskSpec, t, "tasks.json task") for t in _raw_tasks(stamp).values()]
-
-
-def read_tasks(path: str | Path) -> list[TaskSpec]:
-    return _tasks_cached(file_stamp(path))
-
-
-def task_segments(path: str | Path) -> list[str]:
-    """The path segment of every task, in order, without decoding the tasks."""
-    return list(_raw_tasks(file_stamp(path)))
-
-
-# Decoding is the expensive part of reading a large file: a job (or the slice of
-# a shard) decodes the objects it uses, once each.
-_decoded: dict[tuple, Any] = {}
-
-
-def _decode_once(key: tuple, decode):
-    value = _decoded.get(key)
-    if value is None:
-        if len(_decoded) > 200_000:
-            _decoded.clear()
-        value = _decoded[key] = decode()
-    return value
-
-
-def task_by_segment(path: str | Path, segment: str) -> TaskSpec:
-    stamp = file_stamp(path)
-    raw = _raw_tasks(stamp).get(segment)
-    if raw is None:
-        raise KeyError(f"no task with path segment {segment!r} in {path}")
-    return _decode_once(("task", stamp, segment), lambda: from_dict(TaskSpec, raw, "tasks.json task"))
-
-
-@functools.lru_cache(maxsize=64)
-def _raw_plans(stamp: tuple) -> dict[tuple[str, int], dict]:
-    """plans.json's plan objects by (task segment, attempt), not yet decoded."""
-    return {(task_segment(p["task_id"]), p["attempt"]): p for p in read_json(stamp[0])["plans"]}
-
-
-def raw_tasks(path: str | Path) -> dict[str, dict]:
-    return _raw_tasks(file_stamp(path))
-
-
-def raw_plans(plans_path: str | Path) -> dict[tuple[str, int], dict]:
-    return _raw_plans(file_stamp(plans_path))
-
-
-def plan_for(req: RunRequest, plans_path: str | Path, segment: str, attempt: int) -> ExecutionPlan:
-    stamp = file_stamp(plans_path)
-    raw = _raw_plans(stamp)[(segment, attempt)]
-    bcls, hcls = _plan_classes(req)
-    return _decode_once(("plan", stamp, bcls, hcls, segment, attempt), lambda: ExecutionPlan.from_dict(raw, bcls, hcls))
-
-
-def _plan_classes(req: RunRequest) -> tuple[type, type]:
-    harness = harness_for(req)
-    return benchmark_for(req).plan_class, (harness.plan_class if harness else HarnessPlan)
-
-
-def read_result(path: str | Path) -> RunResult:
-    return from_dict(RunResult, read_json(path), str(path))
-
 
 # --- request, tasks, plans ------------------------------------------------------------
 
 
-def write_request(req: RunRequest, out: str | Path) -> None:
-    write_file("request", out, req)
+def write_request(job: RequestJob) -> None:
+    job.write("request", job.request)
 
 
-def write_tasks(req: RunRequest, out: str | Path) -> list[TaskSpec]:
-    """Write tasks.json; returns the selected TaskSpecs."""
+def write_tasks(job: RequestJob) -> None:
+    """tasks.json; the shards' fork server starts while the plans are made, if the request is sharded."""
+    req = job.request
+    tasks = task_list(req, job.outputs["tasks"])
+    pipeline = job.pipeline
+    if pipeline is not None and pipeline.targets.shards_for(len(tasks) * req.execution.attempts):
+        workflow = pipeline.inv.snakemake
+        if workflow is not None and engine.is_main_process(workflow) and not engine.on_cluster(workflow):
+            forkserver.start()  # the shards' inner runs fork from it: it imports while the plans are made
+
+
+def write_plans(job: RequestJob) -> None:
+    """plans.json and, from it, run_info.json: one job, so run_info.json never lags its plans."""
+    req = job.request
+    plan_list(req, job.inputs["tasks"], job.outputs["plans"])
+    run_info(req, job.outputs["plans"], job.outputs["run_info"])
+    # every attempt's folder: a shard's generation compares their times with its record
+    for task in read_tasks(job.inputs["tasks"]):
+        for attempt in range(1, req.execution.attempts + 1):
+            os.makedirs(layout.attempt_folder(job.run, task_segment(task.task_id), attempt), exist_ok=True)
+
+
+def task_list(req: RunRequest, out: str | Path) -> list[TaskSpec]:
+    """Write the request's tasks.json to ``out``; returns the selected TaskSpecs."""
     benchmark = benchmark_for(req)
     tasks = benchmark.select_tasks(benchmark.load_tasks(req), req)
     seen: dict[str, str] = {}
@@ -219,12 +136,13 @@ def write_tasks(req: RunRequest, out: str | Path) -> list[TaskSpec]:
                 f"{visible('.'.join(map(str, bad)))!r} holds text that is not valid Unicode (a lone surrogate, "
                 "e.g. from a \\ud800 escape or a byte that is not UTF-8); correct the task data"
             )
-    write_file("tasks", out, TasksFile(req.metadata.request_name, req.benchmark.id, tasks))
+    write_file(stage("tasks").kind(), out, TasksFile(req.metadata.request_name, req.benchmark.id, tasks))
     return tasks
 
 
-def write_plans(req: RunRequest, tasks_path: str | Path, out: str | Path) -> None:
-    """Plan every semantic attempt of every task; each attempt gets its own ``Planner.plan``."""
+def plan_list(req: RunRequest, tasks_path: str | Path, out: str | Path) -> None:
+    """Write the plans of every semantic attempt of every task to ``out``; each attempt gets its own
+    ``Planner.plan``."""
     harness = harness_for(req)
     planner = Planner(
         benchmark_for(req), harness, build_run_recipe_registry(req), environment_for(req.environment.id)
@@ -234,7 +152,7 @@ def write_plans(req: RunRequest, tasks_path: str | Path, out: str | Path) -> Non
         for task in read_tasks(tasks_path)
         for attempt in range(1, req.execution.attempts + 1)
     ]
-    write_file("plans", out, PlansFile(req.metadata.request_name, plans))
+    write_file(stage("plans").kind("plans"), out, PlansFile(req.metadata.request_name, plans))
 
 
 # --- per attempt ------------------------------------------------------------------
@@ -346,15 +264,13 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
             await closing
 
 
-def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int, prepared_out) -> None:
+def prepare(job: AttemptJob) -> None:
     """Write the attempt's PreparedTask (+ the prepared workspace)."""
-    plan = plan_for(req, plans_path, segment, attempt)
-    task = task_by_segment(tasks_path, segment)
-    attempt_dir = Path(prepared_out).parent
-    saved = attempt_dir / WORKSPACE_DIR
+    req, plan, task = job.request, job.plan, job.task
+    saved = Path(job.folder) / layout.WORKSPACE
     remove_tree(saved, ignore_errors=True)
     if task.load_error is not None:  # nothing to prepare: the run stage reports the error
-        write_file("prepared", prepared_out, PreparedTask(task_id=task.task_id, input=TaskInput(prompt="")))
+        job.write("prepared", PreparedTask(task_id=task.task_id, input=TaskInput(prompt="")))
         return
     benchmark = benchmark_for(req)
 
@@ -365,21 +281,20 @@ def prepare(req: RunRequest, tasks_path, plans_path, segment: str, attempt: int,
                 await session.download(prepared.input.workspace, saved)
             return prepared
 
-    write_file("prepared", prepared_out, run_coroutine(go()))
+    job.write("prepared", run_coroutine(go()))
 
 
-def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, attempt: int, out) -> None:
+def run(job: AttemptJob) -> None:
     """Run the harness (or harness-free Benchmark) with runtime retries; write output.json."""
-    plan = plan_for(req, plans_path, segment, attempt)
-    task = task_by_segment(tasks_path, segment)
-    prepared = from_dict(PreparedTask, read_json(prepared_path), str(prepared_path))
-    attempt_dir = Path(out).parent
-    trajectory = attempt_dir / TRAJECTORY
-    outputs = attempt_dir / OUTPUTS_DIR
-    final_workspace = attempt_dir / FINAL_WORKSPACE_DIR
+    req, plan, task = job.request, job.plan, job.task
+    prepared = from_dict(PreparedTask, read_json(job.inputs["prepared"]), job.inputs["prepared"])
+    attempt_dir = Path(job.folder)
+    trajectory = attempt_dir / layout.TRAJECTORY
+    outputs = attempt_dir / layout.OUTPUTS
+    final_workspace = attempt_dir / layout.FINAL_WORKSPACE
     benchmark = benchmark_for(req)
     harness = harness_for(req)
-    saved_workspace = attempt_dir / WORKSPACE_DIR
+    saved_workspace = attempt_dir / layout.WORKSPACE
 
     async def once() -> RunResult:
         ATTEMPT_TRAJECTORY.set(trajectory)  # a ModelClient of this attempt records its calls there
@@ -442,37 +357,35 @@ def run(req: RunRequest, tasks_path, plans_path, prepared_path, segment: str, at
     )
     # before output.json appears: a finished attempt's files are all final
     scrub_attempt_files(attempt_dir, Scrubber(attempt_secrets(req, plan)))
-    write_file("output", out, result, secrets=attempt_secrets(req, plan))
+    job.write("output", result, secrets=attempt_secrets(req, plan))
 
 
-def evaluate(
-    req: RunRequest, tasks_path, plans_path, prepared_path, output_path, segment: str, attempt: int, out, plan_out
-) -> RunResult:
+def evaluate(job: AttemptJob) -> RunResult:
     """Score the attempt in its evaluation environment; write result.json and the plan it used; return the result.
 
     Every change of an attempt's plan reruns evaluation (it is the last stage),
     so plan.json is written here and always matches the plans file.
     """
-    plan = plan_for(req, plans_path, segment, attempt)
-    write_file("plan", plan_out, plan)
-    task = task_by_segment(tasks_path, segment)
-    prepared = from_dict(PreparedTask, read_json(prepared_path), str(prepared_path))
-    output = read_result(output_path)
-    attempt_dir = Path(out).parent
+    req, plan = job.request, job.plan
+    job.write("plan", plan)
+    task = job.task
+    prepared = from_dict(PreparedTask, read_json(job.inputs["prepared"]), job.inputs["prepared"])
+    output = read_result(job.inputs["output"])
+    attempt_dir = Path(job.folder)
     benchmark = benchmark_for(req)
 
     if output.status.is_error or output.status == TaskStatus.SKIPPED:
-        write_file("result", out, output)
+        job.write("result", output)
         return output
 
     async def go() -> RunResult:
-        ATTEMPT_TRAJECTORY.set(attempt_dir / TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
+        ATTEMPT_TRAJECTORY.set(attempt_dir / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
         async with _open(req, plan, "evaluation", evaluation=True) as session:
             # task mode: the workspace as the agent left it; fresh mode: only its declared outputs
-            final = attempt_dir / FINAL_WORKSPACE_DIR
+            final = attempt_dir / layout.FINAL_WORKSPACE
             if plan.evaluation_environment_mode == "task" and prepared.input.workspace and final.exists():
                 await session.upload(final, prepared.input.workspace)
-            outputs = attempt_dir / OUTPUTS_DIR
+            outputs = attempt_dir / layout.OUTPUTS
             for name in prepared.output.files:
                 if (outputs / name).exists():
                     await session.upload(outputs / name, name)
@@ -493,15 +406,21 @@ def evaluate(
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
     scrub_attempt_files(attempt_dir, Scrubber(attempt_secrets(req, plan)))  # a judge's calls in the trajectory
-    write_file("result", out, result, secrets=attempt_secrets(req, plan))
+    job.write("result", result, secrets=attempt_secrets(req, plan))
     return result
 
 
 # --- per request ------------------------------------------------------------------
 
 
-def metrics(req: RunRequest, result_paths: list, out) -> None:
+def metrics(job: RequestJob) -> None:
     """metrics.json: the Benchmark's own metrics, and the summary every Benchmark gets (results.summary)."""
+    assert job.pipeline is not None
+    metrics_of(job.request, job.pipeline.targets.results_of(job.request), job.output())
+
+
+def metrics_of(req: RunRequest, result_paths: list, out) -> None:
+    """Write ``out``, the metrics of the results at ``result_paths``."""
     raw = [read_json(p) for p in result_paths]
     results = [from_dict(RunResult, data, str(p)) for data, p in zip(raw, result_paths)]
     results.sort(key=lambda r: (r.task_id, r.attempt))
@@ -511,17 +430,17 @@ def metrics(req: RunRequest, result_paths: list, out) -> None:
     table = list(results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in raw}))
     pricing = req.model.pricing.to_dict() if req.model.pricing else None
     metric.summary = from_dict(MetricSummary, results_data.summary(table, pricing), "metrics summary")
-    write_file("metrics", out, metric)
+    write_file(stage("metrics").kind(), out, metric)
     if req.execution.analyzers:
         frame = results_data.to_frame(table)
         for analyzer_id in req.execution.analyzers:
-            ANALYZERS.get(analyzer_id)().analyze(req, frame, Path(out).parent / "reports" / analyzer_id)
+            ANALYZERS.get(analyzer_id)().analyze(req, frame, Path(out).parent / layout.ANALYZER_REPORTS / analyzer_id)
 
 
 def run_info(req: RunRequest, plans_path, out) -> None:
     import snakemake
 
-    bcls, hcls = _plan_classes(req)
+    bcls, hcls = plan_classes(req)
     plans = [ExecutionPlan.from_dict(p, bcls, hcls) for p in read_json(plans_path)["plans"]]
     view: dict[str, dict] = {}
     for plan in plans:
@@ -547,4 +466,57 @@ def run_info(req: RunRequest, plans_path, out) -> None:
         num_attempts=len(plans),
         resolved_execution_plans=view,
     )
-    write_file("run_info", out, info)
+    write_file(stage("plans").kind("run_info"), out, info)
+
+
+def report(job: RequestJob) -> None:
+    report_pages.build(job.run)
+
+
+# --- per shard ------------------------------------------------------------------------------
+
+
+def shard(job: ShardJob) -> None:
+    """Build one slice with an inner Snakemake; record what it left in shard.json."""
+    pipeline = job.pipeline
+    assert pipeline is not None
+    req, index, targets = job.request, job.index, pipeline.targets
+    pipeline.events.announce(req)  # how many attempts its shards build, before the first one starts
+    started = time.monotonic()
+    attempts = targets.shard_slice(req, index)
+    workflow = pipeline.inv.snakemake
+    threads = pipeline.shards.job_threads(job.threads)
+    argv = shards.inner_argv(workflow, threads, pipeline.resources.claims(job.resources),
+                             shards.forced_rules(workflow), targets.attempt_files(req, attempts))
+    # on a cluster this job is one SLURM job: its inner run records that job in every output.json
+    where = provenance.here()
+    # the outer run's invocation, also when this job is a cluster job of its own
+    env = shards.inner_env(req.namespace, req.run_id, index, pipeline.events.invocation)
+    env[lifecycle.PARENT_ENV] = str(os.getpid())
+    if where["slurm_job_id"]:
+        env[provenance.JOB_ID_ENV] = where["slurm_job_id"]
+    code = shards.run_inner(argv, env, Path(job.log), fork=engine.is_main_process(workflow))
+    if code != 0:
+        reason = aio.stopping()
+        if reason is not None:
+            raise aio.Stopped(reason)
+        raise WorkflowError(
+            f"shard {index} of request {req.metadata.request_name!r}: its inner Snakemake exited with "
+            f"{code}; the jobs that failed are named in {job.log}. Finished attempts are kept: "
+            f"run again to retry the rest."
+        )
+    pipeline.events.shard_built(req, index, attempts)
+    counts: dict[str, int] = {}
+    last_stage = stage(LAST_ATTEMPT_STAGE)
+    for segment, attempt in attempts:
+        result = read_json(layout.attempt_file(job.run, segment, attempt, last_stage))
+        counts[result["status"]] = counts.get(result["status"], 0) + 1
+    first, last = attempts[0], attempts[-1]
+    # the generation first: shard.json appearing means the shard is current
+    shards.hold(layout.generation_file(job.run, index), int(job.params.generation))
+    job.write("shard", ShardRecord(
+        request_name=req.metadata.request_name, shard=index, attempts=len(attempts),
+        first=f"{first[0]}/{first[1]}", last=f"{last[0]}/{last[1]}", counts=counts,
+        host=where["host"], seconds=round(time.monotonic() - started, 3),
+        slurm_job_id=where["slurm_job_id"],
+    ))

@@ -1,0 +1,138 @@
+"""The results layout: the one place that turns ids into paths.
+
+::
+
+    <results_dir>/<namespace>/<run_id>/          a request's run folder
+        request.json tasks.json plans.json run_info.json metrics.json events.jsonl
+        logs/<stage>.log                          a failed request or summary stage's traceback
+        report/index.html ...                     the report
+        reports/<analyzer>/                       each analyzer's files
+        attempts/<task>/<n>/                      one attempt: each attempt stage's files,
+            <stage>.log trajectory.jsonl workspace/ final_workspace/ outputs/
+        shards/<k>/shard.json shard.log generation   one slice of a sharded request
+
+``<task>`` is the task id as one path segment (``task_segment``). The file
+names are the stages' (``agentcompass.stages``); the rules build their paths
+from the patterns here. Paths are plain strings where tens of thousands are
+made per run (``pathlib`` costs ten times more).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.parse
+from pathlib import Path
+
+from agentcompass.stages import ATTEMPT, REQUEST, SHARD, SUMMARY, Stage, of_scope, stage
+
+MAX_SEGMENT_BYTES = 200
+# a namespace, a run id (a request's name by default): one path segment each, whole, so the
+# files and temporary files written beside and inside them stay within a file name's 255 bytes
+MAX_NAME_CHARS = 240
+
+ATTEMPTS = "attempts"
+SHARDS = "shards"
+LOGS = "logs"
+REPORT = "report"
+ANALYZER_REPORTS = "reports"
+EVENTS = "events.jsonl"
+# in a shard's folder: the generation it was last built for (agentcompass.pipeline.shards)
+GENERATION = "generation"
+# in an attempt's folder
+TRAJECTORY = "trajectory.jsonl"
+WORKSPACE = "workspace"  # the prepared workspace
+FINAL_WORKSPACE = "final_workspace"  # the agent's workspace as the run left it, for evaluation in the task environment
+OUTPUTS = "outputs"  # the files the task declares as its outputs
+
+# The rules' path patterns (Snakemake wildcards), below a results folder.
+RUN_PATTERN = "{ns}/{run_id}"
+ATTEMPT_PATTERN = f"{RUN_PATTERN}/{ATTEMPTS}/{{task}}/{{attempt}}"
+SHARD_PATTERN = f"{RUN_PATTERN}/{SHARDS}/{{shard}}"
+
+
+def task_segment(task_id: str) -> str:
+    """A task id as one path segment: percent-encoded, cut and hashed past 200 bytes."""
+    segment = urllib.parse.quote(task_id, safe="")
+    if segment in (".", ".."):
+        segment = segment.replace(".", "%2E")
+    if len(segment.encode()) > MAX_SEGMENT_BYTES:
+        digest = hashlib.sha256(task_id.encode()).hexdigest()[:16]
+        head = segment[: MAX_SEGMENT_BYTES - len(digest) - 1]
+        # never cut inside a %XX escape
+        cut = head.rfind("%")
+        if cut >= len(head) - 2:
+            head = head[:cut]
+        segment = f"{head}~{digest}"
+    return segment
+
+
+def run_dir(results_dir: str | Path, namespace: str, run_id: str) -> Path:
+    return Path(results_dir) / namespace / run_id
+
+
+def attempt_dir(results_dir: str | Path, namespace: str, run_id: str, task_id: str, attempt: int) -> Path:
+    return Path(attempt_folder(run_dir(results_dir, namespace, run_id), task_segment(task_id), attempt))
+
+
+def attempt_folder(run: str | Path, segment: str, attempt: int) -> str:
+    """An attempt's folder in the run folder ``run``, from its task's path segment."""
+    return f"{run}/{ATTEMPTS}/{segment}/{attempt}"
+
+
+def shard_folder(run: str | Path, index: int) -> str:
+    return f"{run}/{SHARDS}/{index}"
+
+
+def generation_file(run: str | Path, index: int) -> str:
+    return f"{shard_folder(run, index)}/{GENERATION}"
+
+
+def _name(which: str | Stage) -> Stage:
+    return which if isinstance(which, Stage) else stage(which)
+
+
+def file_in(folder: str | Path, which: str | Stage, output: str | None = None) -> str:
+    """A stage's file (its first, or the one named ``output``) in its folder ``folder``."""
+    s = _name(which)
+    return f"{folder}/{(s.output(output) if output else s.outputs[0]).file}"
+
+
+def files_in(folder: str | Path, which: str | Stage) -> list[str]:
+    """Every file of a stage in its folder ``folder``."""
+    return [f"{folder}/{o.file}" for o in _name(which).outputs]
+
+
+def run_file(run: str | Path, which: str | Stage, output: str | None = None) -> str:
+    """A request or summary stage's file in the run folder ``run``."""
+    s = _name(which)
+    assert s.scope in (REQUEST, SUMMARY), f"{s.name} is built per {s.scope}"
+    return file_in(run, s, output)
+
+
+def attempt_file(run: str | Path, segment: str, attempt: int, which: str | Stage, output: str | None = None) -> str:
+    return file_in(attempt_folder(run, segment, attempt), which, output)
+
+
+def attempt_files(run: str | Path, attempts, stages: tuple[Stage, ...]) -> list[str]:
+    """Every file of ``stages`` of each (segment, attempt) of ``attempts``."""
+    names = [o.file for s in stages for o in s.outputs]
+    return [f"{run}/{ATTEMPTS}/{seg}/{n}/{name}" for seg, n in attempts for name in names]
+
+
+def log_file(folder: str | Path, which: str | Stage) -> str:
+    """Where a failing job of a stage writes its traceback, given the stage's folder."""
+    s = _name(which)
+    if s.scope in (ATTEMPT, SHARD):
+        return f"{folder}/{s.name}.log"
+    return f"{folder}/{LOGS}/{s.name}.log"
+
+
+def stage_logs(scope: str) -> tuple[str, ...]:
+    """The log files the stages of ``scope`` write in their folder (an attempt's: ``run.log``...)."""
+    return tuple(Path(log_file(".", s)).name for s in of_scope(scope))
+
+
+def is_attempt_folder(path: Path) -> bool:
+    """Whether ``path`` is ``<run>/attempts/<task>/<n>`` of a run folder holding a request."""
+    return (path.name.isdigit() and path.parent.parent.name == ATTEMPTS
+            and Path(run_file(path.parent.parent.parent, "request")).exists())

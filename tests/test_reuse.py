@@ -269,30 +269,32 @@ def test_sdk_runs_the_same_workflow_and_returns_outcomes(workdir: Path, monkeypa
 
 
 def test_a_stage_version_bump_changes_that_stage_params_only():
-    from types import SimpleNamespace
-
     from agentcompass.benchmarks.example_exact_match import ExampleExactMatchBenchmark
     from agentcompass.harnesses.oracle import OracleHarness
+    from agentcompass.pipeline.fingerprints import request_params
     from agentcompass.runtime.config import load_run_config
     from agentcompass.runtime.orchestration import resolve_orchestration
-    from agentcompass.pipeline.workflow import EvaluationWorkflow
+    from agentcompass.stages import stage
 
     config = load_run_config([], {"requests": {"r": {"benchmark": "example_exact_match", "harness": "oracle", "model": {"id": "none"}}}},
                              include_user=False, include_project=False)
-    wf = EvaluationWorkflow(resolve_orchestration(config))
-    w = SimpleNamespace(ns="default", run_id="r")
-    before = (wf.params.tasks(w), wf.params.metrics(w))
+    req = resolve_orchestration(config).runs[0].request
+
+    def params():
+        return request_params(stage("tasks"), req), request_params(stage("metrics"), req)
+
+    before = params()
     original = ExampleExactMatchBenchmark.version
     try:
         ExampleExactMatchBenchmark.version = "2"
-        after = (wf.params.tasks(w), wf.params.metrics(w))
+        after = params()
     finally:
         ExampleExactMatchBenchmark.version = original
     assert before[0] != after[0] and before[1] != after[1]
     original = OracleHarness.version
     try:
         OracleHarness.version = "2"
-        assert (wf.params.tasks(w), wf.params.metrics(w)) == before
+        assert params() == before
     finally:
         OracleHarness.version = original
 

@@ -54,7 +54,7 @@ def _current(workflow, records: engine.Records, output: BulkOutput) -> bool:
     record = records.record(output.path)
     if record is None or record.params is None:
         return False
-    if record.code != engine.rule_code(workflow, output.rule) or record.params != records.params_of(output.params):
+    if not engine.code_is_current(workflow, output.rule, record.code) or record.params != records.params_of(output.params):
         return False
     if sorted(_norm(p) for p in record.input or []) != sorted(_norm(p) for p in output.inputs):
         return False

@@ -162,7 +162,7 @@ def _build(orchestration, layer, args, extra: list[str]) -> int:
     argv = sdk.snakemake_argv(layer, args.config or [], args.cores, extra)
     try:
         result = sdk.build(orchestration, argv)
-    except locks.Busy as exc:
+    except locks.RunHeldError as exc:
         _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_LOCKED
     for outcome in result.outcomes:
@@ -462,7 +462,7 @@ def cmd_report(args) -> int:
     try:
         # a run still building its files would write the same folder: wait for it, as a second run would
         held = locks.acquire_all(run.path for run in runs)
-    except locks.Busy as exc:
+    except locks.RunHeldError as exc:
         _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_LOCKED
     try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
 
+from agentcompass.errors import PluginError
 from agentcompass.runtime.base import BaseAnalyzer, BaseBenchmark, BaseEnvironment, BaseHarness, BaseRecipe
-from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.registry import REGISTRIES
 
 GROUPS: dict[str, str] = {
@@ -31,10 +31,6 @@ BASES: dict[str, type] = {
 }
 
 _loaded = False
-
-
-class PluginError(ConfigError):
-    """An installed plug-in whose entry point cannot be loaded."""
 
 
 def load_plugins() -> None:

@@ -86,7 +86,7 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
 
     A run that builds files first takes the lock of every request's results
     folder (``agentcompass.pipeline.locks``): another live run on one of them
-    raises ``Busy`` before anything starts.
+    raises ``agentcompass.errors.RunHeldError`` before anything starts.
 
     ``on_event`` gets each event the run appends to its requests' ``events.jsonl``
     (its shards' inner runs' too), as a dict, from a thread that follows the

@@ -147,14 +147,14 @@ class EvaluationWorkflow:
         if self.inv.inner is None:
             try:
                 self._locked = locks.acquire_all(self.inv.run_path(req) for req in self.inv.requests)
-            except locks.Busy as exc:
+            except locks.RunHeldError as exc:
                 raise WorkflowError(str(exc)) from None
         else:
             ns, run_id, index = self.inv.inner
             folder = Path(layout.shard_folder(self.inv.run_path(self.inv.by_key[(ns, run_id)]), index))
             try:
                 locks.acquire(folder)
-            except locks.Busy as exc:  # a shard left running by a killed run: it stops, then this one goes on
+            except locks.RunHeldError as exc:  # a shard left running by a killed run: it stops, then this one goes on
                 logs.LOG.info(f"waiting: {exc.folder} is still held by pid "
                               f"{exc.holder.pid if exc.holder else '?'}, which is stopping")
                 locks.acquire(folder, wait=True)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
+from agentcompass.errors import AgentCompassError
+
 T = TypeVar("T", bound=type)
 
 
-class UnknownComponentError(KeyError):
+class UnknownComponentError(AgentCompassError, KeyError):
     """An id that no registered component has."""
 
     def __str__(self) -> str:  # KeyError quotes its message; this one is a sentence

@@ -13,12 +13,12 @@ import yaml
 from agentcompass import PROJECT_ROOT, display, sdk, status
 from agentcompass.jsonio import canonical_json, write_text_atomic
 from agentcompass.pipeline import locks
-from agentcompass.plugins import PluginError
+from agentcompass.plugins import PluginError, load_components
 from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_USAGE
 from agentcompass.runtime.config import ConfigError, describe_config, load_run_config
 from agentcompass.runtime.config.fields import default_text
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
-from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError, load_components
+from agentcompass.runtime.registry import REGISTRIES, UnknownComponentError
 
 KINDS = list(REGISTRIES)
 
@@ -124,6 +124,7 @@ def _layer(args) -> dict | None:
 
 
 def _resolve(args, layer):
+    load_components()
     config = load_run_config(args.config or [], layer, overrides_source="the command line",
                              project_fallback=PROJECT_ROOT / "configs" / "config.yaml")
     return resolve_orchestration(config)

@@ -27,9 +27,9 @@ from agentcompass.display import visible
 from agentcompass.errors import AgentCompassError
 from agentcompass.layout import task_segment
 from agentcompass.pipeline import fingerprints, reuse, stages
+from agentcompass.plugins import load_components
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
 from agentcompass.runtime.models.request import BenchmarkSpec, EnvironmentSpec, HarnessSpec, ModelSpec
-from agentcompass.runtime.registry import load_components
 
 # The stages in the order their files are built, and the file each writes.
 REQUEST_STAGES = ("request", "tasks", "plans")

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 
 from agentcompass import PROJECT_ROOT, aio
 from agentcompass.pipeline import locks
+from agentcompass.plugins import load_components
 from agentcompass.results import error_kind, read_json
 from agentcompass.runtime.config import load_run_config
 from agentcompass.runtime.models import (
@@ -174,6 +175,7 @@ def execute(
     config = load_run_config(config_paths, layer, start=start,
                              project_fallback=PROJECT_ROOT / "configs" / "config.yaml",
                              overrides_source=overrides_source)
+    load_components()
     orchestration = resolve_orchestration(config)
     if dry_run:
         return OrchestrationResult(outcomes=[

@@ -276,7 +276,9 @@ def test_a_stage_version_bump_changes_that_stage_params_only():
     from agentcompass.runtime.config import load_run_config
     from agentcompass.runtime.orchestration import resolve_orchestration
     from agentcompass.pipeline.workflow import EvaluationWorkflow
+    from agentcompass.plugins import load_components
 
+    load_components()
     config = load_run_config([], {"requests": {"r": {"benchmark": "example_exact_match", "harness": "oracle", "model": {"id": "none"}}}},
                              include_user=False, include_project=False)
     wf = EvaluationWorkflow(resolve_orchestration(config))

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import yaml
 
 from agentcompass import aio, display, layout, logs
+from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
@@ -99,6 +100,7 @@ class EvaluationWorkflow:
                 command_line_overrides(workflow),
                 project_fallback=Path(workflow.basedir) / "configs" / "config.yaml",
             )
+            load_components()
             evaluation = cls(resolve_orchestration(config))
         except ConfigError as exc:
             print(display.terminal_text(f"agentcompass: invalid run config: {exc}"), file=sys.stderr)

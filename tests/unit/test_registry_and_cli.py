@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from agentcompass import cli
@@ -102,6 +105,35 @@ def test_copy_is_independent():
     assert list(registry) == ["alpha"]
     assert list(clone) == ["alpha", "beta"]
     assert clone.kind == "other"
+
+
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_runtime_imports_no_component_package():
+    """The built-in components are loaded from above (agentcompass.plugins), never by runtime/ itself."""
+    done = _fresh_python(
+        "import sys, agentcompass.runtime, agentcompass.runtime.orchestration, agentcompass.runtime.registry\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in (['agentcompass', 'benchmarks'], "
+        "['agentcompass', 'harnesses'], ['agentcompass', 'environments'], ['agentcompass', 'recipes'], "
+        "['agentcompass', 'analyzers'], ['agentcompass', 'plugins'])))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_load_components_fills_the_registries_and_resolving_without_it_says_so():
+    setup = ("from agentcompass.runtime import BENCHMARKS, load_run_config, resolve_orchestration\n"
+             "config = load_run_config([], {'requests': {'r': {'benchmark': 'example_exact_match', "
+             "'harness': 'oracle', 'model': {'id': 'none'}}}}, include_user=False, include_project=False)\n")
+    unloaded = _fresh_python(setup + "resolve_orchestration(config)")
+    assert unloaded.returncode != 0
+    assert "no benchmark is registered" in unloaded.stderr
+    assert "Fix: call agentcompass.plugins.load_components()" in unloaded.stderr
+    loaded = _fresh_python(setup + "from agentcompass.plugins import load_components\nload_components()\n"
+                           "print(resolve_orchestration(config).runs[0].request.benchmark.id, 'bfcl' in BENCHMARKS)")
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["example_exact_match", "True"]
 
 
 # --- CLI ------------------------------------------------------------------------

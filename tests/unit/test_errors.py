@@ -25,7 +25,9 @@ INTERNAL = {
 
 
 def _modules() -> list[str]:
-    return ["agentcompass", *(m.name for m in pkgutil.walk_packages(agentcompass.__path__, "agentcompass."))]
+    """Every module of the package, but a ``__main__`` (``python -m``'s script: it runs the command)."""
+    found = [m.name for m in pkgutil.walk_packages(agentcompass.__path__, "agentcompass.")]
+    return ["agentcompass", *(name for name in found if not name.endswith(".__main__"))]
 
 
 def _exception_classes() -> dict[str, type]:

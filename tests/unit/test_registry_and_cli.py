@@ -218,7 +218,7 @@ def test_config_docs_unknown_id_returns_non_zero(capsys):
 
 def test_run_dry_run_prints_resolved_request(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("agentcompass.cli.PROJECT_ROOT", tmp_path)  # no project config: only the command line
+    monkeypatch.setattr("agentcompass.cli.common.PROJECT_ROOT", tmp_path)  # no project config: only the command line
     code, out, _ = run_cli(capsys, "run", "example_exact_match", "oracle", "none", "-b", "limit=2", "--dry-run")
     assert code == 0
     import json
@@ -233,3 +233,29 @@ def test_run_with_invalid_config_returns_2(capsys, tmp_path, monkeypatch):
     code, _, err = run_cli(capsys, "run", "example_exact_match", "chat", "none", "--dry-run")
     assert code == 2
     assert "needs a model" in err
+
+
+def test_each_command_is_registered_by_the_module_that_holds_its_handler():
+    """One module of agentcompass.cli per group of commands, each adding its own parsers."""
+    import argparse
+    import importlib
+    import pkgutil
+
+    import agentcompass.cli
+
+    modules = {m.name for m in pkgutil.iter_modules(agentcompass.cli.__path__)} - {"__main__", "common"}
+    assert {group.__name__.rpartition(".")[2] for group in cli.GROUPS} == modules
+    handlers = {}
+    for name in sorted(modules):
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"agentcompass.cli.{name}").register(sub)
+        for command, parser in sub.choices.items():
+            if command == "config":  # config docs
+                parser = parser._subparsers._group_actions[0].choices["docs"]
+            func = parser.get_default("func")
+            handlers[command] = func.__module__
+            assert func.__module__ == f"agentcompass.cli.{name}", f"{command}: handler {func.__module__}"
+    top = cli.build_parser()._subparsers._group_actions[0].choices
+    assert set(top) == set(handlers)
+    assert list(top) == ["init", "list", "config", "run", "status", "retry", "clean", "runs", "export", "diff",
+                         "compare", "report"]

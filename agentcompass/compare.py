@@ -24,6 +24,7 @@ from typing import Any
 
 from agentcompass import keypaths, results
 from agentcompass.display import visible
+from agentcompass.errors import AgentCompassError
 from agentcompass.runtime.models import TaskStatus
 
 RESAMPLES = 10_000
@@ -33,7 +34,7 @@ _CHUNK_CELLS = 2_000_000
 USAGE = ("calls", "prompt_tokens", "completion_tokens")
 
 
-class CompareError(ValueError):
+class CompareError(AgentCompassError, ValueError):
     """Runs that cannot be compared; the message says what, where and the fix."""
 
 

@@ -24,11 +24,12 @@ from typing import Any, Callable
 
 from agentcompass import keypaths, results
 from agentcompass.display import visible
+from agentcompass.errors import AgentCompassError
 from agentcompass.layout import task_segment
 from agentcompass.pipeline import fingerprints, reuse, stages
+from agentcompass.plugins import load_components
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
 from agentcompass.runtime.models.request import BenchmarkSpec, EnvironmentSpec, HarnessSpec, ModelSpec
-from agentcompass.runtime.registry import load_components
 
 # The stages in the order their files are built, and the file each writes.
 REQUEST_STAGES = ("request", "tasks", "plans")
@@ -51,7 +52,7 @@ RULE_WORDS = ("a file is rebuilt when something its stage reads changed, "
               "and so is every file built from it; everything else is reused")
 
 
-class DiffError(ValueError):
+class DiffError(AgentCompassError, ValueError):
     """A, B or the pair cannot be compared; the message says what, where and the fix."""
 
 

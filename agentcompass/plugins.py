@@ -1,4 +1,10 @@
-"""Plug-ins: components that installed packages add through entry points.
+"""Loading components: the built-in ones, and those that installed packages add through entry points.
+
+``load_components`` fills the registries of ``agentcompass.runtime.registry``: first the
+built-in component packages (``agentcompass.benchmarks``, ``harnesses``, ``environments``,
+``recipes``, ``analyzers``), whose decorators register them, then the plug-ins. The runtime
+imports no component itself: whatever resolves a config (the command, the SDK, the
+workflow) calls ``load_components`` first.
 
 A distribution declares, in its ``pyproject.toml``, an entry point in one of ``GROUPS``
 (``agentcompass.benchmarks``, ...) whose value names a module or a class. Loading it
@@ -11,8 +17,8 @@ from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
 
+from agentcompass.errors import PluginError
 from agentcompass.runtime.base import BaseAnalyzer, BaseBenchmark, BaseEnvironment, BaseHarness, BaseRecipe
-from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.registry import REGISTRIES
 
 GROUPS: dict[str, str] = {
@@ -33,8 +39,19 @@ BASES: dict[str, type] = {
 _loaded = False
 
 
-class PluginError(ConfigError):
-    """An installed plug-in whose entry point cannot be loaded."""
+def load_builtin_components() -> None:
+    """Import the built-in component packages so their decorators register them."""
+    import agentcompass.analyzers  # noqa: F401
+    import agentcompass.benchmarks  # noqa: F401
+    import agentcompass.environments  # noqa: F401
+    import agentcompass.harnesses  # noqa: F401
+    import agentcompass.recipes  # noqa: F401
+
+
+def load_components() -> None:
+    """The built-in components, then the installed plug-ins' (each loaded once per process)."""
+    load_builtin_components()
+    load_plugins()
 
 
 def load_plugins() -> None:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 
 from agentcompass import PROJECT_ROOT, aio
 from agentcompass.pipeline import locks
+from agentcompass.plugins import load_components
 from agentcompass.results import error_kind, read_json
 from agentcompass.runtime.config import load_run_config
 from agentcompass.runtime.models import (
@@ -86,7 +87,7 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
 
     A run that builds files first takes the lock of every request's results
     folder (``agentcompass.pipeline.locks``): another live run on one of them
-    raises ``Busy`` before anything starts.
+    raises ``agentcompass.errors.RunHeldError`` before anything starts.
 
     ``on_event`` gets each event the run appends to its requests' ``events.jsonl``
     (its shards' inner runs' too), as a dict, from a thread that follows the
@@ -174,6 +175,7 @@ def execute(
     config = load_run_config(config_paths, layer, start=start,
                              project_fallback=PROJECT_ROOT / "configs" / "config.yaml",
                              overrides_source=overrides_source)
+    load_components()
     orchestration = resolve_orchestration(config)
     if dry_run:
         return OrchestrationResult(outcomes=[

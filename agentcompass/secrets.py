@@ -32,6 +32,8 @@ import os
 import re
 from typing import Any, Iterable, TypeVar
 
+from agentcompass.errors import MissingSecretError
+
 # The one form of a reference: ${NAME}, NAME a shell variable name. A lone '$VAR' is plain text.
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # A value shorter than this is too common to scrub from text (it would rewrite ordinary words).
@@ -41,10 +43,6 @@ T = TypeVar("T")
 
 # the names this process resolved: their values are scrubbed from everything it writes
 _RESOLVED: set[str] = set()
-
-
-class MissingSecretError(RuntimeError):
-    """A ``${VAR}`` whose variable is not set in the job's environment."""
 
 
 def references(value: Any) -> list[str]:

@@ -16,9 +16,10 @@ from typing import Any
 import yaml
 
 from agentcompass import PROJECT_ROOT
+from agentcompass.plugins import load_components
 from agentcompass.runtime.config import describe_config
 from agentcompass.runtime.config.fields import default_text
-from agentcompass.runtime.registry import REGISTRIES, load_components
+from agentcompass.runtime.registry import REGISTRIES
 
 SCHEMA = PROJECT_ROOT / "schemas" / "config.schema.yaml"
 PAGE = PROJECT_ROOT / "docs" / "config-reference.md"

@@ -41,6 +41,7 @@ import yaml
 from conftest import ROOT, clean_env
 from environments.envkit import require_docker
 
+from agentcompass.plugins import load_components
 from agentcompass.runtime import load_run_config, resolve_orchestration
 from agentcompass.testing.endpoint import ScriptedEndpoint
 
@@ -259,6 +260,7 @@ def test_yaml_snippet_loads(snippet: Snippet, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)  # paths in the guide are the clone's (examples/...)
     path = tmp_path / "snippet.yaml"
     path.write_text(yaml.safe_dump(data))
+    load_components()
     orchestration = resolve_orchestration(load_run_config([path], include_user=False, include_project=False))
     assert [run.request.run_id for run in orchestration.runs]
 

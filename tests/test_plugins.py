@@ -17,9 +17,9 @@ import pytest
 
 from agentcompass.benchmarks.example_exact_match import ExampleExactMatchBenchmark
 from agentcompass.harnesses.mini_swe_agent import MiniSweAgentConfig, MiniSweAgentHarness
-from agentcompass.plugins import PluginError, _load
+from agentcompass.plugins import PluginError, _load, load_components
 from agentcompass.runtime.dependencies import DependencySpec, missing_dependencies
-from agentcompass.runtime.registry import BENCHMARKS, load_components
+from agentcompass.runtime.registry import BENCHMARKS
 from conftest import agentcompass
 
 TINY = "agentcompass-tiny-plugin"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from agentcompass import jsonio
-from agentcompass.cli import _outcome_line
+from agentcompass.cli.run import _outcome_line
 from agentcompass.pipeline.events import EVENTS_FILE
 from agentcompass.progress import RequestProgress
 from agentcompass.runtime.models import RequestOutcome

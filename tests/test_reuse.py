@@ -274,8 +274,10 @@ def test_a_stage_version_bump_changes_that_stage_params_only():
     from agentcompass.pipeline.fingerprints import request_params
     from agentcompass.runtime.config import load_run_config
     from agentcompass.runtime.orchestration import resolve_orchestration
+    from agentcompass.plugins import load_components
     from agentcompass.stages import stage
 
+    load_components()
     config = load_run_config([], {"requests": {"r": {"benchmark": "example_exact_match", "harness": "oracle", "model": {"id": "none"}}}},
                              include_user=False, include_project=False)
     req = resolve_orchestration(config).runs[0].request

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import regex as regex_engine  # the re syntax, with a time limit on each match
 
+from agentcompass.errors import AgentCompassError
+
 SCORERS = ("exact", "includes", "regex", "numeric", "choice", "f1", "model_graded")
 
 DEFAULT_RUBRIC = (
@@ -50,7 +52,7 @@ REGEX_TIMEOUT = 2.0
 PatternError = regex_engine.error
 
 
-class ScorerError(RuntimeError):
+class ScorerError(AgentCompassError, RuntimeError):
     """The answer could not be scored (not: it was wrong); the attempt's evaluation is an error."""
 
 

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Literal, cast
 import fastjsonschema
 
 from agentcompass import PROJECT_ROOT
+from agentcompass.errors import AgentCompassError
 from agentcompass.jsonio import canonical_json, write_text_atomic
 from agentcompass.secrets import Scrubber
 from agentcompass.stages import CONTRACTS, resolve
@@ -243,7 +244,7 @@ def validator(kind: str):
     return fastjsonschema.compile(schema, handlers={"http": _no_remote, "https": _no_remote})
 
 
-class FileSchemaError(ValueError):
+class FileSchemaError(AgentCompassError, ValueError):
     """A payload that breaks its file's schema: a bug in the component that produced it."""
 
 

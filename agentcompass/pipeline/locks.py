@@ -12,7 +12,6 @@ before it starts Snakemake in the same process, which takes them again.
 
 from __future__ import annotations
 
-import datetime
 import errno
 import fcntl
 import json
@@ -23,6 +22,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from agentcompass.errors import RunHeldError
 
 LOCK_FILE = ".lock"
 # how long a run that found a lock taken waits for its holder to write who it is (it does so right after taking it)
@@ -61,32 +62,6 @@ class Holder:
         return True
 
 
-class Busy(RuntimeError):
-    """Another live run holds the lock of a folder this run would build."""
-
-    def __init__(self, folder: Path, holder: Holder | None) -> None:
-        self.folder = folder
-        self.holder = holder
-        super().__init__(self.message())
-
-    def message(self) -> str:
-        if self.holder is None:
-            who = "another run (it did not say which)"
-            stop = "stop it"
-        else:
-            since = datetime.datetime.fromtimestamp(self.holder.since).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-            ago = max(0, int(time.time() - self.holder.since))
-            who = (f"another run: pid {self.holder.pid} on host {self.holder.host}, since {since} ({ago} s ago)"
-                   + (f": {self.holder.command}" if self.holder.command else ""))
-            where = "" if self.holder.host == socket.gethostname() else f" on {self.holder.host}"
-            stop = f"stop it (kill -TERM {self.holder.pid}{where}: it stops gracefully)"
-        return (
-            f"{self.folder} is being built by {who}. Nothing was started here. "
-            f"Fix: wait for that run to end, or {stop}; then run this command again, and it continues "
-            f"where the other left off. A lock whose process has died is taken over without asking."
-        )
-
-
 class _Lock:
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
@@ -99,7 +74,7 @@ _guard = threading.Lock()
 
 
 def acquire(folder: str | Path, *, wait: bool = False) -> Path:
-    """Take the lock of ``folder`` for this process; raise ``Busy`` when another live run holds it.
+    """Take the lock of ``folder`` for this process; raise ``RunHeldError`` when another live run holds it.
 
     With ``wait``, block until the holder ends instead.
     """
@@ -130,13 +105,13 @@ def _lock(fd: int, path: Path, folder: Path, wait: bool) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise Busy(folder, _holder_of_taken_lock(path)) from None
+            raise RunHeldError(folder, _holder_of_taken_lock(path)) from None
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
         # a filesystem without flock: the holder's pid decides, on this host
         holder = Holder.read(path)
         if holder is not None and holder.pid != os.getpid() and holder.alive():
-            raise Busy(folder, holder) from None
+            raise RunHeldError(folder, holder) from None
 
 
 def _holder_of_taken_lock(path: Path) -> Holder | None:
@@ -169,7 +144,7 @@ def release(folder: str | Path, *, entirely: bool = False) -> None:
 
 
 def acquire_all(folders) -> list[Path]:
-    """Take every folder's lock, or none: on ``Busy`` the ones already taken are released."""
+    """Take every folder's lock, or none: on ``RunHeldError`` the ones already taken are released."""
     taken: list[Path] = []
     try:
         for folder in folders:

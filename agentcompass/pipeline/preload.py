@@ -16,7 +16,7 @@ from snakemake_interface_scheduler_plugins.registry import SchedulerPluginRegist
 from snakemake_interface_storage_plugins.registry import StoragePluginRegistry
 
 import agentcompass.pipeline.workflow  # noqa: F401
-from agentcompass.runtime.registry import load_builtin_components
+from agentcompass.plugins import load_builtin_components
 
 # the plug-in registries are singletons that import every installed plug-in when first made
 for registry in (ExecutorPluginRegistry, StoragePluginRegistry, ReportPluginRegistry, LoggerPluginRegistry,

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import yaml
 
 from agentcompass import aio, display, layout, logs
+from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
@@ -99,6 +100,7 @@ class EvaluationWorkflow:
                 command_line_overrides(workflow),
                 project_fallback=Path(workflow.basedir) / "configs" / "config.yaml",
             )
+            load_components()
             evaluation = cls(resolve_orchestration(config))
         except ConfigError as exc:
             print(display.terminal_text(f"agentcompass: invalid run config: {exc}"), file=sys.stderr)
@@ -147,14 +149,14 @@ class EvaluationWorkflow:
         if self.inv.inner is None:
             try:
                 self._locked = locks.acquire_all(self.inv.run_path(req) for req in self.inv.requests)
-            except locks.Busy as exc:
+            except locks.RunHeldError as exc:
                 raise WorkflowError(str(exc)) from None
         else:
             ns, run_id, index = self.inv.inner
             folder = Path(layout.shard_folder(self.inv.run_path(self.inv.by_key[(ns, run_id)]), index))
             try:
                 locks.acquire(folder)
-            except locks.Busy as exc:  # a shard left running by a killed run: it stops, then this one goes on
+            except locks.RunHeldError as exc:  # a shard left running by a killed run: it stops, then this one goes on
                 logs.LOG.info(f"waiting: {exc.folder} is still held by pid "
                               f"{exc.holder.pid if exc.holder else '?'}, which is stopping")
                 locks.acquire(folder, wait=True)

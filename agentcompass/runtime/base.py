@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+from agentcompass.errors import InfrastructureError
 from agentcompass.secrets import resolve_secret
 
 from .config.benchmark import RuntimeBenchmarkConfig
@@ -358,14 +359,9 @@ class EnvironmentSession(abc.ABC):
         await self.close(failed=exc_type is not None)
 
 
-class InfrastructureError(RuntimeError):
-    """A fault of the sandbox or of the way to it, not of the agent.
-
-    Providers raise one of the subclasses below, translated from what their
-    engine or their processes report; ``retryable`` says which of them the run
-    stage retries under ``execution.max_retries``. This class itself, raised
-    by a provider that has no finer type for a fault, is retried.
-    """
+# InfrastructureError (agentcompass.errors): a fault of the sandbox or of the way to it, not
+# of the agent. Providers raise one of the subclasses below, translated from what their engine
+# or their processes report; ``retryable`` says which of them the run stage retries.
 
 
 class EnvironmentUnavailableError(InfrastructureError):

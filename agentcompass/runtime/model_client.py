@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 
 from agentcompass.display import visible
+from agentcompass.errors import ModelCallError
 from agentcompass.jsonio import not_unicode, without_surrogates
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
@@ -119,13 +120,6 @@ def parse_seconds(value: Any, name: str) -> float:
     if not 0 <= seconds < float("inf"):
         raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}")
     return seconds
-
-
-class ModelCallError(RuntimeError):
-    """A model call that failed on every try; the message names the last error."""
-
-    status: int | None = None  # the HTTP status of a refusal, when there was one
-    reply: Any = None  # the reply body of a reply that could not be used, as recorded
 
 
 class _RetryableError(Exception):

@@ -25,7 +25,7 @@ from .models import (
     RunRuntimeSpec,
 )
 from .models.codec import from_dict
-from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES, load_components
+from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES
 from agentcompass.layout import MAX_NAME_CHARS
 
 from .models.request import BASE_URL_FIX, base_url_problem
@@ -82,8 +82,14 @@ def resolve_orchestration(
     task_concurrency: int | None = None,
     runtime_overrides: dict[str, Any] | None = None,
 ) -> Orchestration:
-    """Every named request of ``config``, complete and validated, in declaration order."""
-    load_components()
+    """Every named request of ``config``, complete and validated, in declaration order.
+
+    Component ids are checked against the registries as they are: load the components
+    first (``agentcompass.plugins.load_components``), as the command, the SDK and the
+    workflow do."""
+    if not any(BENCHMARKS):
+        raise ConfigError("no benchmark is registered: the components were not loaded. "
+                          "Fix: call agentcompass.plugins.load_components() before resolve_orchestration")
     data = config.data
     requests = data.get("requests") or {}
     if not requests:

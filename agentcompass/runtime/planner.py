@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import cast
 
+from agentcompass.errors import AgentCompassError
+
 from .base import BaseBenchmark, BaseEnvironment, BaseHarness
 from .models import ExecutionPlan, HarnessPlan, NetworkPolicy, RunRequest, TaskSpec
 from .models.request import EvaluationMode
@@ -13,7 +15,7 @@ from .registry import Registry
 PHASES = ("baseline", "run", "evaluation")
 
 
-class RecipeContractError(RuntimeError):
+class RecipeContractError(AgentCompassError, RuntimeError):
     """A Recipe broke its contract (returned the same object, or not a plan)."""
 
 

@@ -1,13 +1,19 @@
-"""Registries of components, filled by decorators in registration order."""
+"""Registries of components, filled by decorators in registration order.
+
+This module imports no component: ``agentcompass.plugins.load_components`` loads the built-in
+ones and the installed plug-ins' into these registries.
+"""
 
 from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
+from agentcompass.errors import AgentCompassError
+
 T = TypeVar("T", bound=type)
 
 
-class UnknownComponentError(KeyError):
+class UnknownComponentError(AgentCompassError, KeyError):
     """An id that no registered component has."""
 
     def __str__(self) -> str:  # KeyError quotes its message; this one is a sentence
@@ -85,19 +91,3 @@ REGISTRIES = {
     "analyzer": ANALYZERS,
 }
 
-
-def load_builtin_components() -> None:
-    """Import the built-in component packages so their decorators register them."""
-    import agentcompass.analyzers  # noqa: F401
-    import agentcompass.benchmarks  # noqa: F401
-    import agentcompass.environments  # noqa: F401
-    import agentcompass.harnesses  # noqa: F401
-    import agentcompass.recipes  # noqa: F401
-
-
-def load_components() -> None:
-    """The built-in components, then the installed plug-ins' (each loaded once per process)."""
-    load_builtin_components()
-    from agentcompass.plugins import load_plugins
-
-    load_plugins()

@@ -14,7 +14,7 @@ from pathlib import Path
 from agentcompass.jsonio import write_json
 from agentcompass.layout import task_segment
 from agentcompass.pipeline import stages
-from agentcompass.runtime.registry import load_builtin_components
+from agentcompass.plugins import load_builtin_components
 from agentcompass.runtime.models import PreparedTask, RunRequest, RunResult, TaskInput, TaskOutput, TaskStatus
 from conftest import snakemake
 

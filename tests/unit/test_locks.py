@@ -23,7 +23,7 @@ def test_a_lock_taken_before_its_holder_wrote_itself_in_still_names_the_holder(t
         holder = {"host": "elsewhere", "pid": 4242, "since": time.time(), "command": "snakemake"}
         late = threading.Timer(0.2, lambda: os.pwrite(fd, json.dumps(holder).encode() + b"\n", 0))
         late.start()
-        with pytest.raises(locks.Busy) as busy:
+        with pytest.raises(locks.RunHeldError) as busy:
             locks.acquire(tmp_path)
         late.join()
     finally:

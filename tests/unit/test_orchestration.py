@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import NetworkPolicy
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
+
+load_components()  # the ids below are the built-in components'
 
 
 def write_yaml(path: Path, data) -> Path:

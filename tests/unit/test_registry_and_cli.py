@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from agentcompass import cli
@@ -104,6 +107,35 @@ def test_copy_is_independent():
     assert clone.kind == "other"
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_runtime_imports_no_component_package():
+    """The built-in components are loaded from above (agentcompass.plugins), never by runtime/ itself."""
+    done = _fresh_python(
+        "import sys, agentcompass.runtime, agentcompass.runtime.orchestration, agentcompass.runtime.registry\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in (['agentcompass', 'benchmarks'], "
+        "['agentcompass', 'harnesses'], ['agentcompass', 'environments'], ['agentcompass', 'recipes'], "
+        "['agentcompass', 'analyzers'], ['agentcompass', 'plugins'])))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_load_components_fills_the_registries_and_resolving_without_it_says_so():
+    setup = ("from agentcompass.runtime import BENCHMARKS, load_run_config, resolve_orchestration\n"
+             "config = load_run_config([], {'requests': {'r': {'benchmark': 'example_exact_match', "
+             "'harness': 'oracle', 'model': {'id': 'none'}}}}, include_user=False, include_project=False)\n")
+    unloaded = _fresh_python(setup + "resolve_orchestration(config)")
+    assert unloaded.returncode != 0
+    assert "no benchmark is registered" in unloaded.stderr
+    assert "Fix: call agentcompass.plugins.load_components()" in unloaded.stderr
+    loaded = _fresh_python(setup + "from agentcompass.plugins import load_components\nload_components()\n"
+                           "print(resolve_orchestration(config).runs[0].request.benchmark.id, 'bfcl' in BENCHMARKS)")
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["example_exact_match", "True"]
+
+
 # --- CLI ------------------------------------------------------------------------
 
 
@@ -186,7 +218,7 @@ def test_config_docs_unknown_id_returns_non_zero(capsys):
 
 def test_run_dry_run_prints_resolved_request(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("agentcompass.cli.PROJECT_ROOT", tmp_path)  # no project config: only the command line
+    monkeypatch.setattr("agentcompass.cli.common.PROJECT_ROOT", tmp_path)  # no project config: only the command line
     code, out, _ = run_cli(capsys, "run", "example_exact_match", "oracle", "none", "-b", "limit=2", "--dry-run")
     assert code == 0
     import json
@@ -201,3 +233,29 @@ def test_run_with_invalid_config_returns_2(capsys, tmp_path, monkeypatch):
     code, _, err = run_cli(capsys, "run", "example_exact_match", "chat", "none", "--dry-run")
     assert code == 2
     assert "needs a model" in err
+
+
+def test_each_command_is_registered_by_the_module_that_holds_its_handler():
+    """One module of agentcompass.cli per group of commands, each adding its own parsers."""
+    import argparse
+    import importlib
+    import pkgutil
+
+    import agentcompass.cli
+
+    modules = {m.name for m in pkgutil.iter_modules(agentcompass.cli.__path__)} - {"__main__", "common"}
+    assert {group.__name__.rpartition(".")[2] for group in cli.GROUPS} == modules
+    handlers = {}
+    for name in sorted(modules):
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"agentcompass.cli.{name}").register(sub)
+        for command, parser in sub.choices.items():
+            if command == "config":  # config docs
+                parser = parser._subparsers._group_actions[0].choices["docs"]
+            func = parser.get_default("func")
+            handlers[command] = func.__module__
+            assert func.__module__ == f"agentcompass.cli.{name}", f"{command}: handler {func.__module__}"
+    top = cli.build_parser()._subparsers._group_actions[0].choices
+    assert set(top) == set(handlers)
+    assert list(top) == ["init", "list", "config", "run", "status", "retry", "clean", "runs", "export", "diff",
+                         "compare", "report"]

@@ -28,7 +28,7 @@ from agentcompass.harnesses.oracle import OracleHarness
 from agentcompass.runtime import Planner, build_run_recipe_registry
 from agentcompass.runtime.base import HarnessContext, ScriptReference
 from agentcompass.runtime.config import ParameterError
-from agentcompass.runtime.registry import load_builtin_components
+from agentcompass.plugins import load_builtin_components
 from agentcompass.runtime.models import (
     BenchmarkSpec,
     EnvironmentSpec,

@@ -9,15 +9,12 @@ import types
 import typing
 from typing import Any
 
+from agentcompass.errors import ConfigError
 from agentcompass.stages import PARAM_STAGES
 
 from ..models.codec import ContractError, _checker, _type_name
 
 _MISSING = dataclasses.MISSING
-
-
-class ConfigError(ValueError):
-    """A parameter value that cannot be used; the message says which and how to fix it."""
 
 
 class ParameterError(ConfigError):

@@ -15,11 +15,9 @@ import types
 import typing
 from typing import Any, Callable, Union, get_args, get_origin
 
+from agentcompass.errors import ContractError
+
 JSON_SCALARS = (str, int, float, bool, type(None))
-
-
-class ContractError(ValueError):
-    """A contract value has the wrong shape or type."""
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,129 @@
+"""``agentcompass runs`` and ``agentcompass export``: the runs under a results folder, and their attempts as a table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from agentcompass import display
+from agentcompass.runtime.models.orchestration import EXIT_USAGE
+
+from .common import _print
+
+
+def _dollars(cost: float | None) -> str:
+    """Cents from a dollar up; below, four significant digits (a small run costs a fraction of a cent)."""
+    if cost is None:
+        return "-"
+    return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4g}"
+
+
+def _runs_table(overviews: list[dict]) -> str:
+    """One aligned line per run, under a header."""
+    header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "accuracy", "cost",
+              "last change"]
+    lines = [header]
+    for o in overviews:
+        total = "?" if o["attempts_total"] is None else str(o["attempts_total"])
+        changed = (o["last_change"] or "-").replace("T", " ")[:19]
+        lines.append([*map(display.visible, (o["namespace"], o["run_id"], o["benchmark"], o["harness"], o["model"])),
+                      f"{o['attempts_done']}/{total}", str(o["errors"]),
+                      "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
+                      _dollars(o["cost_usd"]), changed])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def cmd_runs(args) -> int:
+    from agentcompass import results
+
+    try:
+        overviews = [results.overview(run) for run in results.find_runs(args.results_dir)]
+    except (FileNotFoundError, ValueError) as exc:
+        _print(f"agentcompass runs: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        _print(json.dumps(overviews, indent=2, sort_keys=True))
+    elif not overviews:
+        _print(f"no runs under {args.results_dir} (a run's folder holds request.json)")
+    else:
+        _print(_runs_table(overviews))
+    return 0
+
+
+EXPORT_FORMATS = ("csv", "parquet", "jsonl")
+
+
+def cmd_export(args) -> int:
+    from agentcompass import results
+    from agentcompass.jsonio import write_text_atomic
+
+    if args.format == "parquet":
+        if not args.output:
+            _print("agentcompass export: parquet is binary and is not written to a terminal. "
+                  "Fix: give -o FILE.parquet", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            import pyarrow  # noqa: F401  (pandas writes parquet through it)
+        except ImportError:
+            _print("agentcompass export: --format parquet needs pyarrow, which is not installed. "
+                  "Fix: pip install pyarrow (or pip install -e '.[parquet]'), or export --format csv or jsonl",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        frame = results.load(*args.run_dirs)
+    except (FileNotFoundError, ValueError) as exc:
+        _print(f"agentcompass export: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.format == "csv":
+        text = display.csv_text(frame, index=False)  # formula cells prefixed, controls shown
+    elif args.format == "jsonl":  # pandas' own to_json writes every / as \/
+        records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+        text = "".join(display.terminal_json(json.dumps(record, ensure_ascii=False)) + "\n" for record in records)
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    try:
+        if args.format == "parquet":
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            frame.to_parquet(args.output, index=False)
+        else:
+            write_text_atomic(args.output, text)
+    except OSError as exc:
+        _print(f"agentcompass export: cannot write {args.output}: {exc.strerror or exc}. Fix: choose a file "
+              "in a folder you can write to", file=sys.stderr)
+        return EXIT_USAGE
+    runs = frame.groupby(["namespace", "run_id"]).ngroups if len(frame) else 0
+    _print(f"{args.output}: {len(frame)} attempts of {runs} run(s), one row each ({args.format})")
+    return 0
+
+
+def register(sub) -> None:
+    _add_runs_parser(sub)
+    _add_export_parser(sub)
+
+
+def _add_runs_parser(sub) -> None:
+    p = sub.add_parser(
+        "runs", help="every run under a results folder, one line each",
+        description="Lists the runs under RESULTS_DIR (default: results): namespace, run id, benchmark, harness, "
+        "model, attempts done of all, failed attempts, accuracy (over attempts with a verdict), cost (when the "
+        "Model declares model.pricing) and when a file of the run last changed.",
+    )
+    p.add_argument("results_dir", nargs="?", default="results", metavar="RESULTS_DIR")
+    p.add_argument("--json", action="store_true", help="print a JSON list, one object per run")
+    p.set_defaults(func=cmd_runs)
+
+
+def _add_export_parser(sub) -> None:
+    p = sub.add_parser(
+        "export", help="every attempt of runs as a table: csv, parquet or jsonl",
+        description="Writes one row per attempt of the runs in RUN_DIR (a run's folder, or a results folder: "
+        "every run under it), with the columns of agentcompass.results.load. Without -o, csv and jsonl go to "
+        "standard output.",
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--format", "-f", choices=EXPORT_FORMATS, default="csv", help="csv (default), parquet (needs pyarrow) or jsonl")
+    p.add_argument("--output", "-o", metavar="FILE", help="write here instead of standard output")
+    p.set_defaults(func=cmd_export)

@@ -1,0 +1,76 @@
+"""``agentcompass run``: build the requests through Snakemake and print each one's outcome."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from agentcompass import display, sdk
+from agentcompass.pipeline import locks
+from agentcompass.runtime.models.orchestration import EXIT_LOCKED
+
+from .common import _add_selection, _cores, _layer, _print, _resolve
+
+
+def _outcome_line(outcome) -> str:
+    from agentcompass import progress
+
+    metrics = ", ".join(f"{k} {v}" for k, v in sorted(outcome.metrics.items()))
+    if outcome.state == "planned":
+        return f"{outcome.name}: dry run: nothing was built"
+    if outcome.state == "partial":
+        return (f"{outcome.name}: built what was asked ({outcome.reason}); {outcome.done} of "
+                f"{outcome.total or '?'} attempts done -> {outcome.results_dir}")
+    if outcome.state == "stopped":
+        return (f"{outcome.name}: stopped before it finished ({outcome.reason}): {outcome.done} of "
+                f"{outcome.total or '?'} attempts done; run the same command again to continue -> {outcome.results_dir}")
+    total = sum(outcome.counts.values())
+    # what the attempts cost, as metrics.json's summary has it (a field it lacks is not shown)
+    try:
+        summary = json.loads((Path(outcome.results_dir) / "metrics.json").read_text()).get("summary")
+    except (OSError, ValueError, AttributeError):
+        summary = None
+    usage = progress.usage_summary(summary.get("overall") if isinstance(summary, dict) else None)
+    usage = f"; {usage}" if usage else ""
+    if outcome.state == "completed_with_errors":
+        failed = sum(outcome.errors.values())
+        kinds = "; ".join(f"{display.visible(kind)} x{n}" for kind, n in outcome.errors.items())
+        return (f"{outcome.name}: completed with errors: {failed} of {total} attempts failed ({kinds}); "
+                f"{metrics}{usage} -> {outcome.results_dir}/metrics.json")
+    return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {outcome.results_dir}/metrics.json"
+
+
+def _build(orchestration, layer, args, extra: list[str]) -> int:
+    """Run the workflow, print each request's outcome, and return the exit status (docs/reuse.md, Exit status)."""
+    argv = sdk.snakemake_argv(layer, args.config or [], args.cores, extra)
+    try:
+        result = sdk.build(orchestration, argv)
+    except locks.RunHeldError as exc:
+        _print(f"agentcompass: {exc}", file=sys.stderr)
+        return EXIT_LOCKED
+    for outcome in result.outcomes:
+        _print(_outcome_line(outcome))
+    return result.exit_status
+
+
+def cmd_run(args) -> int:
+    layer = _layer(args)
+    orchestration = _resolve(args, layer)
+    if args.dry_run:
+        _print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))
+        return 0
+    return _build(orchestration, layer, args, args.snakemake_args)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="evaluate MODEL with HARNESS on BENCHMARK (or the requests of --config files) through Snakemake",
+        description="Builds the config and runs it through the Snakemake workflow. "
+        "Arguments after '--' go to Snakemake (e.g. -- --profile profiles/slurm).",
+    )
+    _add_selection(p)
+    p.add_argument("--cores", default="2", type=_cores, help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
+    p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved requests; load no tasks")
+    p.set_defaults(func=cmd_run)

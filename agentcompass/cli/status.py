@@ -1,0 +1,68 @@
+"""``agentcompass status`` and ``agentcompass retry``: the requests' attempts by status, and rerunning the failed ones."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from agentcompass import status
+from agentcompass.plugins import load_components
+from agentcompass.runtime.config import ConfigError
+from agentcompass.runtime.registry import REGISTRIES
+
+from .common import _add_selection, _cores, _layer, _print, _resolve
+from .run import _build
+
+
+def cmd_status(args) -> int:
+    if args.snakemake_args:
+        _print(f"agentcompass status: unexpected argument(s) {' '.join(args.snakemake_args)}: status takes "
+              "BENCHMARK HARNESS MODEL and the options of 'run', and runs no Snakemake", file=sys.stderr)
+        return 2
+    load_components()
+    if args.benchmark and not (args.harness or args.model) and args.benchmark not in REGISTRIES["benchmark"] \
+            and Path(args.benchmark).is_dir():
+        # 'status RESULTS_DIR' of earlier versions: a lone folder that is no benchmark id is still read so
+        if args.results_dir:
+            raise ConfigError(f"the command line: {args.benchmark!r} and --results-dir {args.results_dir!r} both "
+                              "name the results folder. Fix: give --results-dir only")
+        _print(f"agentcompass status: reading {args.benchmark} as --results-dir {args.benchmark} "
+              "(a results folder as the first argument is deprecated)", file=sys.stderr)
+        args.results_dir, args.benchmark = args.benchmark, None
+    layer = _layer(args)
+    orchestration = _resolve(args, layer)
+    _print(status.render(status.predict(orchestration, Path.cwd()), verbose=args.verbose))
+    return 0
+
+
+def cmd_retry(args) -> int:
+    layer = _layer(args)
+    orchestration = _resolve(args, layer)
+    base = Path(orchestration.runtime.results_dir)
+    targets = [
+        t for run in orchestration.runs
+        for t in status.failed_attempt_targets(base / run.request.namespace / run.request.run_id, run.request)
+    ]
+    if not targets:
+        _print("no attempt holds an error status: nothing to retry")
+        return 0
+    _print(f"retrying {len(targets)} failed attempt(s)")
+    # the caller's arguments first: --forcerun takes every argument up to the next option
+    return _build(orchestration, layer, args, [*args.snakemake_args, "--forcerun", *targets])
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "status", help="counts by status per request, and which files would rerun and why",
+        description="Takes the same BENCHMARK HARNESS MODEL (or --config files) and options as 'run', and "
+        "reports on the requests that 'run' would build: their attempts by status, the failed ones, and which "
+        "files the next run rebuilds and why. The results folder is --results-dir (default: runtime.results_dir).",
+    )
+    _add_selection(p)
+    p.add_argument("--verbose", "-v", action="store_true", help="list every file that would rerun and every failed attempt")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("retry", help="rerun only the attempts whose result.json holds an error status")
+    _add_selection(p)
+    p.add_argument("--cores", default="2", type=_cores)
+    p.set_defaults(func=cmd_retry)

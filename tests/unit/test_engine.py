@@ -7,6 +7,7 @@ its test here rather than a run.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from agentcompass.pipeline import engine
 from agentcompass.pipeline.engine import Records
 
 SNAKEFILE = '''
-import json, time
+import json, logging, time
 from agentcompass.pipeline import engine
 from agentcompass.pipeline.engine import Records
 
@@ -39,11 +40,16 @@ def note(key, value):
 note("config_files", engine.config_files(workflow))
 note("config_args", engine.config_args(workflow))
 note("main_snakefile", engine.main_snakefile(workflow))
-note("console_handlers", len(engine.console_handlers()))
+note("console_handlers", [h.get_name() for h in engine.console_handlers()])
+note("all_handlers", sorted(h.get_name() or type(h).__name__ for h in logging.getLogger(engine.SNAKEMAKE_LOGGER).handlers))
 if config.get("cap"):
     engine.set_global_resource(workflow, "widgets", 3)
 if config.get("quiet"):
     engine.set_console_level("warning")
+if config.get("debug"):
+    engine.set_console_level("debug")
+from snakemake.logging import logger as snakemake_logger
+snakemake_logger.debug("agentcompass-debug-probe")  # shown at 'debug' only
 if config.get("unannounced"):
     engine.drop_job_announcements()
 if config.get("recover"):
@@ -75,6 +81,9 @@ def first(wildcards):
 onstart:
     note("planned_at_start", sorted(rule for rule, _ in engine.planned_jobs(workflow)))
     note("named_targets", engine.named_targets(workflow))
+    if config.get("wake"):
+        engine.wake_for_signals(workflow)
+    note("open_jobs", type(workflow.scheduler._open_jobs).__name__)
 
 
 rule all:
@@ -104,6 +113,16 @@ rule b:
     output: "b.txt"
     run:
         note("planned_in_job", sorted([rule, w] for rule, w in engine.planned_jobs(workflow)))
+        if config.get("held"):  # the scheduler's lock held (as while it adds a checkpoint's jobs): the read waits
+            import threading
+            lock = workflow.scheduler._lock
+            lock.acquire()
+            reader = threading.Thread(target=lambda: note("read_after_release", engine.planned_jobs(workflow) is not None))
+            reader.start()
+            reader.join(1.0)
+            note("waited_for_lock", reader.is_alive())
+            lock.release()
+            reader.join()
         open(output[0], "w").write("b")
 
 
@@ -144,7 +163,9 @@ def test_settings_the_workflow_reads(flow: Path):
     assert seen["config_files"] == [str(flow / "cfg.yaml")] or Path(seen["config_files"][0]).name == "cfg.yaml"
     assert seen["config_args"] == ["cap=1"]
     assert seen["main_snakefile"].endswith("Snakefile")
-    assert seen["console_handlers"] >= 1
+    # the console's handler, not the log file's (which keeps everything)
+    assert seen["console_handlers"] == ["DefaultStreamHandler"]
+    assert "DefaultLogFileHandler" in seen["all_handlers"]
     assert (seen["executing"], seen["main"], seen["cluster"]) == (True, True, False)
     assert seen["forcing"] == [False, ["a"], False]
     assert seen["cores"] == 3 and seen["widgets"] == 3
@@ -299,6 +320,118 @@ def test_signature_once_is_what_snakemake_reads_instead_of_inspecting():
     engine.signature_once(param)
     stored = getattr(param, FUNC_OVERWRITE_PARAMS_ATTR)  # read on every call, in place of inspect.signature
     assert get_function_params(param) is stored and list(stored) == ["self", "wildcards", "threads"]
+
+
+def remove_outputs(flow: Path) -> None:
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (flow / name).unlink()
+
+
+def test_the_jobs_a_run_plans_are_read_under_the_schedulers_lock(flow: Path):
+    """Snakemake adds a finished checkpoint's jobs to the DAG holding its scheduler's ``_lock``:
+    a reader in another thread waits for it, so it never sees the DAG halfway through."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    assert "with self._lock:" in inspect.getsource(JobScheduler.schedule)
+    done = snakemake(flow, "--cores", "2", "--config", "held=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = observed(flow)
+    assert seen["waited_for_lock"] is True and seen["read_after_release"] is True
+
+
+def test_wake_for_signals_replaces_the_semaphore_the_scheduler_waits_on(flow: Path):
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    assert "self._open_jobs.acquire()" in inspect.getsource(JobScheduler.schedule)  # its untimed wait
+    plain = snakemake(flow, "--cores", "1")
+    assert plain.returncode == 0 and observed(flow)["open_jobs"] == "Semaphore", plain.stderr[-3000:]
+    remove_outputs(flow)
+    woken = snakemake(flow, "--cores", "1", "--config", "wake=1")
+    assert woken.returncode == 0 and observed(flow)["open_jobs"] == "_WakingSemaphore", woken.stderr[-3000:]
+
+
+def test_set_console_level_debug_shows_snakemakes_debug_messages_on_the_console_only(flow: Path):
+    plain = snakemake(flow, "--cores", "1")
+    assert plain.returncode == 0 and "agentcompass-debug-probe" not in plain.stderr, plain.stderr[-3000:]
+    remove_outputs(flow)
+    debug = snakemake(flow, "--cores", "1", "--config", "debug=1")
+    assert debug.returncode == 0 and "agentcompass-debug-probe" in debug.stderr, debug.stderr[-3000:]
+    newest = max((flow / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda p: p.stat().st_mtime_ns)
+    assert "Finished jobid" in newest.read_text() and "agentcompass-debug-probe" not in newest.read_text()
+
+
+PERIODIC_SNAKEFILE = """
+from agentcompass.pipeline import engine
+if config.get("accept"):
+    engine.accept_periodic_names(["make"])
+
+rule all:
+    input: "out/task-" + "0" * 25 + ".txt"
+
+rule make:
+    output: "out/{name}.txt"
+    run:
+        open(output[0], "w").write("x")
+"""
+
+
+def test_accept_periodic_names_lets_a_name_ending_in_a_repeated_run_build(tmp_path: Path):
+    (tmp_path / "Snakefile").write_text(PERIODIC_SNAKEFILE)
+    refused = snakemake(tmp_path, "--cores", "1")
+    assert refused.returncode != 0 and "PeriodicWildcardError" in refused.stderr, refused.stderr[-3000:]
+    done = snakemake(tmp_path, "--cores", "1", "--config", "accept=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out" / ("task-" + "0" * 25 + ".txt")).exists()
+
+
+# A Snakefile used as a module of another: Snakemake keeps only the main Snakefile's onstart/onsuccess/onerror.
+INNER_SNAKEFILE = """
+from pathlib import Path
+from agentcompass.pipeline import engine
+
+onstart:
+    Path("own-onstart").write_text("ran")
+
+rule all:
+    input: "m.txt"
+
+rule m:
+    output: "m.txt"
+    run:
+        if config.get("fail"):
+            raise RuntimeError("m failed")
+        open(output[0], "w").write("m")
+
+engine.run_handlers_as_module(workflow, lambda: Path("started").write_text("yes"),
+                              lambda ok: Path("finished").write_text(str(ok)))
+"""
+
+MAIN_SNAKEFILE = """
+module inner:
+    snakefile: "inner.smk"
+    config: config
+
+use rule * from inner
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["ok", "failed"])
+def test_run_handlers_as_module_gives_the_handlers_to_the_main_workflow(tmp_path: Path, fail: bool):
+    (tmp_path / "inner.smk").write_text(INNER_SNAKEFILE)
+    (tmp_path / "Snakefile").write_text(MAIN_SNAKEFILE)
+    done = snakemake(tmp_path, "--cores", "1", *(["--config", "fail=1"] if fail else []))
+    assert (done.returncode != 0) is fail, done.stderr[-3000:]
+    assert not (tmp_path / "own-onstart").exists()  # what Snakemake does with a module's onstart
+    assert (tmp_path / "started").read_text() == "yes"
+    assert (tmp_path / "finished").read_text() == str(not fail)
+
+
+def test_run_handlers_as_module_leaves_a_main_snakefile_alone(tmp_path: Path):
+    (tmp_path / "Snakefile").write_text(INNER_SNAKEFILE)
+    done = snakemake(tmp_path, "--cores", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "own-onstart").read_text() == "ran"
+    assert not (tmp_path / "started").exists() and not (tmp_path / "finished").exists()
 
 
 # --- reading records as agentcompass status does: relative, absolute and long paths ---------------
@@ -463,3 +596,23 @@ def test_status_checks_of_cluster_jobs_wait_no_longer_than_the_setting(monkeypat
     local = SimpleNamespace(non_local_exec=False, scheduler=SimpleNamespace(_executor=Executor()),
                             remote_execution_settings=workflow.remote_execution_settings)
     assert engine.status_checks_at_most(local) is None and "sleep" not in vars(local.scheduler._executor)
+
+
+def test_the_installed_snakemake_and_its_plugin_interfaces_are_the_pinned_versions():
+    """The tests above check the versions pyproject.toml pins: run with others, they prove nothing."""
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + project["optional-dependencies"]["slurm"]
+    snakemake_ones = [text for text in requirements if text.startswith("snakemake")]
+    pins = {}
+    for text in snakemake_ones:
+        match = re.fullmatch(r"([a-z0-9-]+)==([0-9][0-9.]*)", text)
+        assert match, f"pyproject.toml: {text!r}: pin it to one version (name==X.Y.Z)"
+        pins[match[1]] = match[2]
+    assert set(pins) >= {"snakemake", "snakemake-interface-logger-plugins", "snakemake-interface-executor-plugins",
+                         "snakemake-executor-plugin-slurm"}
+    for name, version in pins.items():
+        installed = importlib.metadata.version(name)
+        assert installed == version, f"{name} {installed} is installed; pyproject.toml pins {version}"

@@ -3,8 +3,10 @@
 The pages are read in the guide's order (mkdocs.yml's nav) and their snippets run one after
 another in one folder made by `agentcompass init` (with the clone's `examples/` beside it), as a
 reader following the guide would: a later snippet may use what an earlier one built. A block
-whose first line is `# PATH` (`# my_eval.yaml`) is a file's content: it is written there when its
-turn comes. A model endpoint at `http://127.0.0.1:8000/v1` in a snippet is the stand-in model of
+whose first line is `# PATH` (`# my_eval.yaml`; a `python` block: a `.py` file) is a file's
+content: it is written there when its turn comes. One whose first line is `# PATH, after the
+NAME row` is a row of the stage table: it is put in the file `PATH` below the `Stage(...)` row of
+the stage `NAME`. A model endpoint at `http://127.0.0.1:8000/v1` in a snippet is the stand-in model of
 `examples/stand_in_model.py`, served on a free port of 127.0.0.1 for the whole module; a snippet
 that starts its own stand-in (`--port 8000`) gets a free port of its own.
 
@@ -15,7 +17,12 @@ An HTML comment on the line before a block says where it runs:
 - `<!-- snippet: package-index -->` installs from the package index: only with
   AGENTCOMPASS_PACKAGE_INDEX=1, as tests/test_installed.py, in a copy of this clone with a new
   virtual environment first on PATH;
-- `<!-- snippet: ci -->` is the test command itself: each of its commands must be one .ci/run runs.
+- `<!-- snippet: ci -->` is the test command itself: each of its commands must be one .ci/run runs;
+- `<!-- snippet: clone -->` changes the code: it runs in a copy of this clone's files (its tracked
+  ones and the changes to them), made once for the module, with that copy's `agentcompass` first
+  on PYTHONPATH. Its files are written there (`# rules/usage.smk`), and its commands run at its
+  top, so the guide's "Writing a stage" adds a stage to the copy and builds it; this clone is
+  never modified.
 
 Every YAML block is loaded (a run config, or a request of one, through the config loader).
 """
@@ -49,10 +56,12 @@ DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\S*)\s*$")
 MODE = re.compile(r"^<!-- snippet: ([\w-]+) -->$")
 FILE_LINE = re.compile(r"^# ([\w.-]+(?:/[\w.-]+)*)$")
+# a row of the stage table, put below the row of the stage it names
+ROW_LINE = re.compile(r"^# ([\w.-]+(?:/[\w.-]+)*), after the (\w+) row$")
 RUN = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
 # what a block may be fenced as: the runnable kinds, and files and output shown as they are
 LANGUAGES = {*RUN, "yaml", "text", "console", "json", "toml", "snakemake"}
-MODES = {"run", "docker", "slurm", "package-index", "ci"}
+MODES = {"run", "docker", "slurm", "package-index", "ci", "clone"}
 REQUEST_KEYS = {"benchmark", "harness", "environment", "model", "execution", "runtime", "output"}
 PACKAGE_INDEX = "AGENTCOMPASS_PACKAGE_INDEX"
 SLURM = "AGENTCOMPASS_SLURM"
@@ -72,9 +81,18 @@ class Snippet:
 
     @property
     def file(self) -> str | None:
-        """The path a block that shows a file's content names on its first line."""
-        match = FILE_LINE.match(self.text.split("\n", 1)[0])
-        return match.group(1) if match and self.lang not in RUN else None
+        """The path a block that shows a file's content (or a row of one) names on its first line."""
+        first = self.text.split("\n", 1)[0]
+        match = FILE_LINE.match(first) or ROW_LINE.match(first)
+        if match is None or (self.lang in RUN and not (self.lang == "python" and match.group(1).endswith(".py"))):
+            return None
+        return match.group(1)
+
+    @property
+    def after_row(self) -> str | None:
+        """The stage whose row of the stage table this block's row goes below (``# PATH, after the NAME row``)."""
+        match = ROW_LINE.match(self.text.split("\n", 1)[0])
+        return match.group(2) if match and self.file else None
 
 
 def nav_pages() -> list[str]:
@@ -132,6 +150,33 @@ def localize(text: str, port: int) -> str:
     if "--port 8000" in text:
         return text.replace("8000", str(free_port()))
     return text.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+
+
+def copy_clone(folder: Path) -> None:
+    """Copy this clone's files into ``folder``: the tracked ones and the changes to them (as they are
+    in the working tree), and new files not ignored; not .git, not what is ignored (results, .venv)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():  # a file deleted in the working tree is listed, and left out
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+
+
+def insert_row(path: Path, after: str, row: str) -> None:
+    """Put ``row`` (lines of a ``Stage(...)`` call, with its trailing comma) below the row of the
+    stage ``after`` in the stage table ``path``."""
+    import ast
+
+    text = path.read_text()
+    ends = [node.end_lineno for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Stage"
+            and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == after]
+    assert len(ends) == 1, f"{path}: {len(ends)} rows of a stage {after!r} (Stage({after!r}, ...)), not one"
+    lines = text.splitlines(keepends=True)
+    assert ends[0] is not None and lines[ends[0] - 1].rstrip().endswith("),"), \
+        f"{path}:{ends[0]}: the row of {after!r} does not end its line with '),'"
+    path.write_text("".join(lines[:ends[0]]) + row + "".join(lines[ends[0]:]))
 
 
 def run_snippet(snippet: Snippet, cwd: Path, env: dict[str, str], port: int, log: Path) -> None:
@@ -203,13 +248,32 @@ def test_every_block_names_its_kind_and_where_it_runs():
     assert not orphans, f"pages not in mkdocs.yml's nav: {orphans}"
 
 
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory, guide):
+    """The copy of this clone the `clone` snippets change and run in, and their environment."""
+    _, env, _, _ = guide
+    folder = tmp_path_factory.mktemp("clone") / "agentcompass"
+    copy_clone(folder)
+    env = dict(env, PYTHONPATH=os.pathsep.join([str(folder), *filter(None, [env.get("PYTHONPATH")])]))
+    found = subprocess.run([sys.executable, "-c", "import agentcompass; print(agentcompass.__file__)"], cwd=folder,
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(found).is_relative_to(folder), f"the copy's snippets would import {found}, not the copy's package"
+    return folder, env
+
+
 @pytest.mark.parametrize("snippet", STEPS, ids=[s.id for s in STEPS])
-def test_snippet_runs(snippet: Snippet, guide, tmp_path):
+def test_snippet_runs(snippet: Snippet, guide, tmp_path, request):
     project, env, port, logs = guide
+    if snippet.mode == "clone":
+        project, env = request.getfixturevalue("clone")
     if snippet.file:
         target = project / snippet.file
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(localize(snippet.text, port))
+        text = localize(snippet.text, port)
+        if snippet.after_row:
+            insert_row(target, snippet.after_row, text.split("\n", 1)[1])
+        else:
+            target.write_text(text)
         return
     log = logs / f"{snippet.page}-{snippet.line}.log"
     if snippet.mode == "ci":
@@ -231,12 +295,7 @@ def test_snippet_runs(snippet: Snippet, guide, tmp_path):
         if os.environ.get(PACKAGE_INDEX) != "1":
             pytest.skip(f"downloads the dependencies: set {PACKAGE_INDEX}=1 (CI does)")
         clone = tmp_path / "agentcompass"
-        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-                                cwd=ROOT, capture_output=True, text=True, check=True).stdout
-        for name in filter(None, listed.split("\0")):
-            if (ROOT / name).is_file():
-                (clone / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / name, clone / name)
+        copy_clone(clone)
         venv.create(tmp_path / "env", with_pip=True)
         fresh = dict(env, PATH=f"{tmp_path / 'env' / 'bin'}{os.pathsep}{os.environ['PATH']}")
         run_snippet(snippet, clone, fresh, port, log)

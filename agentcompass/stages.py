@@ -234,6 +234,8 @@ ATTEMPT_STAGES: tuple[str, ...] = names(ATTEMPT)
 # the stage that finishes an attempt: the one writing its result (kind ``result``), which
 # metrics, the report, status and the readers of a run read
 LAST_ATTEMPT_STAGE: str = next(s.name for s in of_scope(ATTEMPT) for o in s.outputs if o.kind == "result")
+# the attempt stages an attempt may start from in an invocation (its events): those up to its result
+STARTING_STAGES: tuple[str, ...] = ATTEMPT_STAGES[: ATTEMPT_STAGES.index(LAST_ATTEMPT_STAGE) + 1]
 # stages a Benchmark parameter may be marked as read by (``runtime.config.field(stage=...)``)
 PARAM_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.reads_benchmark_params)
 # stages a BenchmarkPlan field may be marked as read by (``plan_field(stage=...)``)

@@ -32,7 +32,7 @@ from agentcompass import aio, jsonio
 from agentcompass.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.secrets import Scrubber
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, Stage, stage
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, Stage, stage
 
 from . import engine, reading
 from .files import write_file
@@ -112,7 +112,8 @@ class Jobs:
             events = self.pipeline.events
             # the files of the stages before it, as (stage, path): the last one's is the stage's own input
             upstream = [(source, job.inputs[name]) for name, source, _ in s.inputs]
-            if isinstance(job, AttemptJob):
+            # an attempt starts and finishes with the stages up to its result; a stage after it adds a file
+            if isinstance(job, AttemptJob) and s.name in STARTING_STAGES:
                 events.attempt_job(req, s.name, job.plan, reused=upstream[-1][1] if upstream else None)
             result = s.resolve("body")(job)
             if isinstance(job, AttemptJob) and s.name == LAST_ATTEMPT_STAGE:

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcompass import keypaths, results
-from agentcompass.display import visible
+from agentcompass import results
+
+from agentcompass._util import keypaths
+from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
 from agentcompass.runtime.models import TaskStatus
 

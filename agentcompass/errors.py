@@ -23,7 +23,7 @@ Some exception classes of the package are internal on purpose and do not derive
 from the root; ``tests/unit/test_errors.py`` names each one, so a new error class
 cannot skip the root unnoticed:
 
-- ``agentcompass.aio.Stopped``: a cancellation, a ``BaseException`` like
+- ``agentcompass._util.aio.Stopped``: a cancellation, a ``BaseException`` like
   ``KeyboardInterrupt`` so that no ``except Exception`` of a stage turns it into a
   status; it ends the run, it is not reported as an error.
 - ``agentcompass.runtime.model_client._RetryableError``: one failed try of a model

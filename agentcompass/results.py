@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from agentcompass import trees
+from agentcompass._util import trees
 from agentcompass.layout import task_segment
 from agentcompass.runtime.models.result import TaskStatus
 

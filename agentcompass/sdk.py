@@ -15,7 +15,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agentcompass import PROJECT_ROOT, aio
+from agentcompass import PROJECT_ROOT
+
+from agentcompass._util import aio
 from agentcompass.pipeline import locks
 from agentcompass.plugins import load_components
 from agentcompass.results import error_kind, read_json

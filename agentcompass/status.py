@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from agentcompass.display import visible
+from agentcompass._util.display import visible
 from agentcompass.layout import task_segment
 from agentcompass.pipeline import engine
 from agentcompass.results import read_json

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jsonschema
 
-from agentcompass import jsonio
+from agentcompass._util import jsonio
 from agentcompass.pipeline import events as ev
 from agentcompass.pipeline.files import EVENT_TYPES, generate_schema, schema_path
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion

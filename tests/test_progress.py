@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentcompass import jsonio
+from agentcompass._util import jsonio
 from agentcompass.cli.run import _outcome_line
 from agentcompass.pipeline.events import EVENTS_FILE
-from agentcompass.progress import RequestProgress
+from agentcompass.pipeline.progress import RequestProgress
 from agentcompass.runtime.models import RequestOutcome
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
 from conftest import SNAKEFILE, clean_env, snakemake

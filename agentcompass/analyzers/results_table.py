@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentcompass import display
-from agentcompass.jsonio import write_text_atomic
+from agentcompass._util import display
+from agentcompass._util.jsonio import write_text_atomic
 from agentcompass.runtime import ANALYZERS, BaseAnalyzer, RunRequest
 
 

@@ -35,8 +35,8 @@ from agentcompass.benchmarks.dataset_scorers import (
     to_letter,
 )
 from agentcompass.benchmarks.task_dir import tree_digest
-from agentcompass.display import visible
-from agentcompass.jsonio import not_unicode
+from agentcompass._util.display import visible
+from agentcompass._util.jsonio import not_unicode
 from agentcompass.runtime import (
     BENCHMARKS,
     BaseBenchmark,

@@ -48,7 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentcompass import PROJECT_ROOT, trees
+from agentcompass import PROJECT_ROOT
+
+from agentcompass._util import trees
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.runtime import (
     BENCHMARKS,

@@ -6,7 +6,9 @@ import argparse
 
 import yaml
 
-from agentcompass import PROJECT_ROOT, display
+from agentcompass import PROJECT_ROOT
+
+from agentcompass._util import display
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from agentcompass import display
-from agentcompass.jsonio import canonical_json, write_text_atomic
+from agentcompass._util import display
+from agentcompass._util.jsonio import canonical_json, write_text_atomic
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
 
 from .common import _print

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from agentcompass import PROJECT_ROOT
-from agentcompass.jsonio import write_text_atomic
+from agentcompass._util.jsonio import write_text_atomic
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
 
 from .common import _print

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from agentcompass import display
+from agentcompass._util import display
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
 
 from .common import _print
@@ -57,7 +57,7 @@ EXPORT_FORMATS = ("csv", "parquet", "jsonl")
 
 def cmd_export(args) -> int:
     from agentcompass import results
-    from agentcompass.jsonio import write_text_atomic
+    from agentcompass._util.jsonio import write_text_atomic
 
     if args.format == "parquet":
         if not args.output:

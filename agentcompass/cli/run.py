@@ -6,7 +6,10 @@ import json
 import sys
 from pathlib import Path
 
-from agentcompass import display, sdk
+from agentcompass import sdk
+
+from agentcompass._util import display
+from agentcompass.pipeline import progress
 from agentcompass.pipeline import locks
 from agentcompass.runtime.models.orchestration import EXIT_LOCKED
 
@@ -14,8 +17,6 @@ from .common import _add_selection, _cores, _layer, _print, _resolve
 
 
 def _outcome_line(outcome) -> str:
-    from agentcompass import progress
-
     metrics = ", ".join(f"{k} {v}" for k, v in sorted(outcome.metrics.items()))
     if outcome.state == "planned":
         return f"{outcome.name}: dry run: nothing was built"

@@ -52,7 +52,7 @@ import tempfile
 from pathlib import Path
 
 import agentcompass
-from agentcompass.aio import kill_child
+from agentcompass._util.aio import kill_child
 from agentcompass.runtime.config import ConfigError
 
 from . import netns

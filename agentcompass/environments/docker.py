@@ -54,7 +54,7 @@ from agentcompass.runtime.base import (
 )
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
 from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
-from agentcompass.trees import confined
+from agentcompass._util.trees import confined
 
 from . import netns, transfer
 from .cgroups import check_limits

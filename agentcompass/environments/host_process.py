@@ -37,8 +37,8 @@ from agentcompass.runtime import (
     ExecResult,
     NetworkPolicy,
 )
-from agentcompass.aio import child_running
-from agentcompass.trees import remove_tree
+from agentcompass._util.aio import child_running
+from agentcompass._util.trees import remove_tree
 from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentcompass.trees import remove_tree
+from agentcompass._util.trees import remove_tree
 
 SESSION_VAR = "AGENTCOMPASS_SESSION"
 EXEC_VAR = "AGENTCOMPASS_EXEC"

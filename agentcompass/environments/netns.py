@@ -28,7 +28,7 @@ import subprocess
 import threading
 from typing import Callable, cast
 
-from agentcompass.aio import kill_child
+from agentcompass._util.aio import kill_child
 from agentcompass.runtime.config import ConfigError
 
 CLONE_NEWNET = 0x40000000

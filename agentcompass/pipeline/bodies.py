@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import agentcompass
-from agentcompass import aio, layout
+from agentcompass import layout
+from agentcompass._util import aio
 from agentcompass import report as report_pages
 from agentcompass import results as results_data
-from agentcompass.aio import run_coroutine
-from agentcompass.display import visible
-from agentcompass.jsonio import interrupted_writes, not_unicode, read_json, write_bytes_atomic
+from agentcompass._util.aio import run_coroutine
+from agentcompass._util.display import visible
+from agentcompass._util.jsonio import interrupted_writes, not_unicode, read_json, write_bytes_atomic
 from agentcompass.layout import task_segment
-from agentcompass.logs import LOG
+from agentcompass._util.logs import LOG
 from agentcompass.runtime.base import EnvironmentSession, HarnessContext, HarnessFreeBenchmark, error_result, retryable
 from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
 from agentcompass.runtime.models import (
@@ -44,7 +45,7 @@ from agentcompass.runtime.recipes import build_run_recipe_registry
 from agentcompass.runtime.registry import ANALYZERS
 from agentcompass.secrets import Scrubber
 from agentcompass.stages import LAST_ATTEMPT_STAGE, stage
-from agentcompass.trees import remove_tree
+from agentcompass._util.trees import remove_tree
 
 from . import engine, forkserver, lifecycle, pacing, provenance, shards
 from .engine import WorkflowError

@@ -35,8 +35,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agentcompass import jsonio, layout
-from agentcompass.logs import LOG
+from agentcompass import layout
+
+from agentcompass._util import jsonio
+from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, RunResult
 from agentcompass.stages import LAST_ATTEMPT_STAGE, SHARD, names
 from agentcompass.stages import stage as stage_of
@@ -161,7 +163,8 @@ class Emitter:
         """The run is over (``onsuccess``/``onerror``): each request's outcome, as the SDK reports it."""
         if not self._builds() or self.inv.inner is not None:
             return
-        from agentcompass import aio, sdk
+        from agentcompass import sdk
+        from agentcompass._util import aio
 
         try:
             result = sdk.outcomes(self.inv.orchestration, ok, reason=aio.stopping(),

@@ -12,7 +12,7 @@ import fastjsonschema
 
 from agentcompass import PROJECT_ROOT
 from agentcompass.errors import AgentCompassError
-from agentcompass.jsonio import canonical_json, write_text_atomic
+from agentcompass._util.jsonio import canonical_json, write_text_atomic
 from agentcompass.secrets import Scrubber
 from agentcompass.stages import CONTRACTS, resolve
 from agentcompass.runtime.models import (

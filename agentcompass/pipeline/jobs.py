@@ -28,8 +28,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentcompass import aio, jsonio
-from agentcompass.logs import LOG
+from agentcompass._util import aio, jsonio
+from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.secrets import Scrubber
 from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, Stage, stage

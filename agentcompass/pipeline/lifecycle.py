@@ -23,8 +23,8 @@ import threading
 import time
 from typing import Any
 
-from agentcompass import aio
-from agentcompass.logs import LOG
+from agentcompass._util import aio
+from agentcompass._util.logs import LOG
 
 from . import engine
 

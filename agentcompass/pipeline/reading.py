@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentcompass.jsonio import read_json
+from agentcompass._util.jsonio import read_json
 from agentcompass.layout import task_segment
 from agentcompass.runtime.base import BaseBenchmark, BaseHarness
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, RunResult, TaskSpec

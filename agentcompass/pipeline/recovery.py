@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from agentcompass.jsonio import interrupted_writes
-from agentcompass.logs import LOG
+from agentcompass._util.jsonio import interrupted_writes
+from agentcompass._util.logs import LOG
 
 from . import engine
 

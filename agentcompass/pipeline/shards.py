@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcompass import layout
-from agentcompass.jsonio import interrupted_writes, write_text_atomic
-from agentcompass.logs import LOG
+from agentcompass._util.jsonio import interrupted_writes, write_text_atomic
+from agentcompass._util.logs import LOG
 from agentcompass.stages import ATTEMPT, names
 
 from . import cluster, engine, forkserver

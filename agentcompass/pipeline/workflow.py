@@ -28,7 +28,9 @@ from typing import Any, Callable
 
 import yaml
 
-from agentcompass import aio, display, layout, logs
+from agentcompass import layout
+
+from agentcompass._util import aio, display, logs
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
@@ -36,7 +38,7 @@ from agentcompass.runtime.orchestration import resolve_orchestration
 
 from agentcompass.stages import ATTEMPT, REQUEST, RULES, SHARD, STAGES, SUMMARY, of_scope, stage
 
-from . import engine, forkserver, lifecycle, locks, pacing, reading, recovery, shards
+from . import engine, forkserver, lifecycle, locks, pacing, progress, reading, recovery, shards
 from .engine import WorkflowError
 from .events import Emitter
 from .fingerprints import ATTEMPT_STAGES, CHECKPOINTS, AttemptFingerprints, Fingerprints
@@ -230,8 +232,6 @@ class EvaluationWorkflow:
 
     def start(self) -> None:
         """The jobs are about to start (Snakemake's ``onstart``): events, progress, signals, the deadline."""
-        from agentcompass import progress
-
         self.events.run_started()
         progress.start(self)
         workflow = self.inv.snakemake
@@ -248,8 +248,6 @@ class EvaluationWorkflow:
         """The run is over (``ok``: every job succeeded): write each request's outcome event, stop the
         progress line and the stop's timers, release the locks, and cancel what would hold the exit
         (the scheduler's re-selection timers), and stop the shards' fork server."""
-        from agentcompass import progress
-
         self.events.run_finished(ok)
         progress.stop()
         if self.lifecycle is not None:

@@ -29,8 +29,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentcompass import layout, results, trees
-from agentcompass.jsonio import write_text_atomic
+from agentcompass import layout, results
+
+from agentcompass._util import trees
+from agentcompass._util.jsonio import write_text_atomic
 from agentcompass.runtime.models import TaskStatus
 from agentcompass.stages import stage
 

@@ -43,9 +43,9 @@ from typing import Any
 
 import httpx
 
-from agentcompass.display import visible
+from agentcompass._util.display import visible
 from agentcompass.errors import ModelCallError
-from agentcompass.jsonio import not_unicode, without_surrogates
+from agentcompass._util.jsonio import not_unicode, without_surrogates
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
 from agentcompass.runtime.models.request import BASE_URL_FIX, base_url_problem

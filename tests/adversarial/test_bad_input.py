@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcompass.jsonio import not_unicode
+from agentcompass._util.jsonio import not_unicode
 from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, malformed
 from conftest import agentcompass, clean_env
 

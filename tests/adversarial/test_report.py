@@ -23,7 +23,9 @@ import pytest
 import yaml
 from conftest import agentcompass, clean_env, files_holding
 
-from agentcompass import report, results, trees
+from agentcompass import report, results
+
+from agentcompass._util import trees
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments.leftovers import SESSION_RECORD_SUFFIX
 from test_task_dir import environment_of

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentcompass.jsonio import write_json
+from agentcompass._util.jsonio import write_json
 from agentcompass.layout import task_segment
 from agentcompass.pipeline import stages
 from agentcompass.plugins import load_builtin_components

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from agentcompass.aio import run_coroutine
+from agentcompass._util.aio import run_coroutine
 
 
 def in_running_loop(fn):

@@ -14,7 +14,7 @@ from agentcompass.errors import AgentCompassError
 
 # Internal control flow, never raised to a user (agentcompass/errors.py says why each one).
 INTERNAL = {
-    "agentcompass.aio.Stopped",
+    "agentcompass._util.aio.Stopped",
     "agentcompass.runtime.model_client._RetryableError",
     "agentcompass.runtime.config.loader._DuplicateKey",
     "agentcompass.harnesses.tool_agent.ToolError",

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from agentcompass.jsonio import canonical_json, read_json, write_json, write_text_atomic
+from agentcompass._util.jsonio import canonical_json, read_json, write_json, write_text_atomic
 from agentcompass.layout import MAX_SEGMENT_BYTES, attempt_dir, run_dir, task_segment
 
 

@@ -25,8 +25,8 @@ import yaml
 
 from agentcompass import PROJECT_ROOT
 
-from agentcompass.display import visible
-from agentcompass.jsonio import not_unicode
+from agentcompass._util.display import visible
+from agentcompass._util.jsonio import not_unicode
 from agentcompass.secrets import references
 
 from .fields import ConfigError, yaml_list

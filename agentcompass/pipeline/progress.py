@@ -21,10 +21,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from agentcompass.pipeline.events import Follower
+from . import engine
+from .events import EVENTS_FILE, Follower
 
 REFRESH_SECONDS = 0.5
 _ERRORS = frozenset({"run_error", "eval_error", "run_error_or_eval_error"})
@@ -44,7 +44,6 @@ class RequestProgress:
 
     @classmethod
     def of(cls, name: str, run_dir: Path, offset: int | None = None, invocation: str | None = None):
-        from agentcompass.pipeline.events import EVENTS_FILE, Follower
 
         return cls(name, Follower(Path(run_dir) / EVENTS_FILE, offset), invocation)
 
@@ -151,7 +150,6 @@ def start(evaluation, stream=None) -> LiveProgress | None:
         req = run.request
         requests.append(RequestProgress.of(run.name, Path(events.path(req)).parent,
                                            events.offsets.get((req.namespace, req.run_id), 0), events.invocation))
-    from agentcompass.pipeline import engine
 
     for handler in engine.console_handlers():
         handler.addFilter(_Passthrough())

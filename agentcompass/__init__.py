@@ -1,4 +1,22 @@
-"""agentcompass: a declarative, Make-like build system for agent evaluations."""
+"""agentcompass: a declarative, Make-like build system for agent evaluations.
+
+The public API is these modules; everything else may change in any release:
+
+- ``agentcompass.sdk``: run evaluations from Python (what ``agentcompass run`` does);
+- ``agentcompass.results``: read what runs wrote (runs, attempts, tables, outcomes);
+- ``agentcompass.runtime``: the contracts, the component interfaces, the registries, the config loader;
+- ``agentcompass.errors``: the error types, all deriving from ``AgentCompassError``;
+- ``agentcompass.stages`` and ``agentcompass.layout``: the stages of an evaluation and where their files go;
+- ``agentcompass.compare``, ``agentcompass.plan_diff``, ``agentcompass.status``: what ``compare``,
+  ``diff`` and ``status`` compute, as objects;
+- ``agentcompass.secrets`` (``resolve_secret``) and ``agentcompass.testing`` (a model endpoint for tests).
+
+``agentcompass.cli`` holds the commands, ``agentcompass.pipeline`` the workflow behind the Snakefile, and
+``agentcompass._util`` the private utilities.
+"""
+
+PUBLIC_MODULES = ("sdk", "results", "runtime", "errors", "stages", "layout", "compare", "plan_diff", "status",
+                  "secrets", "testing")
 
 from pathlib import Path
 

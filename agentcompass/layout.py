@@ -23,7 +23,7 @@ import hashlib
 import urllib.parse
 from pathlib import Path
 
-from agentcompass.stages import ATTEMPT, REQUEST, SHARD, SUMMARY, Stage, of_scope, stage
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SHARD, SUMMARY, Stage, of_scope, stage
 
 MAX_SEGMENT_BYTES = 200
 # a namespace, a run id (a request's name by default): one path segment each, whole, so the
@@ -136,3 +136,37 @@ def is_attempt_folder(path: Path) -> bool:
     """Whether ``path`` is ``<run>/attempts/<task>/<n>`` of a run folder holding a request."""
     return (path.name.isdigit() and path.parent.parent.name == ATTEMPTS
             and Path(run_file(path.parent.parent.parent, "request")).exists())
+
+
+# -- the files a reader opens by what they hold (agentcompass.results, status, diff, the report) --
+# The stages that write them, by name: the one place outside the stage table that names them.
+REQUEST_RECORD = "request"  # request.json: the request a run folder is built for
+TASK_LIST = "tasks"  # tasks.json: the request's tasks, whose attempts the folder holds
+PLAN_LIST = "plans"  # plans.json: every attempt's plan
+METRICS = "metrics"  # metrics.json: the request's figures, once every attempt is done
+
+
+def request_file(run: str | Path) -> str:
+    return run_file(run, REQUEST_RECORD)
+
+
+def tasks_file(run: str | Path) -> str:
+    return run_file(run, TASK_LIST)
+
+
+def plans_file(run: str | Path) -> str:
+    return run_file(run, PLAN_LIST)
+
+
+def metrics_file(run: str | Path) -> str:
+    return run_file(run, METRICS)
+
+
+def result_file(folder: str | Path) -> str:
+    """An attempt's result (its last stage's first file) in the attempt's folder ``folder``."""
+    return file_in(folder, LAST_ATTEMPT_STAGE)
+
+
+def plan_file(folder: str | Path) -> str:
+    """The plan an attempt was evaluated with, in its folder (written beside its result)."""
+    return file_in(folder, LAST_ATTEMPT_STAGE, "plan")

@@ -47,6 +47,8 @@ class Output:
     file: str
     kind: str | None = None
     contract: str | None = None
+    # named when a person is told what the stage writes (``Stage.shown``); not a file written beside its result
+    shown: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Stage:
     @property
     def shown(self) -> str:
         """Its files as a person names them: ``plans.json and run_info.json``, ``report/index.html``."""
-        files = [o.file for o in self.outputs if not o.file.endswith(".svg")]
+        files = [o.file for o in self.outputs if o.shown and not o.file.endswith(".svg")]
         return " and ".join(files)
 
     def output(self, name: str) -> Output:
@@ -165,7 +167,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "evaluate", ATTEMPT, "result.json of one attempt (the scored RunResult) and the plan.json it used.",
         outputs=(Output("result", "result.json", "result", "agentcompass.runtime.models:RunResult"),
-                 Output("plan", "plan.json", "plan", "agentcompass.runtime.models:ExecutionPlan")),
+                 Output("plan", "plan.json", "plan", "agentcompass.runtime.models:ExecutionPlan", shown=False)),
         inputs=(("prepared", "prepare", "prepared"), ("output", "run", "output")),
         built_from=("run", "prepare", "tasks", "plans"),
         reads="the task, the Benchmark's version, the evaluation environment and the plan fields it scores with",

@@ -20,13 +20,17 @@ import json
 import math
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from agentcompass import layout
 from agentcompass._util import trees
 from agentcompass.layout import task_segment
+from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome, RunRequest
 from agentcompass.runtime.models.result import TaskStatus
+from agentcompass.stages import ATTEMPT, of_scope
 
 # identity, what was run, the verdict, what it cost, how long it took, where it ran
 COLUMNS = [
@@ -43,11 +47,11 @@ _ERROR_STATUSES = frozenset(s.value for s in TaskStatus if s.is_error)
 PASS_AT_K = (1, 2, 5, 10, 20, 50, 100)
 # the two-sided 95% quantile of the standard normal distribution
 Z95 = 1.959963984540054
-# what the stages write in an attempt folder, read by ``attempt``; any other file there is the
-# attempt's own evidence (a harness's log, a verifier's output)
-ATTEMPT_JSON = ("prepared.json", "output.json", "result.json", "plan.json")
-STAGE_LOGS = ("prepare.log", "run.log", "evaluate.log")
-TRAJECTORY = "trajectory.jsonl"
+# what the stages write in an attempt folder (each file by its output's name: ``prepared``...), read by
+# ``attempt``; any other file there is the attempt's own evidence (a harness's log, a verifier's output)
+ATTEMPT_FILES = {o.file: o.name for s in of_scope(ATTEMPT) for o in s.outputs}
+STAGE_LOGS = layout.stage_logs(ATTEMPT)
+TRAJECTORY = layout.TRAJECTORY
 
 
 @dataclass(frozen=True)
@@ -74,18 +78,29 @@ class Run:
 
     def metrics(self) -> dict[str, Any] | None:
         """metrics.json as written, or None before the run's metrics stage has written it."""
-        metrics_file = self.path / "metrics.json"
+        metrics_file = Path(layout.metrics_file(self.path))
         return _read(metrics_file) if metrics_file.exists() else None
 
     def attempts(self) -> list[tuple[dict, int, Path]]:
         """(task, attempt, attempt folder) of every attempt tasks.json lists, in its order."""
-        tasks_file = self.path / "tasks.json"
-        if not tasks_file.exists():
-            return []
-        tasks = _read(tasks_file)["tasks"]
         per_task = int((self.request.get("execution") or {}).get("attempts") or 1)
-        return [(task, n, self.path / "attempts" / task_segment(task["task_id"]) / str(n))
-                for task in tasks for n in range(1, per_task + 1)]
+        return attempt_folders(self.path, per_task)
+
+
+def attempt_folders(run_path: Path, per_task: int) -> list[tuple[dict, int, Path]]:
+    """(task, attempt, attempt folder) of every attempt the run's tasks.json lists, ``per_task`` of each task."""
+    tasks_file = Path(layout.tasks_file(run_path))
+    if not tasks_file.exists():
+        return []
+    tasks = _read(tasks_file)["tasks"]
+    return [(task, n, Path(layout.attempt_folder(run_path, task_segment(task["task_id"]), n)))
+            for task in tasks for n in range(1, per_task + 1)]
+
+
+def attempt_results(run_path: Path, req: RunRequest) -> list[tuple[str, int, Path]]:
+    """(task id, attempt, its result file) of every attempt the request's tasks.json lists."""
+    return [(task["task_id"], n, Path(layout.result_file(folder)))
+            for task, n, folder in attempt_folders(run_path, req.execution.attempts)]
 
 
 def read_json(path: str | Path) -> Any:
@@ -115,7 +130,7 @@ _read = read_json
 def open_run(path: str | Path) -> Run:
     """The run in ``path`` (a folder holding request.json)."""
     path = Path(path)
-    request_file = path / "request.json"
+    request_file = Path(layout.request_file(path))
     if not request_file.exists():
         raise FileNotFoundError(f"{path} holds no request.json: it is not a run's folder "
                                 f"(results/<namespace>/<run_id>/). Fix: name a run's folder or a results root")
@@ -127,14 +142,15 @@ def find_runs(*paths: str | Path) -> list[Run]:
     runs: list[Run] = []
     for path in paths:
         path = Path(path)
-        if (path / "request.json").exists():
+        if Path(layout.request_file(path)).exists():
             runs.append(open_run(path))
             continue
         if not path.is_dir():
             raise FileNotFoundError(f"{path} does not exist. Fix: name a run's folder or a results root "
                                     f"(default: results)")
-        runs += [open_run(p.parent) for p in sorted(path.glob("*/*/request.json"))]
-        runs += [open_run(p.parent) for p in sorted(path.glob("*/request.json"))]
+        request = Path(layout.request_file(".")).name
+        runs += [open_run(p.parent) for p in sorted(path.glob(f"*/*/{request}"))]
+        runs += [open_run(p.parent) for p in sorted(path.glob(f"*/{request}"))]
     return runs
 
 
@@ -156,7 +172,7 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
         if results is not None:
             result = results.get((task["task_id"], attempt))
         else:
-            result_file = folder / "result.json"
+            result_file = Path(layout.result_file(folder))
             result = _read(result_file) if result_file.exists() else None
         if result is None:
             row.update({"status": MISSING, "retries_used": 0})
@@ -185,6 +201,59 @@ def load(*paths: str | Path):
     """Every attempt of the runs in ``paths`` (run folders or results roots; default ``results``)."""
     runs = find_runs(*(paths or ("results",)))
     return to_frame(row for run in runs for row in rows(run))
+
+
+# --- each request's outcome: what a run returns (``agentcompass.sdk``) and its last event -----------
+
+
+def run_folders(orchestration: Orchestration, workdir: str | Path | None = None) -> list[Path]:
+    """The run folder of each request of ``orchestration``, in declaration order."""
+    return [layout.run_dir(Path(workdir or Path.cwd()) / orchestration.runtime.results_dir,
+                           run.request.namespace, run.request.run_id) for run in orchestration.runs]
+
+
+def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None = None, *,
+             dry_run: bool = False, reason: str | None = None, targets: bool = False) -> OrchestrationResult:
+    """Each request's terminal state, in declaration order.
+
+    A request's metrics are read only when the run finished (every target
+    current): a run that stopped never reports an older metrics.json. With
+    ``targets`` (files named on Snakemake's command line), a run that built
+    them is ``partial`` unless its requests are finished too.
+    """
+    result = []
+    for run, run_path in zip(orchestration.runs, run_folders(orchestration, workdir)):
+        req = run.request
+        attempts = attempt_results(run_path, req)
+        outcome = RequestOutcome(name=run.name, key=run.key, state="planned", results_dir=str(run_path),
+                                 total=len(attempts))
+        if dry_run:
+            result.append(outcome)
+            continue
+        metrics_file = Path(layout.metrics_file(run_path))
+        if ok and metrics_file.exists():
+            data = read_json(metrics_file)
+            outcome.counts, outcome.metrics = data["counts"], data["metrics"]
+            outcome.done = sum(outcome.counts.values())
+            failed = sum(n for status, n in outcome.counts.items() if TaskStatus(status).is_error)
+            if failed:
+                outcome.state = "completed_with_errors"
+                found = (read_json(path) for _, _, path in attempts if path.exists())
+                kinds = Counter(error_kind(r.get("status"), r.get("error")) for r in found
+                                if TaskStatus(r["status"]).is_error)
+                outcome.errors = dict(kinds.most_common())
+            else:
+                outcome.state = "completed"
+        else:
+            outcome.done = sum(1 for _, _, path in attempts if path.exists())
+            if ok and targets:
+                outcome.state = "partial"
+                outcome.reason = "only the files named on the command line were asked for"
+            else:
+                outcome.state = "stopped"
+                outcome.reason = reason or "a job failed; Snakemake's output above names it"
+        result.append(outcome)
+    return OrchestrationResult(outcomes=result)
 
 
 # --- the summary: what metrics.json's ``summary`` holds -----------------------------------
@@ -335,7 +404,7 @@ def overview(run: Run) -> dict[str, Any]:
         "model": (run.request.get("model") or {}).get("id", ""),
         "attempts_done": finished["attempts"],
         # unknown until tasks.json is written
-        "attempts_total": len(table) if (run.path / "tasks.json").exists() else None,
+        "attempts_total": len(table) if Path(layout.tasks_file(run.path)).exists() else None,
         "errors": sum(finished["errors"].values()),
         "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
         "last_change": None if changed is None else
@@ -360,11 +429,11 @@ def attempt(folder: str | Path, *, text_limit: int | None = None) -> dict[str, A
     """
     # plain strings and one directory listing: a report reads 10,000 of these
     folder = os.fspath(folder)
-    record: dict[str, Any] = {"prepared": None, "output": None, "result": None, "plan": None,
+    record: dict[str, Any] = {**{key: None for key in ATTEMPT_FILES.values()},
                               "trajectory": [], "logs": {}, "files": {}}
     for name, text in _attempt_files(folder, text_limit):
-        if name in ATTEMPT_JSON and text is None:
-            record[name[:-len(".json")]] = read_json(os.path.join(folder, name))
+        if name in ATTEMPT_FILES and text is None:
+            record[ATTEMPT_FILES[name]] = read_json(os.path.join(folder, name))
         elif name == TRAJECTORY and text is None:
             data = trees.read_bytes(os.path.join(folder, name)).decode("utf-8", "replace")
             for line in data.splitlines():
@@ -379,6 +448,7 @@ def attempt(folder: str | Path, *, text_limit: int | None = None) -> dict[str, A
     return record
 
 
+_WORKSPACE = os.fsencode(layout.WORKSPACE)
 # how deep the folders of an attempt are read (an agent's workspace can be thousands of levels deep)
 WALK_DEPTH = 32
 
@@ -420,7 +490,7 @@ def _attempt_files(folder: str, text_limit: int | None, most: int = 200) -> list
 
 def _not_shown(path: bytes) -> bool:
     """A folder ``attempt`` does not read: the prepared workspace, a hidden folder."""
-    return path == b"workspace" or path.rsplit(b"/", 1)[-1].startswith(b".")
+    return path == _WORKSPACE or path.rsplit(b"/", 1)[-1].startswith(b".")
 
 
 def _tail_of(name: bytes, dir_fd: int, limit: int | None) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -20,14 +19,14 @@ from agentcompass import PROJECT_ROOT
 from agentcompass._util import aio
 from agentcompass.pipeline import locks
 from agentcompass.plugins import load_components
-from agentcompass.results import error_kind, read_json
+# the outcome of each request, read from its files: here too, as the SDK always had them
+from agentcompass.results import outcomes, run_folders
 from agentcompass.runtime.config import load_run_config
 from agentcompass.runtime.models import (
     Orchestration,
     OrchestrationResult,
     RequestOutcome,
     RunRequest,
-    TaskStatus,
 )
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
 
@@ -75,11 +74,6 @@ def snakemake_argv(
     return argv
 
 
-def run_folders(orchestration: Orchestration, workdir: str | Path | None = None) -> list[Path]:
-    base = Path(workdir or Path.cwd()) / orchestration.runtime.results_dir
-    return [base / run.request.namespace / run.request.run_id for run in orchestration.runs]
-
-
 EventCallback = Callable[[dict], Any]
 
 
@@ -111,51 +105,6 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
         for folder in folders:  # the workflow's holds too: it may have stopped before its end
             locks.release(folder, entirely=True)
     return outcomes(orchestration, ok, workdir, dry_run=dry_run, reason=aio.stopping(), targets=bool(args.targets))
-
-
-def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None = None, *,
-             dry_run: bool = False, reason: str | None = None, targets: bool = False) -> OrchestrationResult:
-    """Each request's terminal state, in declaration order.
-
-    A request's metrics are read only when the run finished (every target
-    current): a run that stopped never reports an older metrics.json. With
-    ``targets`` (files named on Snakemake's command line), a run that built
-    them is ``partial`` unless its requests are finished too.
-    """
-    from agentcompass.status import attempt_results
-
-    result = []
-    for run, run_path in zip(orchestration.runs, run_folders(orchestration, workdir)):
-        req = run.request
-        attempts = attempt_results(run_path, req)
-        outcome = RequestOutcome(name=run.name, key=run.key, state="planned", results_dir=str(run_path),
-                                 total=len(attempts))
-        if dry_run:
-            result.append(outcome)
-            continue
-        metrics_file = run_path / "metrics.json"
-        if ok and metrics_file.exists():
-            data = read_json(metrics_file)
-            outcome.counts, outcome.metrics = data["counts"], data["metrics"]
-            outcome.done = sum(outcome.counts.values())
-            failed = sum(n for status, n in outcome.counts.items() if TaskStatus(status).is_error)
-            if failed:
-                outcome.state = "completed_with_errors"
-                results = (read_json(path) for _, _, path in attempts if path.exists())
-                kinds = Counter(error_kind(r.get("status"), r.get("error")) for r in results if TaskStatus(r["status"]).is_error)
-                outcome.errors = dict(kinds.most_common())
-            else:
-                outcome.state = "completed"
-        else:
-            outcome.done = sum(1 for _, _, path in attempts if path.exists())
-            if ok and targets:
-                outcome.state = "partial"
-                outcome.reason = "only the files named on the command line were asked for"
-            else:
-                outcome.state = "stopped"
-                outcome.reason = reason or "a job failed; Snakemake's output above names it"
-        result.append(outcome)
-    return OrchestrationResult(outcomes=result)
 
 
 def execute(

@@ -35,9 +35,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agentcompass import layout
-
-from agentcompass._util import jsonio
+from agentcompass import layout, results
+from agentcompass._util import aio, jsonio
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, RunResult
 from agentcompass.stages import LAST_ATTEMPT_STAGE, SHARD, names
@@ -163,12 +162,9 @@ class Emitter:
         """The run is over (``onsuccess``/``onerror``): each request's outcome, as the SDK reports it."""
         if not self._builds() or self.inv.inner is not None:
             return
-        from agentcompass import sdk
-        from agentcompass._util import aio
-
         try:
-            result = sdk.outcomes(self.inv.orchestration, ok, reason=aio.stopping(),
-                                  targets=engine.named_targets(self.inv.snakemake))
+            result = results.outcomes(self.inv.orchestration, ok, reason=aio.stopping(),
+                                      targets=engine.named_targets(self.inv.snakemake))
         except Exception as exc:  # a log line is not worth failing the run's end for
             LOG.warning(f"the request_finished events were not written: {type(exc).__name__}: {exc}")
             return

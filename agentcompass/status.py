@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Iterator, Mapping, cast
 
+from agentcompass import layout
 from agentcompass._util.display import visible
-from agentcompass.layout import task_segment
-from agentcompass.pipeline import engine
-from agentcompass.results import read_json
+from agentcompass.pipeline import engine, fingerprints, reading, reuse
+from agentcompass.pipeline.jobs import RequestJob
+from agentcompass.results import attempt_results, read_json
 from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, Stage, names, of_scope
+from agentcompass.stages import stage as stage_of
 
-# Which file each rule writes, to say "output.json would rerun" rather than "rule run".
-RULE_FILES = {
-    "request": "request.json", "tasks": "tasks.json", "plans": "plans.json and run_info.json",
-    "prepare": "prepared.json", "run": "output.json", "evaluate": "result.json", "metrics": "metrics.json",
-    "report": "report/index.html",
-}
 # Failed attempts listed without --verbose.
 SHOWN_ERRORS = 5
+# the stages status predicts, in the order their files are built (a sharded request's shard
+# records are not predicted: its attempts' files are)
+PREDICTED = of_scope(REQUEST, ATTEMPT, SUMMARY)
 
 
 @dataclass
@@ -58,21 +59,18 @@ class RequestStatus:
     problem: str | None = None
 
 
-def attempt_results(run_path: Path, req: RunRequest) -> list[tuple[str, int, Path]]:
-    """(task id, attempt, result.json path) of every attempt the request's tasks.json lists."""
-    tasks_file = run_path / "tasks.json"
-    if not tasks_file.exists():
-        return []
-    tasks = read_json(tasks_file)["tasks"]
-    return [
-        (t["task_id"], attempt, run_path / "attempts" / task_segment(t["task_id"]) / str(attempt) / "result.json")
-        for t in tasks
-        for attempt in range(1, req.execution.attempts + 1)
-    ]
+def rebuilt_from(s: Stage) -> tuple[str, ...]:
+    """The stages whose files, when rebuilt, rebuild ``s``'s (Snakemake reruns a job whose input is
+    newer): its rule's inputs; for a stage without any in the table (metrics), the stages of every
+    attempt it is built from. An attempt stage is not rebuilt with the request's files it reads a
+    slice of: its params say whether its slice changed."""
+    if s.inputs:
+        return tuple(dict.fromkeys(source for _, source, _ in s.inputs))
+    return tuple(name for name in s.built_from if stage_of(name).scope != REQUEST)
 
 
 def status_counts(run_path: Path, req: RunRequest) -> tuple[Counter, list[FailedAttempt]]:
-    """Attempts by the status of their result.json ('missing' when there is none yet), and the failed ones."""
+    """Attempts by the status of their result ('missing' when there is none yet), and the failed ones."""
     counts: Counter = Counter()
     errors = []
     for task_id, attempt, path in attempt_results(run_path, req):
@@ -90,10 +88,12 @@ def status_counts(run_path: Path, req: RunRequest) -> tuple[Counter, list[Failed
 def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
     """The files to force so that exactly the failed attempts rerun.
 
-    A run error reruns the harness (``output.json``); an evaluation error only
-    the evaluation (``result.json``): the agent's answer is kept. A completed
+    A run error reruns the harness (its ``output.json``, the answer the last
+    stage scores: that stage's last input); an evaluation error only the
+    evaluation (``result.json``): the agent's answer is kept. A completed
     attempt, whatever its score, is never among them.
     """
+    _, answer_stage, answer = stage_of(LAST_ATTEMPT_STAGE).inputs[-1]
     targets = []
     for _, _, path in attempt_results(run_path, req):
         if not path.exists():
@@ -102,7 +102,7 @@ def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
         if status == TaskStatus.EVAL_ERROR:
             targets.append(str(path))
         elif status.is_error:
-            targets.append(str(path.parent / "output.json"))
+            targets.append(layout.file_in(path.parent, answer_stage, answer))
     return targets
 
 
@@ -129,102 +129,160 @@ def _changed_keys(before: list | None, now: list[str]) -> str:
     return f"params changed: {', '.join(keys)}"
 
 
-class _Checkpoint:
-    def __init__(self, files: dict) -> None:
-        self.files = files
-
-    def get(self, ns: str, run_id: str):
-        return SimpleNamespace(output=[str(self.files[(ns, run_id)])])
+def _judged(s: Stage) -> list[str]:
+    """The outputs of ``s`` in the order they are judged: those a person names first (index.html
+    before the report's charts), so the file a pending job shows is the one ``Stage.shown`` names."""
+    shown = s.shown.split(" and ")
+    return [o.name for o in sorted(s.outputs, key=lambda o: o.file not in shown)]
 
 
 def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
     """Which files the next run rebuilds and why, from the params the rules would compute.
 
     A dry run of Snakemake cannot look past a checkpoint that would rerun; this
-    computes the would-be tasks and plans in a scratch directory and asks the
-    same param functions the rules use, so a prompt change shows up as
-    "prepared.json would rerun" before anything runs.
+    computes each stage's params with the functions the rules' params come
+    from (``agentcompass.pipeline.fingerprints``), stage by stage in the stage
+    table's order, and builds the would-be files of a checkpoint that would
+    rerun (the task list, the plans) in a scratch directory for the stages
+    after it to read: so a prompt change shows up as "prepared.json would
+    rerun" before anything runs.
     """
-    from agentcompass.pipeline import stages
-    from agentcompass.pipeline.workflow import EvaluationWorkflow
-
     workdir = workdir.absolute()
     records = engine.Records.open(workdir)
-    wf = EvaluationWorkflow(orchestration)
+    # with reuse off, every param holds a value new with each invocation: the next run's is not this one
+    nonce = f"status-{time.time_ns()}"
     statuses = []
     with tempfile.TemporaryDirectory(prefix="agentcompass-status-") as scratch:
-        tasks_files: dict[tuple[str, str], str | Path] = {}
-        plans_files: dict[tuple[str, str], str | Path] = {}
-        wf.bind(SimpleNamespace(tasks=_Checkpoint(tasks_files), plans=_Checkpoint(plans_files)))
         for index, run in enumerate(orchestration.runs):
             req = run.request
-            key = (req.namespace, req.run_id)
-            # Each output named as the workflow names it (the rules' f"{RESULTS}/{ns}/{run_id}/...",
+            # Each output named as the workflow names it (the rules' f"{RESULTS}/{layout.RUN_PATTERN}/...",
             # results_dir as configured): Snakemake keys its records by that text, relative or absolute.
-            prefix = f"{orchestration.runtime.results_dir}/{req.namespace}/{req.run_id}"
-            path = workdir / prefix
-            counts, errors = status_counts(path, req)
+            prefix = f"{orchestration.runtime.results_dir}/" + layout.RUN_PATTERN.format(
+                ns=req.namespace, run_id=req.run_id)
+            counts, errors = status_counts(workdir / prefix, req)
             state = RequestStatus(run.name, Path(prefix), counts, errors=errors)
             statuses.append(state)
-            w = SimpleNamespace(ns=req.namespace, run_id=req.run_id)
-            marked: set[str] = set()
-
-            def judge(rule: str, out: str, params: str | tuple[str, ...], upstream: bool = False) -> bool:
-                now = [params] if isinstance(params, str) else list(params)
-                if not (workdir / out).exists():
-                    reason = "missing"
-                elif out in marked:
-                    reason = "incomplete (a run was killed)"
-                else:
-                    record = records.record(out) if records else None
-                    if records and record is not None and record.params is not None \
-                            and record.params != records.params_of(now):
-                        reason = _changed_keys(record.param_values(), now)
-                    elif upstream:
-                        reason = "upstream file reruns"
-                    else:
-                        return False
-                state.pending.append(PendingJob(rule, [out], reason))
-                return True
-
-            bulk = {name: f"{prefix}/{name}" for name in ("request.json", "tasks.json", "plans.json", "run_info.json", "metrics.json")}
-            marked = records.incomplete(bulk.values()) if records else set()
-            judge("request", bulk["request.json"], wf.params.request(w))
-            tasks_file = path / "tasks.json"
-            try:
-                if judge("tasks", bulk["tasks.json"], wf.params.tasks(w)):
-                    tasks_file = Path(scratch) / f"{index}-tasks.json"
-                    stages.write_tasks(req, tasks_file)
-                plans_params = (wf.params.plans(w), wf.params.run_info(w))
-                tasks_rebuilt = tasks_file != path / "tasks.json"
-                plans_file = path / "plans.json"
-                if judge("plans", bulk["plans.json"], plans_params, upstream=tasks_rebuilt):
-                    plans_file = Path(scratch) / f"{index}-plans.json"
-                    stages.write_plans(req, tasks_file, plans_file)
-                else:
-                    judge("plans", bulk["run_info.json"], plans_params, upstream=tasks_rebuilt)
-            except Exception as exc:  # the run would fail at the same place: say so, and predict no further
-                state.problem = f"its tasks cannot be loaded and planned now: {type(exc).__name__}: {exc}"
-                continue
-            tasks_files[key], plans_files[key] = tasks_file, plans_file
-            attempts = [
-                (segment, attempt, f"{prefix}/attempts/{segment}/{attempt}")
-                for segment in (task_segment(task.task_id) for task in stages.read_tasks(tasks_file))
-                for attempt in range(1, req.execution.attempts + 1)
-            ]
-            if records and records.any_incomplete():
-                marked |= records.incomplete(f"{folder}/{name}" for _, _, folder in attempts
-                                             for name in ("prepared.json", "output.json", "result.json"))
-            any_result = False
-            for segment, attempt, folder in attempts:
-                a = SimpleNamespace(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
-                prepared = judge("prepare", f"{folder}/prepared.json", wf.attempt_params.prepare(a))
-                output = judge("run", f"{folder}/output.json", wf.attempt_params.run(a), upstream=prepared)
-                result = judge("evaluate", f"{folder}/result.json", wf.attempt_params.evaluate(a), upstream=output)
-                any_result = any_result or result
-            metrics = judge("metrics", bulk["metrics.json"], wf.params.metrics(w), upstream=any_result)
-            judge("report", f"{prefix}/report/index.html", wf.params.report(w), upstream=metrics)
+            _predict_request(state, req, prefix, workdir, records, nonce, Path(scratch) / str(index))
     return statuses
+
+
+def _predict_request(state: RequestStatus, req: RunRequest, prefix: str, workdir: Path,
+                     records: engine.Records | None, nonce: str, scratch: Path) -> None:
+    marked: set[str] = set()
+    # the file each output name of the workflow is read from now: a checkpoint that would rerun is
+    # built again in ``scratch``
+    now: dict[str, str] = {}
+    rebuilt: set[str] = set()  # the stages of which a file reruns (of any attempt, for an attempt stage)
+
+    def judge(s: Stage, folder: str, params: list[str], attempt_rebuilt: set[str] | None = None) -> bool:
+        """Whether a job of ``s`` in ``folder`` reruns (and why, added to ``state.pending``)."""
+        upstream = rebuilt if attempt_rebuilt is None else attempt_rebuilt
+        for name in _judged(s):
+            out = layout.file_in(folder, s, name)
+            if not (workdir / out).exists():
+                reason = "missing"
+            elif out in marked:
+                reason = "incomplete (a run was killed)"
+            else:
+                record = records.record(out) if records else None
+                if records and record is not None and record.params is not None \
+                        and record.params != records.params_of(params):
+                    reason = _changed_keys(record.param_values(), params)
+                elif any(u in upstream for u in rebuilt_from(s)):
+                    reason = "upstream file reruns"
+                else:
+                    continue
+            state.pending.append(PendingJob(s.name, [out], reason))
+            return True
+        return False
+
+    def read(out: str) -> str:
+        return now.get(out) or str(workdir / out)
+
+    request_stages = of_scope(REQUEST)
+    if records:
+        marked = records.incomplete(f for s in of_scope(REQUEST, SUMMARY) for f in layout.files_in(prefix, s))
+    try:
+        extra = fingerprints.Extra(cast(dict, _Source(req)), fingerprints.recompute_param(req, nonce))
+        for s in request_stages:
+            params = [fingerprints.as_param(v) for v in fingerprints.request_params(s, req, extra)]
+            if judge(s, prefix, params):
+                rebuilt.add(s.name)
+                if s.checkpoint:  # the stages after it read its files: build them as the next run would
+                    _build_in(s, req, scratch, {name: read(layout.file_in(prefix, source_stage, output))
+                                                for name, source_stage, output in s.inputs}, prefix, now)
+        params_of = _attempt_params(req, read(layout.tasks_file(prefix)), read(layout.plans_file(prefix)),
+                                    extra.recompute)
+    except Exception as exc:  # the run would fail at the same place: say so, and predict no further
+        state.problem = f"its tasks cannot be loaded and planned now: {type(exc).__name__}: {exc}"
+        return
+    folders = {key: layout.attempt_folder(prefix, *key) for key in params_of}
+    if records and records.any_incomplete():
+        marked |= records.incomplete(f for folder in folders.values() for s in of_scope(ATTEMPT)
+                                     for f in layout.files_in(folder, s))
+    for key, folder in folders.items():
+        attempt_rebuilt: set[str] = set()
+        for s in of_scope(ATTEMPT):
+            if judge(s, folder, [params_of[key][s.name]], attempt_rebuilt):
+                attempt_rebuilt.add(s.name)
+        rebuilt |= attempt_rebuilt
+    for s in of_scope(SUMMARY):
+        params = [fingerprints.as_param(v) for v in fingerprints.request_params(s, req, extra)]
+        if judge(s, prefix, params):
+            rebuilt.add(s.name)
+
+
+class _Source(Mapping[str, str]):
+    """The Benchmark's task files as the params hold them (``Fingerprints.source``), digested when a
+    stage's params first read them: a stage before (the request's record) is judged even when they
+    cannot be read."""
+
+    def __init__(self, req: RunRequest) -> None:
+        self.req = req
+        self._value: dict[str, str] | None = None
+
+    def _get(self) -> dict[str, str]:
+        if self._value is None:
+            source = reading.benchmark_for(self.req).source_fingerprint(self.req)
+            self._value = {} if source is None else {"source": source}
+        return self._value
+
+    def __getitem__(self, key: str) -> str:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def _build_in(s: Stage, req: RunRequest, scratch: Path, inputs: dict[str, str], prefix: str,
+              now: dict[str, str]) -> None:
+    """Build a checkpoint's files in ``scratch`` with its body, as its rule would, from ``inputs``."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    outputs = {o.name: layout.file_in(scratch, s, o.name) for o in s.outputs}
+    s.resolve("body")(RequestJob(req, str(scratch), inputs, outputs, None, s.name))
+    for o in s.outputs:
+        now[layout.file_in(prefix, s, o.name)] = outputs[o.name]
+
+
+def _attempt_params(req: RunRequest, tasks_file: str, plans_file: str,
+                    recompute: dict[str, str]) -> dict[tuple[str, int], dict[str, str]]:
+    """The params of every attempt's stages, by (task segment, attempt), as the rules compute them."""
+    versions = fingerprints.component_versions(req)
+    benchmark, harness = reading.benchmark_for(req), reading.harness_for(req)
+    table = {}
+    for segment in reading.task_segments(tasks_file):
+        task = reading.task_by_segment(tasks_file, segment)
+        digest = reuse.task_fingerprint(task)
+        for attempt in range(1, req.execution.attempts + 1):
+            plan = reading.plan_for(req, plans_file, segment, attempt)
+            values = fingerprints.attempt_params(req, task, plan, versions=versions, benchmark=benchmark,
+                                                 harness=harness, task_digest=digest)
+            table[(segment, attempt)] = {name: fingerprints.as_param({**value, **recompute})
+                                         for name, value in values.items()}
+    return table
 
 
 def render(statuses: list[RequestStatus], verbose: bool = False) -> str:
@@ -251,8 +309,9 @@ def render(statuses: list[RequestStatus], verbose: bool = False) -> str:
         for job in s.pending:
             grouped[(job.rule, job.reason)].append(job)
         lines.append("  would rerun:")
-        for (rule, reason), jobs in sorted(grouped.items(), key=lambda kv: list(RULE_FILES).index(kv[0][0]) if kv[0][0] in RULE_FILES else 99):
-            lines.append(f"    {RULE_FILES.get(rule, rule)} x{len(jobs)}: {reason}")
+        order = names()
+        for (rule, reason), jobs in sorted(grouped.items(), key=lambda kv: order.index(kv[0][0])):
+            lines.append(f"    {stage_of(rule).shown} x{len(jobs)}: {reason}")
             if verbose:
                 for job in jobs:
                     lines.append(f"      {job.outputs[0] if job.outputs else rule}")

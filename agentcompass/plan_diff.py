@@ -22,30 +22,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agentcompass import results
-
+from agentcompass import layout, results
 from agentcompass._util import keypaths
 from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
 from agentcompass.layout import task_segment
-from agentcompass.pipeline import fingerprints, reuse, stages
+from agentcompass.pipeline import fingerprints, reading
 from agentcompass.plugins import load_components
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
 from agentcompass.runtime.models.request import BenchmarkSpec, EnvironmentSpec, HarnessSpec, ModelSpec
+from agentcompass.stages import ATTEMPT, REQUEST, SUMMARY, names, of_scope
+from agentcompass.stages import stage as stage_of
+from agentcompass.status import rebuilt_from
 
-# The stages in the order their files are built, and the file each writes.
-REQUEST_STAGES = ("request", "tasks", "plans")
-ATTEMPT_STAGES = ("prepare", "run", "evaluate")
+# The stages in the order their files are built (the stage table's), and the files each writes.
+REQUEST_STAGES = names(REQUEST)
+ATTEMPT_STAGES = names(ATTEMPT)
 # The request's summary files, built from every attempt's result.json.
-SUMMARY_STAGES = ("metrics", "report")
+SUMMARY_STAGES = names(SUMMARY)
 STAGES = (*REQUEST_STAGES, *ATTEMPT_STAGES, *SUMMARY_STAGES)
-FILES = {
-    "request": "request.json", "tasks": "tasks.json", "plans": "plans.json and run_info.json",
-    "prepare": "prepared.json", "run": "output.json", "evaluate": "result.json", "metrics": "metrics.json",
-    "report": "report/index.html",
-}
-# An attempt file is built from the one before it (the rules' inputs).
-BUILT_FROM = {"run": "prepare", "evaluate": "run"}
+FILES = {name: stage_of(name).shown for name in STAGES}
+# An attempt file is built from the one before it (its rule's last input).
+BUILT_FROM = {s.name: rebuilt_from(s)[-1] for s in of_scope(ATTEMPT) if rebuilt_from(s)}
 # Where a run's files go: its folder, never a setting that makes it build anything else.
 IDENTITY = (("output", "namespace"), ("output", "run_id"))
 
@@ -96,7 +94,7 @@ def _is_plan(data: Any) -> bool:
 
 
 def _run_files(run: results.Run) -> tuple[dict, dict]:
-    tasks_file, plans_file = run.path / "tasks.json", run.path / "plans.json"
+    tasks_file, plans_file = Path(layout.tasks_file(run.path)), Path(layout.plans_file(run.path))
     for path in (tasks_file, plans_file):
         if not path.exists():
             raise DiffError(f"{run.path} has no {path.name} yet: the run has not planned its attempts. "
@@ -111,7 +109,7 @@ def _open_run(path: Path) -> results.Run:
     try:
         return results.open_run(path)
     except ValueError as exc:
-        raise DiffError(f"{path / 'request.json'}: not a request's JSON ({exc}). "
+        raise DiffError(f"{layout.request_file(path)}: not a request's JSON ({exc}). "
                         f"Fix: run the request again to rewrite it") from None
 
 
@@ -122,10 +120,9 @@ def kind_of(path: str | Path) -> str:
         raise DiffError(f"{path} does not exist. {FIX}")
     if path.is_file():
         return "plan"
-    if (path / "request.json").exists():
+    if Path(layout.request_file(path)).exists():
         return "run"
-    if path.parent.parent.name == "attempts" and (path.parent.parent.parent / "request.json").exists() \
-            and path.name.isdigit():
+    if layout.is_attempt_folder(path):
         return "attempt"
     raise DiffError(f"{path} is not a run, an attempt or a plan: it holds no request.json and is not "
                     f"<run>/attempts/<task>/<n>. {FIX}")
@@ -150,10 +147,11 @@ def load_side(path: str | Path) -> Side:
     tasks, plans = _run_files(run)
     key = next((k for k in plans if task_segment(k[0]) == path.parent.name and k[1] == int(path.name)), None)
     if key is None:
-        raise DiffError(f"{path} is an attempt folder its run no longer plans ({run_path / 'plans.json'} has no "
+        raise DiffError(f"{path} is an attempt folder its run no longer plans ({layout.plans_file(run_path)} has no "
                         f"attempt {path.name} of task {path.parent.name}). {FIX}")
     # the plan the attempt was built with, when it has been evaluated; else the one it would be built with
-    plan = _read(path / "plan.json", "the attempt's plan") if (path / "plan.json").exists() else plans[key]
+    plan_file = Path(layout.plan_file(path))
+    plan = _read(plan_file, "the attempt's plan") if plan_file.exists() else plans[key]
     return Side(str(path), "attempt", run.request, {key[0]: tasks[key[0]]} if key[0] in tasks else {}, {key: plan})
 
 
@@ -167,8 +165,8 @@ class Context:
     request: RunRequest
 
     def __post_init__(self) -> None:
-        self.benchmark = stages.benchmark_for(self.request)
-        self.harness = stages.harness_for(self.request)
+        self.benchmark = reading.benchmark_for(self.request)
+        self.harness = reading.harness_for(self.request)
         self.versions = fingerprints.component_versions(self.request)
         # one stand-in for every invocation's nonce: equal on both sides, so reuse off
         # twice is no difference here (diff says so on its own), but turning it off is
@@ -183,15 +181,17 @@ class Context:
                                              benchmark=self.benchmark, harness=self.harness)
         return {stage: {**value, **self.recompute} for stage, value in params.items()}
 
-    def bulk(self) -> dict[str, Any]:
-        req = self.request
-        return {
-            # the request rule records the request as it is: reuse off shows in it already
-            "request": reuse.request_record(req), "tasks": {**fingerprints.tasks_param(req), **self.recompute},
-            "plans": [{**fingerprints.plans_param(req), **self.recompute}, fingerprints.run_info_param(req)],
-            "metrics": {**fingerprints.metrics_param(req), **self.recompute},
-            "report": {**fingerprints.report_param(), **self.recompute},
-        }
+    def bulk(self, recompute: dict[str, str] | None = None) -> dict[str, Any]:
+        """The params of the request's and summary stages, by stage (the Benchmark's task files are not in
+        a run's folder: not in them)."""
+        extra = fingerprints.Extra(recompute=self.recompute if recompute is None else recompute)
+        return {s.name: fingerprints.request_params(s, self.request, extra) for s in of_scope(REQUEST, SUMMARY)}
+
+    def reads_nonce(self) -> set[str]:
+        """The request's and summary stages whose params hold the reuse-off nonce: with reuse off,
+        they are rebuilt every time (the request's record is not: it is the request as it is)."""
+        one, other = (self.bulk(fingerprints.recompute_param(self.request, nonce)) for nonce in ("1", "2"))
+        return {name for name in one if not keypaths.same(one[name], other[name])}
 
 
 def _context(request: dict, where: str) -> Context:
@@ -319,7 +319,7 @@ class Diff:
                 row["values"].add(change.values)
         groups: dict[str | None, list[dict]] = {}
         for row in rows.values():
-            readers = [s for s in row["change"].stages if s != "request"] or list(row["change"].stages)
+            readers = [s for s in row["change"].stages if s != layout.REQUEST_RECORD] or list(row["change"].stages)
             groups.setdefault(readers[0] if readers else None, []).append(row)
         return [(stage, groups[stage]) for stage in (*STAGES, None) if stage in groups]
 
@@ -478,29 +478,31 @@ def diff(a: str | Path, b: str | Path) -> Diff:
 def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, request_changes: list[Change],
                  attempts: list[AttemptDiff], reuse_off: bool) -> dict[str, str]:
     bulk_a, bulk_b = ctx_a.bulk(), ctx_b.bulk()
+    rebuilt_every_time = ctx_b.reads_nonce() if reuse_off else set()
+    # what the request's task list and plans hold: computed from its settings and the Benchmark's task files
+    content = {
+        layout.TASK_LIST: (keypaths.same(side_a.tasks, side_b.tasks),
+                           "the task lists differ while the request's task settings do not"),
+        layout.PLAN_LIST: (keypaths.same(sorted(side_a.plans.items()), sorted(side_b.plans.items())),
+                           "the plans differ while the request does not"),
+    }
     out: dict[str, str] = {}
-    for stage in (*REQUEST_STAGES, *SUMMARY_STAGES):
-        if reuse_off and stage != "request":  # request.json is the record of the request, rewritten when it changes
-            out[stage] = REUSE_OFF
-        elif not keypaths.same(bulk_a[stage], bulk_b[stage]):
-            out[stage] = _why(stage, [c for c in request_changes if stage in c.stages])
-    if "tasks" not in out and not keypaths.same(side_a.tasks, side_b.tasks):
-        # tasks.json is computed from the request's task settings and the Benchmark's task files only
-        out["tasks"] = ("the task lists differ while the request's task settings do not: "
-                        "the Benchmark's task files changed")
-    if "plans" not in out:
-        if "tasks" in out:
-            out["plans"] = "built from tasks.json, which is rebuilt"
-        elif not keypaths.same(sorted(side_a.plans.items()), sorted(side_b.plans.items())):
-            out["plans"] = "the plans differ while the request does not: the Benchmark's task files changed"
-    if "metrics" not in out:
-        if any(x.side != "both" for x in attempts):
-            out["metrics"] = "the attempts it counts are not the same"
-        elif any("evaluate" in x.reruns for x in attempts):
-            out["metrics"] = "built from result.json, which is rebuilt"
-    if "report" not in out and ("request" in out or "metrics" in out):
-        out["report"] = "built from request.json and metrics.json, one of which is rewritten"
-    return {stage: out[stage] for stage in STAGES if stage in out}
+    for s in of_scope(REQUEST, SUMMARY):
+        upstream = [name for name in STAGES if name in rebuilt_from(s)]
+        if s.name in rebuilt_every_time:
+            out[s.name] = REUSE_OFF
+        elif not keypaths.same(bulk_a[s.name], bulk_b[s.name]):
+            out[s.name] = _why(s.name, [c for c in request_changes if s.name in c.stages])
+        elif any(stage_of(name).scope == ATTEMPT for name in upstream) and any(x.side != "both" for x in attempts):
+            out[s.name] = "the attempts it counts are not the same"
+        elif len(upstream) == 1 and (upstream[0] in out or any(upstream[0] in x.reruns for x in attempts)):
+            out[s.name] = f"built from {FILES[upstream[0]]}, which is rebuilt"
+        elif len(upstream) > 1 and any(name in out for name in upstream):
+            out[s.name] = (f"built from {' and '.join(FILES[name] for name in upstream)}, "
+                           f"one of which is rewritten")
+        elif s.name in content and not content[s.name][0]:
+            out[s.name] = f"{content[s.name][1]}: the Benchmark's task files changed"
+    return out
 
 
 def _article(kind: str) -> str:
@@ -533,13 +535,13 @@ def render(d: Diff, verbose: bool = False) -> str:
             lines.append(f"  {_stage_title(stage)}")
             for row in rows:
                 change = row["change"]
-                where = "request.json" if change.source == "request" else change.source
+                where = FILES[layout.REQUEST_RECORD] if change.source == "request" else change.source
                 if row["attempts"] is not None and d.kind == "run":
                     where += f", {row['attempts']} attempt(s)"
                 values = "values differ by attempt (-v)"
                 if len(row["values"]) == 1:
                     values = f"{visible(keypaths.value_text(change.a))} -> {visible(keypaths.value_text(change.b))}"
-                also = [s for s in change.stages if s not in (stage, "request")]
+                also = [s for s in change.stages if s not in (stage, layout.REQUEST_RECORD)]
                 extra = f"; also read by {', '.join(also)}" if also else ""
                 assumed = "; counted for every stage (not decidable alone)" if change.assumed else ""
                 lines.append(f"    {visible(change.name)}: {values}  [{where}{extra}{assumed}]")

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcompass import results
-
+from agentcompass import layout, results
 from agentcompass._util import keypaths
 from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
@@ -160,13 +159,13 @@ def _open(path: str | Path) -> results.Run:
     if not path.is_dir():
         raise CompareError(f"{path} does not exist or is not a folder. Fix: name run folders, "
                            f"results/<namespace>/<run_id> (each holds request.json)")
-    if not (path / "request.json").exists():
+    if not Path(layout.request_file(path)).exists():
         raise CompareError(f"{path} is not a run's folder: it holds no request.json. Fix: name run folders, "
                            f"results/<namespace>/<run_id> (a results root holds several: pick two)")
     try:
         return results.open_run(path)
     except ValueError as exc:
-        raise CompareError(f"{path / 'request.json'} is not a request's JSON ({exc}). "
+        raise CompareError(f"{layout.request_file(path)} is not a request's JSON ({exc}). "
                            f"Fix: run the request again to rewrite it") from None
 
 

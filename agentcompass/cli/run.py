@@ -6,8 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from agentcompass import sdk
-
+from agentcompass import layout, sdk
 from agentcompass._util import display
 from agentcompass.pipeline import progress
 from agentcompass.pipeline import locks
@@ -29,7 +28,7 @@ def _outcome_line(outcome) -> str:
     total = sum(outcome.counts.values())
     # what the attempts cost, as metrics.json's summary has it (a field it lacks is not shown)
     try:
-        summary = json.loads((Path(outcome.results_dir) / "metrics.json").read_text()).get("summary")
+        summary = json.loads(Path(layout.metrics_file(outcome.results_dir)).read_text()).get("summary")
     except (OSError, ValueError, AttributeError):
         summary = None
     usage = progress.usage_summary(summary.get("overall") if isinstance(summary, dict) else None)
@@ -38,8 +37,8 @@ def _outcome_line(outcome) -> str:
         failed = sum(outcome.errors.values())
         kinds = "; ".join(f"{display.visible(kind)} x{n}" for kind, n in outcome.errors.items())
         return (f"{outcome.name}: completed with errors: {failed} of {total} attempts failed ({kinds}); "
-                f"{metrics}{usage} -> {outcome.results_dir}/metrics.json")
-    return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {outcome.results_dir}/metrics.json"
+                f"{metrics}{usage} -> {layout.metrics_file(outcome.results_dir)}")
+    return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {layout.metrics_file(outcome.results_dir)}"
 
 
 def _build(orchestration, layer, args, extra: list[str]) -> int:

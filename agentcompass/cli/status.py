@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentcompass import status
+from agentcompass import layout, status
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.registry import REGISTRIES
@@ -38,10 +38,11 @@ def cmd_status(args) -> int:
 def cmd_retry(args) -> int:
     layer = _layer(args)
     orchestration = _resolve(args, layer)
-    base = Path(orchestration.runtime.results_dir)
+    base = orchestration.runtime.results_dir
     targets = [
         t for run in orchestration.runs
-        for t in status.failed_attempt_targets(base / run.request.namespace / run.request.run_id, run.request)
+        for t in status.failed_attempt_targets(layout.run_dir(base, run.request.namespace, run.request.run_id),
+                                               run.request)
     ]
     if not targets:
         _print("no attempt holds an error status: nothing to retry")

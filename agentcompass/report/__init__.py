@@ -39,10 +39,11 @@ from agentcompass.stages import stage
 from . import charts
 
 # Bump when what the report shows changes: the report rule's param, so Snakemake rebuilds every report.
-VERSION = stage("report").version  # the report stage's version (agentcompass.stages): bump it there
+STAGE = stage("report")  # the report stage (agentcompass.stages), whose files this module writes
+VERSION = STAGE.version  # the report stage's version: bump it there
 FOLDER = layout.REPORT
 # the charts, in the order index.html shows them (each a report() output of the rule), then the page
-_FILES = [Path(f).name for f in stage("report").files]
+_FILES = [Path(f).name for f in STAGE.files]
 INDEX = _FILES[-1]
 CHARTS = tuple(_FILES[:-1])
 # of each log and evidence file, the last this many bytes (a traceback, a test's verdict, is at the end)
@@ -59,7 +60,7 @@ def folder(run_dir: str | Path) -> Path:
 
 def outputs(run_dir: str | Path) -> list[str]:
     """The files of the report the workflow declares (index.html last: it appears last)."""
-    return layout.files_in(run_dir, stage("report"))
+    return layout.files_in(run_dir, STAGE)
 
 
 def build(run_dir: str | Path) -> Path:
@@ -67,7 +68,7 @@ def build(run_dir: str | Path) -> Path:
     run = results.open_run(run_dir)
     out = folder(run.path)
     rows = list(results.rows(run))
-    metrics = _read_json(run.path / "metrics.json")
+    metrics = _read_json(Path(layout.metrics_file(run.path)))
     summary, note = _summary(metrics, rows)
     for leftover in out.glob(".*.tmp"):  # of a build that was killed
         leftover.unlink()
@@ -435,7 +436,7 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
 
 
 def _attempt_page(run: results.Run) -> str:
-    body = (f'<header class="top"><h1>{_esc(run.name)}</h1><div class="sub"><a href="index.html">\u2190 the report</a>'
+    body = (f'<header class="top"><h1>{_esc(run.name)}</h1><div class="sub"><a href="{INDEX}">\u2190 the report</a>'
             f" \u00b7 {_esc(run.namespace)}/{_esc(run.run_id)}</div></header>\n"
             '<main id="attempt"><p class="muted">loading the attempt\u2026</p></main>')
     return page(f"{run.name}: agentcompass report", body, (STATIC / "attempt.js").read_text())

@@ -15,12 +15,12 @@ The public API is these modules; everything else may change in any release:
 ``agentcompass._util`` the private utilities.
 """
 
-PUBLIC_MODULES = ("sdk", "results", "runtime", "errors", "stages", "layout", "compare", "plan_diff", "status",
-                  "secrets", "testing")
-
 from pathlib import Path
 
 __version__ = "0.1.0"
+
+PUBLIC_MODULES = ("sdk", "results", "runtime", "errors", "stages", "layout", "compare", "plan_diff", "status",
+                  "secrets", "testing")
 
 _PACKAGE = Path(__file__).resolve().parent
 

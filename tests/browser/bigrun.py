@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agentcompass._util.jsonio import write_json
 from agentcompass.layout import task_segment
-from agentcompass.pipeline import stages
+from agentcompass.pipeline import bodies
 from agentcompass.plugins import load_builtin_components
 from agentcompass.runtime.models import PreparedTask, RunRequest, RunResult, TaskInput, TaskOutput, TaskStatus
 from conftest import snakemake
@@ -53,5 +53,5 @@ def build(workdir: Path, tasks: int) -> Path:
         write_json(folder / "result.json", result.to_dict())
         results.append(folder / "result.json")
     load_builtin_components()
-    stages.metrics(req, results, run / "metrics.json")
+    bodies.metrics_of(req, results, run / "metrics.json")
     return run

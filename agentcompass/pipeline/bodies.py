@@ -137,7 +137,7 @@ def task_list(req: RunRequest, out: str | Path) -> list[TaskSpec]:
                 f"{visible('.'.join(map(str, bad)))!r} holds text that is not valid Unicode (a lone surrogate, "
                 "e.g. from a \\ud800 escape or a byte that is not UTF-8); correct the task data"
             )
-    write_file(stage("tasks").kind(), out, TasksFile(req.metadata.request_name, req.benchmark.id, tasks))
+    write_file(stage(layout.TASK_LIST).kind(), out, TasksFile(req.metadata.request_name, req.benchmark.id, tasks))
     return tasks
 
 
@@ -153,7 +153,7 @@ def plan_list(req: RunRequest, tasks_path: str | Path, out: str | Path) -> None:
         for task in read_tasks(tasks_path)
         for attempt in range(1, req.execution.attempts + 1)
     ]
-    write_file(stage("plans").kind("plans"), out, PlansFile(req.metadata.request_name, plans))
+    write_file(stage(layout.PLAN_LIST).kind("plans"), out, PlansFile(req.metadata.request_name, plans))
 
 
 # --- per attempt ------------------------------------------------------------------
@@ -431,7 +431,7 @@ def metrics_of(req: RunRequest, result_paths: list, out) -> None:
     table = list(results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in raw}))
     pricing = req.model.pricing.to_dict() if req.model.pricing else None
     metric.summary = from_dict(MetricSummary, results_data.summary(table, pricing), "metrics summary")
-    write_file(stage("metrics").kind(), out, metric)
+    write_file(stage(layout.METRICS).kind(), out, metric)
     if req.execution.analyzers:
         frame = results_data.to_frame(table)
         for analyzer_id in req.execution.analyzers:
@@ -467,7 +467,7 @@ def run_info(req: RunRequest, plans_path, out) -> None:
         num_attempts=len(plans),
         resolved_execution_plans=view,
     )
-    write_file(stage("plans").kind("run_info"), out, info)
+    write_file(stage(layout.PLAN_LIST).kind("run_info"), out, info)
 
 
 def report(job: RequestJob) -> None:

@@ -21,10 +21,12 @@ import re
 import subprocess
 from typing import NamedTuple
 
+from agentcompass.stages import SHARD, names
+
 from . import engine
 from .engine import WorkflowError
 
-SHARD_RULE = "shard"
+SHARD_RULE = names(SHARD)[0]
 # resources the plugin turns into the sbatch options checked here
 _ASKED = ("cpus_per_task", "runtime", "slurm_partition", "slurm_cluster", "cluster", "clusters")
 

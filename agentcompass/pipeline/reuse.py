@@ -17,6 +17,10 @@ from typing import Any
 
 from agentcompass.runtime.base import BaseBenchmark
 from agentcompass.runtime.models import RunRequest, TaskSpec
+from agentcompass.stages import PARAM_STAGES
+
+# an unmarked Benchmark parameter is read from the first stage that reads parameters on: a change reruns all
+FIRST_READER = PARAM_STAGES[0]
 
 def digest(value: Any) -> str:
     """A short, stable fingerprint of a JSON value."""
@@ -30,8 +34,8 @@ def field_stage(field: dataclasses.Field) -> str | None:
 
 def benchmark_params_for(benchmark: BaseBenchmark, params: dict[str, Any], stages: tuple[str, ...]) -> dict[str, Any]:
     """The Benchmark params whose declared stage is one of ``stages`` (unmarked ones count as 'tasks')."""
-    declared = {f.name: (field_stage(f) or "tasks") for f in dataclasses.fields(benchmark.config_class)}
-    return {k: v for k, v in params.items() if declared.get(k, "tasks") in stages}
+    declared = {f.name: (field_stage(f) or FIRST_READER) for f in dataclasses.fields(benchmark.config_class)}
+    return {k: v for k, v in params.items() if declared.get(k, FIRST_READER) in stages}
 
 
 def task_fingerprint(task: TaskSpec) -> str:

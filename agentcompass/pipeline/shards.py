@@ -39,9 +39,10 @@ from typing import Any
 from agentcompass import layout
 from agentcompass._util.jsonio import interrupted_writes, write_text_atomic
 from agentcompass._util.logs import LOG
-from agentcompass.stages import ATTEMPT, names
+from agentcompass.stages import ATTEMPT, SHARD, names
 
 from . import cluster, engine, forkserver
+from .lifecycle import CHILDREN
 
 SHARD_ENV = "AGENTCOMPASS_SHARD"
 # The outer run's invocation id: with reuse off, params change once per invocation,
@@ -201,8 +202,6 @@ def run_inner(argv: list[str], env: dict[str, str], log: Path, *, fork: bool = F
 
 def _wait(proc) -> int:
     """Wait for an inner run, which stops with this run (``CHILDREN``); an interrupted wait ends it."""
-    from .lifecycle import CHILDREN
-
     CHILDREN.add(proc)
     try:
         return proc.wait()
@@ -264,7 +263,7 @@ class Shards:
         workflow = self.inv.snakemake
         if workflow is None or engine.is_main_process(workflow):
             return threads
-        return max(threads, engine.requested_threads(workflow, "shard") or 0)
+        return max(threads, engine.requested_threads(workflow, names(SHARD)[0]) or 0)
 
     def threads(self) -> int:
         """Threads of one shard job: as many shards run at once as there are CPUs,

@@ -213,7 +213,7 @@ def describe_config(config_cls: type) -> list[dict[str, Any]]:
                 "default": default,
                 "description": f.metadata.get("description", ""),
                 "choices": f.metadata.get("choices"),
-                "stage": f.metadata.get("stage", "tasks"),
+                "stage": f.metadata.get("stage", PARAM_STAGES[0]),
             }
         )
     return rows

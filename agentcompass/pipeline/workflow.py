@@ -1,11 +1,11 @@
 """What the Snakefile sees: one object over the parts of the workflow, each a module of its own.
 
 - ``targets``: which files this invocation builds (``targets.Targets``);
-- ``params`` and ``attempt_params``: each rule's fingerprint of what its stage reads
+- ``params(stage)``: a rule's params, the fingerprint of what its stage reads
   (``fingerprints``);
 - ``shards``: the shard rule's inputs, generation and threads (``shards``);
 - ``resources``: what a job holds while it runs (``resources``);
-- ``jobs``: the stage calls of the rules' ``run:`` blocks (``jobs``);
+- ``build``: the one entry point of every rule's ``run:`` block (``jobs.Jobs.build``);
 - ``events``: the progress events of each request's ``events.jsonl`` (``events``).
 
 Config merging happens here once per parse: the layers (user config, project
@@ -87,6 +87,8 @@ class EvaluationWorkflow:
         self.resources = Resources(self.inv)
         self.events = Emitter(self.inv, self.targets)
         self.jobs = Jobs(self)
+        # the one entry point of every rule's run: block: build one job of a stage (``jobs``)
+        self.build = self.jobs.build
         self.lifecycle: lifecycle.Lifecycle | None = None
         self._locked: list[Path] = []
 
@@ -136,10 +138,6 @@ class EvaluationWorkflow:
         if s.scope == SHARD:
             return {s.params[0]: self.attempt_params.shard, s.params[1]: self.shards.generation}
         return {param: self.params_of.param(s, i) for i, param in enumerate(s.params)}
-
-    def build(self, rule: str, wildcards, input, output, params, threads, resources, log) -> None:
-        """Build one job of ``rule``: the one entry point of every rule's ``run:`` block (``jobs``)."""
-        self.jobs.build(rule, wildcards, input, output, params, threads, resources, log)
 
     # -- the first call of a DAG build, the start and the end of a run ---------------------
 

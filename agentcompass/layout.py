@@ -135,7 +135,7 @@ def stage_logs(scope: str) -> tuple[str, ...]:
 def is_attempt_folder(path: Path) -> bool:
     """Whether ``path`` is ``<run>/attempts/<task>/<n>`` of a run folder holding a request."""
     return (path.name.isdigit() and path.parent.parent.name == ATTEMPTS
-            and Path(run_file(path.parent.parent.parent, "request")).exists())
+            and Path(request_file(path.parent.parent.parent)).exists())
 
 
 # -- the files a reader opens by what they hold (agentcompass.results, status, diff, the report) --

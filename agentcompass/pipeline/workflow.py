@@ -41,7 +41,7 @@ from agentcompass.stages import ATTEMPT, REQUEST, RULES, SHARD, STAGES, SUMMARY,
 from . import engine, forkserver, lifecycle, locks, pacing, progress, reading, recovery, shards
 from .engine import WorkflowError
 from .events import Emitter
-from .fingerprints import ATTEMPT_STAGES, CHECKPOINTS, AttemptFingerprints, Fingerprints
+from .fingerprints import ATTEMPT_STAGES, AttemptFingerprints, Fingerprints
 from .invocation import Invocation
 from .jobs import Jobs
 from .resources import CAPS_ENV, Resources
@@ -198,7 +198,7 @@ class EvaluationWorkflow:
     def _attempt_outputs(self, req) -> list[recovery.Output]:
         """Per-attempt files of this process (or shard records), from the tasks.json on disk."""
         run = self.inv.run_path(req)
-        tasks_file = Path(layout.file_in(run, CHECKPOINTS[0]))
+        tasks_file = Path(layout.tasks_file(run))
         if not tasks_file.exists():
             return []
         try:

@@ -33,8 +33,9 @@ for stage in STAGES:
     include: f"rules/{stage.name}.smk"
 
 
-# Modules, config and rules live until exit: the garbage collector need not scan them.
-EVAL.freeze_heap()
+# The rules exist: their resource functions are told to Snakemake once, and modules, config
+# and rules, which live until exit, are kept from the garbage collector.
+EVAL.parsed()
 
 
 onstart:

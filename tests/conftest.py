@@ -13,6 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
 
+# Every file the tests' runs write is checked against its schema, the per-attempt ones too
+# (agentcompass.pipeline.files.checks_writes_of); subprocesses inherit it.
+os.environ["AGENTCOMPASS_VALIDATE_WRITES"] = "1"
+
 
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from snakemake.common import overwrite_function_params
+from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR, overwrite_function_params
 from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 
 __all__ = ["IncompleteCheckpointException", "WorkflowError"]
@@ -41,6 +41,35 @@ def signature_once(fn: Callable) -> Callable:
     """
     overwrite_function_params(fn, inspect.signature(fn).parameters)
     return fn
+
+
+def resources_without_signatures(workflow) -> int:
+    """Tell Snakemake, once, the parameters of every resource function of the workflow's rules;
+    how many functions were told.
+
+    Snakemake evaluates each resource of each job (its ``default-resources`` as
+    well: ``mem_mb``, ``disk_mb``, ``tmpdir``) through ``Resource.evaluate``, and
+    reads two signatures per resource on every call (``inspect.signature`` of the
+    method and of the resource's own function): 4% of an attempt job's time.
+    Called once the Snakefile's rules exist.
+    """
+    from snakemake.resources import Resource
+
+    method = Resource.evaluate
+    if not hasattr(method, FUNC_OVERWRITE_PARAMS_ATTR):
+        # as the bound method's signature reads: (*args, **kwargs)
+        overwrite_function_params(method, inspect.signature(method.__get__(object())).parameters)
+    told = 0
+    for rule in workflow.rules:
+        for resource in (rule.resources or {}).values():
+            function = getattr(resource, "_evaluator", None)
+            if callable(function) and not hasattr(function, FUNC_OVERWRITE_PARAMS_ATTR):
+                try:
+                    overwrite_function_params(function, inspect.signature(function).parameters)
+                except (AttributeError, TypeError, ValueError):  # a builtin or a callable without attributes
+                    continue
+                told += 1
+    return told
 
 
 def config_files(workflow) -> list[str]:
@@ -260,7 +289,8 @@ class Records:
         (it is written by rename): if the process is killed before Snakemake's
         own bookkeeping of the finished job, the record still says what the
         file was built from, and the next run adopts it (``agentcompass.pipeline.recovery``).
-        Snakemake writes its record again when it books the job.
+        Snakemake then only drops the output's incomplete marker when it books the job
+        (``record_once``).
         """
         from snakemake.persistence import RECORD_FORMAT_VERSION, MetadataRecord
 
@@ -282,6 +312,62 @@ class Records:
         record.endtime = time.time()
         record.input_checksums = {}
         persistence._write_record(key, record)
+        _RECORDED.add(key)
+
+
+# the keys of the outputs ``Records.write_finished`` recorded, until Snakemake books their job
+_RECORDED: set[str] = set()
+
+
+def record_once() -> None:
+    """Let Snakemake, booking a finished job, keep the records its job wrote of every output
+    (``Records.write_finished``) instead of writing each one again.
+
+    Each record is a small file under ``.snakemake/metadata``: written twice, an
+    attempt's four outputs cost eight files written and renamed. A job whose
+    outputs were not all recorded by it (a rule of another workflow, a job
+    that failed before writing) is booked as Snakemake books it. The incomplete
+    markers are dropped either way.
+    """
+    from snakemake.persistence import PersistenceBase
+
+    finished = PersistenceBase.finished
+    if getattr(finished, "_agentcompass", False):
+        return
+
+    async def finished_once(self, job) -> None:
+        keys = [self._get_key(f) for f in job.output]
+        if not keys or any(key not in _RECORDED for key in keys):
+            return await finished(self, job)
+        self._clear_cache()
+        for key in keys:
+            self._unmark_incomplete(key)
+            _RECORDED.discard(key)
+
+    finished_once._agentcompass = True  # type: ignore[attr-defined]
+    PersistenceBase.finished = finished_once  # type: ignore[method-assign]
+
+
+def leave_missing_logs_missing(rules: Iterable[str]) -> None:
+    """Let the jobs of ``rules`` end without an empty log file: Snakemake creates every log a
+    job did not write (``DAG.handle_log``), and a stage writes its log only when it fails,
+    so each attempt would leave three empty files. Snakemake still removes the log of an
+    earlier failure before it runs the job again.
+    """
+    from snakemake.dag import DAG
+
+    current = DAG.handle_log
+    handle = getattr(current, "__wrapped__", current)  # Snakemake's own
+    names = frozenset(rules) | getattr(current, "_agentcompass_rules", frozenset())
+
+    async def handle_log(self, job):
+        if job.rule.name in names:
+            return None
+        return await handle(self, job)
+
+    handle_log._agentcompass_rules = names  # type: ignore[attr-defined]
+    handle_log.__wrapped__ = handle  # type: ignore[attr-defined]
+    DAG.handle_log = handle_log  # type: ignore[method-assign]
 
 
 _BEFORE_MARKERS = "_agentcompass_before_markers"
@@ -584,9 +670,19 @@ def drop_job_announcements() -> None:
     twentieth of an inner run's profile, each formatted and written twice (the console,
     which is the shard's log, and Snakemake's own log file).
     """
+    from snakemake.jobs import Job
+
     logger = logging.getLogger(SNAKEMAKE_LOGGER)
     if not any(isinstance(f, _NoJobAnnouncements) for f in logger.filters):
         logger.addFilter(_NoJobAnnouncements())
+    # nor is the announcement made, to be dropped: its files formatted, its record built
+    # (a twelfth of an inner run's time once the rest was cut)
+    if not getattr(Job.log_info, "_agentcompass", False):
+        def log_info(self, *args, **kwargs) -> None:
+            return None
+
+        log_info._agentcompass = True  # type: ignore[attr-defined]
+        Job.log_info = log_info  # type: ignore[method-assign]
 
 
 def set_console_level(level: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal, cast
@@ -14,7 +15,8 @@ from agentcompass import PROJECT_ROOT
 from agentcompass.errors import AgentCompassError
 from agentcompass._util.jsonio import canonical_json, write_text_atomic
 from agentcompass.secrets import Scrubber
-from agentcompass.stages import CONTRACTS, resolve
+from agentcompass.layout import PLAN_LIST
+from agentcompass.stages import ATTEMPT, CONTRACTS, of_scope, resolve, stage
 from agentcompass.runtime.models import (
     BenchmarkPlan,
     Contract,
@@ -256,8 +258,27 @@ def validate_payload(kind: str, payload: Any) -> None:
         raise FileSchemaError(f"{kind}.json would break schemas/{kind}.schema.json: {exc.message}") from None
 
 
+# Set (to anything but "" or "0") to check every file against its schema as it is written, the
+# per-attempt ones too; the test suite does (tests/conftest.py).
+VALIDATE_WRITES_ENV = "AGENTCOMPASS_VALIDATE_WRITES"
+
+# The files written once per attempt (prepared.json, output.json, result.json, plan.json) and
+# plans.json, which holds one plan per attempt: this package writes them from contracts that
+# checked their fields when they were made (``Contract.__post_init__``), so checking each one
+# again against its schema, tens of thousands of times a run, is left to the tests. What comes
+# from outside (the config, a component's files, a task folder) is checked where it is read.
+PER_ATTEMPT_KINDS = frozenset(
+    {o.kind for s in of_scope(ATTEMPT) for o in s.outputs} | {stage(PLAN_LIST).kind("plans")})
+
+
+def checks_writes_of(kind: str) -> bool:
+    """Whether ``write_file`` checks a file of ``kind`` against its schema."""
+    return kind not in PER_ATTEMPT_KINDS or os.environ.get(VALIDATE_WRITES_ENV, "") not in ("", "0")
+
+
 def write_file(kind: str, path: str | Path, value: Contract | dict, secrets: Iterable[Any] = ()) -> Path:
-    """Validate a contract against its file schema, then write it canonically and atomically.
+    """Check a contract against its file schema (``checks_writes_of``), then write it canonically
+    and atomically.
 
     ``secrets`` hold ``${VAR}`` references (strings, or the request and the plan as mappings) whose
     values must not reach the file (a harness may echo a key into an error message): each value, and
@@ -265,5 +286,6 @@ def write_file(kind: str, path: str | Path, value: Contract | dict, secrets: Ite
     before it is serialized, so the file is valid JSON whatever a value's characters.
     """
     payload = value.to_dict() if isinstance(value, Contract) else value
-    validate_payload(kind, payload)
+    if checks_writes_of(kind):
+        validate_payload(kind, payload)
     return write_text_atomic(path, canonical_json(Scrubber(secrets).value(payload)))

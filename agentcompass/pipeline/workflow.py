@@ -127,6 +127,9 @@ class EvaluationWorkflow:
             engine.before_markers_are_read(workflow, self.inv.begin)
             engine.accept_periodic_names(RULES)
             engine.accept_recorded_code({s.name: s.recorded_code for s in STAGES})
+            engine.record_once()
+            # a stage writes its log when it fails; a shard's log is its inner run's output
+            engine.leave_missing_logs_missing(s.name for s in STAGES if s.scope != SHARD)
 
     # -- what the rules call ------------------------------------------------------------------
 
@@ -259,6 +262,13 @@ class EvaluationWorkflow:
         self._locked = []
         engine.cancel_scheduler_timers()
         forkserver.stop()
+        self.freeze_heap()
+
+    def parsed(self) -> None:
+        """The Snakefile is parsed: its rules exist. Their resource functions' signatures are read
+        once (``engine.resources_without_signatures``), and the heap is frozen (``freeze_heap``)."""
+        if self.inv.snakemake is not None:
+            engine.resources_without_signatures(self.inv.snakemake)
         self.freeze_heap()
 
     @staticmethod

@@ -60,3 +60,33 @@ def test_a_thread_reuses_its_stage_loop_and_tasks_left_running_are_cancelled():
     in_running_loop(twice)
     assert len(seen) == 2 and seen[0] == seen[1]  # the same loop thread served both calls
     assert seen[0][0] != threading.get_ident()
+
+
+def test_outside_a_running_loop_a_thread_keeps_one_loop_and_each_call_its_own_context():
+    import contextvars
+
+    seen = contextvars.ContextVar("seen", default="unset")
+    left: list[asyncio.Task] = []
+
+    async def first():
+        seen.set("first")
+        left.append(asyncio.ensure_future(asyncio.sleep(3600)))  # left running: cancelled at the end
+        return asyncio.get_running_loop()
+
+    async def second():
+        return asyncio.get_running_loop(), seen.get()
+
+    def calls():
+        loop = run_coroutine(first())
+        again, value = run_coroutine(second())
+        return loop, again, value
+
+    results: list = []
+    worker = threading.Thread(target=lambda: results.append(calls()))
+    worker.start()
+    worker.join()
+    loop, again, value = results[0]
+    assert loop is again  # one loop for both calls
+    assert value == "unset"  # what the first call set, the second never sees
+    assert left[0].cancelled()
+    assert seen.get() == "unset"  # nor does the caller

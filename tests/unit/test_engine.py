@@ -616,3 +616,77 @@ def test_the_installed_snakemake_and_its_plugin_interfaces_are_the_pinned_versio
     for name, version in pins.items():
         installed = importlib.metadata.version(name)
         assert installed == version, f"{name} {installed} is installed; pyproject.toml pins {version}"
+
+
+# What a run's per-job bookkeeping is cut to: one record per output, no empty logs, resource
+# signatures read once.
+BOOKKEEPING_SNAKEFILE = """
+import json
+from pathlib import Path
+from agentcompass.pipeline import engine
+from agentcompass.pipeline.engine import Records
+
+if config.get("cut"):
+    engine.record_once()
+    engine.leave_missing_logs_missing(["a"])
+
+rule all:
+    input: "a.txt", "b.txt"
+
+rule a:
+    output: "a.txt"
+    log: "a.log"
+    params: p="x"
+    resources: widgets=lambda wildcards, attempt: 4 + attempt
+    run:
+        # recorded as a stage records its output, just before it appears
+        Records.of(workflow).write_finished(workflow, "a", output[0], input, log, params)
+        Path(output[0]).write_text(str(resources.widgets))
+
+rule b:
+    output: "b.txt"
+    log: "b.log"
+    run:
+        Path(output[0]).write_text("b")
+
+told = engine.resources_without_signatures(workflow) if config.get("cut") else 0
+Path("told.json").write_text(json.dumps(told))
+"""
+
+
+@pytest.mark.parametrize("cut", [True, False], ids=["cut", "plain"])
+def test_a_job_that_recorded_its_outputs_is_booked_without_a_second_record_or_an_empty_log(tmp_path: Path,
+                                                                                           cut: bool):
+    (tmp_path / "Snakefile").write_text(BOOKKEEPING_SNAKEFILE)
+    done = snakemake(tmp_path, "--cores", "1", *(["--config", "cut=1"] if cut else []))
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = engine.Records.open(tmp_path)
+    a, b = (records.persistence.metadata(engine._iofile(p)) for p in ("a.txt", "b.txt"))
+    # Snakemake's own record carries the job's hash; the job's record (written by write_finished) does not
+    assert (a.job_hash is None) is cut and b.job_hash is not None
+    assert tuple(a.params) == records.params_of(["x"]) and a.rule == "a"
+    assert not records.incomplete(["a.txt", "b.txt"])
+    # the log a job did not write: none for rule a once cut, Snakemake's empty one otherwise
+    assert (tmp_path / "a.log").exists() is not cut and (tmp_path / "b.log").read_text() == ""
+    # resources are evaluated as before, from signatures told once
+    assert (tmp_path / "a.txt").read_text() == "5"
+    assert json.loads((tmp_path / "told.json").read_text()) >= (1 if cut else 0)
+    again = snakemake(tmp_path, "--cores", "1", "-n", *(["--config", "cut=1"] if cut else []))
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
+
+
+def test_resource_functions_are_told_their_parameters_once():
+    from snakemake.common import get_function_params
+    from snakemake.resources import Resource
+
+    class Rule:
+        resources = {"widgets": Resource("widgets", lambda wildcards, attempt: attempt)}
+
+    class Workflow:
+        rules = [Rule()]
+
+    assert engine.resources_without_signatures(Workflow()) == 1
+    assert list(get_function_params(Rule.resources["widgets"]._evaluator)) == ["wildcards", "attempt"]
+    # the method every resource is evaluated through reads as its bound signature does
+    assert list(get_function_params(Rule.resources["widgets"].evaluate)) == ["args", "kwargs"]
+    assert engine.resources_without_signatures(Workflow()) == 0  # told already

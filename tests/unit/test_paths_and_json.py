@@ -143,3 +143,21 @@ def test_unserializable_value_raises_and_writes_nothing(tmp_path):
     with pytest.raises(TypeError):
         write_json(tmp_path / "out.json", {"a": object()})
     assert os.listdir(tmp_path) == []
+
+
+# --- which writes are checked against their schema ---------------------------------
+
+
+def test_per_attempt_files_are_checked_against_their_schema_when_asked_and_request_files_always(monkeypatch,
+                                                                                               tmp_path):
+    from agentcompass.pipeline.files import VALIDATE_WRITES_ENV, FileSchemaError, write_file
+
+    bad = {"not": "what any file holds"}
+    monkeypatch.delenv(VALIDATE_WRITES_ENV, raising=False)
+    write_file("result", tmp_path / "result.json", bad)  # a run's own contracts checked themselves when made
+    with pytest.raises(FileSchemaError, match="metrics.json would break"):
+        write_file("metrics", tmp_path / "metrics.json", bad)
+    monkeypatch.setenv(VALIDATE_WRITES_ENV, "1")  # as the test suite runs
+    with pytest.raises(FileSchemaError, match="result.json would break"):
+        write_file("result", tmp_path / "result2.json", bad)
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "result2.json").exists()

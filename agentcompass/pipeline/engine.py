@@ -649,23 +649,28 @@ def stop_scheduling(workflow) -> bool:
 
 
 class _NoJobAnnouncements(logging.Filter):
-    """Drops Snakemake's announcement of each job it starts (``JOB_INFO``, ``SHELLCMD``)."""
+    """Drops Snakemake's announcement of each job it starts (``JOB_INFO``, ``SHELLCMD``), of each
+    batch it starts (``JOB_STARTED``) and selects, and the progress line after each job (``PROGRESS``)."""
+
+    SELECTING = "Select jobs to execute..."
 
     def __init__(self) -> None:
         super().__init__("agentcompass-no-job-announcements")
         from snakemake_interface_logger_plugins.common import LogEvent
 
-        self.events = frozenset((LogEvent.JOB_INFO, LogEvent.SHELLCMD))
+        self.events = frozenset((LogEvent.JOB_INFO, LogEvent.SHELLCMD, LogEvent.JOB_STARTED, LogEvent.PROGRESS))
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return getattr(record, "event", None) not in self.events
+        return getattr(record, "event", None) not in self.events and record.msg != self.SELECTING
 
 
 def drop_job_announcements() -> None:
     """Log no block for each job Snakemake starts (rule, input, output, wildcards, reason,
-    resources): what a shard's inner run writes to its shard.log for every one of its jobs.
+    resources), no line for each selection and batch of jobs and no progress line: what a
+    shard's inner run writes to its shard.log for every one of its jobs.
 
-    The lines of finished jobs and every error stay. A filter on the logger, not on its
+    The lines of finished jobs ("Finished jobid: N (Rule: R)"), the job stats and every
+    error stay. A filter on the logger, not on its
     handlers, so a dropped announcement is formatted for none of them: they were about a
     twentieth of an inner run's profile, each formatted and written twice (the console,
     which is the shard's log, and Snakemake's own log file).

@@ -282,6 +282,9 @@ def test_job_announcements_are_dropped_and_finished_jobs_and_errors_kept(flow: P
     assert done.returncode == 0, done.stderr[-2000:]
     assert announced(done.stderr) == []
     assert sorted(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", done.stderr)) == ["a", "all", "b", "c"]
+    # nor a line per selection, per batch started, or of progress after each job
+    assert "steps (" in loud.stderr and "Select jobs to execute" in loud.stderr and "Execute 1 jobs" in loud.stderr
+    assert not re.search(r"steps \(|Select jobs to execute|Execute \d+ jobs", done.stderr), done.stderr[-2000:]
 
 
 def test_the_scheduler_timers_are_found_by_what_snakemake_arms_them_from():

@@ -91,6 +91,7 @@ class EvaluationWorkflow:
         self.build = self.jobs.build
         self.lifecycle: lifecycle.Lifecycle | None = None
         self._locked: list[Path] = []
+        self._param_functions: dict[str, dict[str, Callable]] = {}
 
     # -- loading ---------------------------------------------------------------
 
@@ -134,7 +135,14 @@ class EvaluationWorkflow:
     # -- what the rules call ------------------------------------------------------------------
 
     def params(self, name: str) -> dict[str, Callable]:
-        """The params of stage ``name``'s rule (for ``params: **EVAL.params("...")``): what it reads."""
+        """The params of stage ``name``'s rule (for ``params: **EVAL.params("...")``): what it reads.
+        The same functions for every call (the recovery asks for every output's)."""
+        made = self._param_functions.get(name)
+        if made is None:
+            made = self._param_functions[name] = self._make_params(name)
+        return made
+
+    def _make_params(self, name: str) -> dict[str, Callable]:
         s = stage(name)
         if s.scope == ATTEMPT:
             return {s.params[0]: self.attempt_params.param(s)}
@@ -223,11 +231,12 @@ class EvaluationWorkflow:
                             for path in layout.files_in(layout.shard_folder(run, index), shard)]
             return outputs
         outputs = []
+        getters = {s.name: tuple(self.params(s.name).values()) for s in ATTEMPT_STAGES}
         for segment, attempt in attempts:
             w = _Wildcards(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
             folder = self.targets.attempt_dir(req, segment, attempt)
             for s in ATTEMPT_STAGES:
-                params = _params(w, *self.params(s.name).values())
+                params = _params(w, *getters[s.name])
                 outputs += [recovery.Output(path, s.name, params) for path in layout.files_in(folder, s)]
         return outputs
 

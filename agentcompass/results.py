@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +29,9 @@ from typing import Any, Iterable, Iterator, Mapping
 from agentcompass import layout
 from agentcompass._util import trees
 from agentcompass.layout import task_segment
-from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome, RunRequest
+from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome
 from agentcompass.runtime.models.result import TaskStatus
-from agentcompass.stages import ATTEMPT, of_scope
+from agentcompass.stages import ATTEMPT, SHARD, of_scope
 
 # identity, what was run, the verdict, what it cost, how long it took, where it ran
 COLUMNS = [
@@ -52,6 +53,8 @@ Z95 = 1.959963984540054
 ATTEMPT_FILES = {o.file: o.name for s in of_scope(ATTEMPT) for o in s.outputs}
 STAGE_LOGS = layout.stage_logs(ATTEMPT)
 TRAJECTORY = layout.TRAJECTORY
+# the stage whose record (shards/<k>/shard.json) says a slice of a large request is built
+SHARD_STAGE = of_scope(SHARD)[0]
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,14 @@ class Run:
         metrics_file = Path(layout.metrics_file(self.path))
         return _read(metrics_file) if metrics_file.exists() else None
 
+    @property
+    def per_task(self) -> int:
+        """Attempts per task."""
+        return int((self.request.get("execution") or {}).get("attempts") or 1)
+
     def attempts(self) -> list[tuple[dict, int, Path]]:
         """(task, attempt, attempt folder) of every attempt tasks.json lists, in its order."""
-        per_task = int((self.request.get("execution") or {}).get("attempts") or 1)
-        return attempt_folders(self.path, per_task)
+        return attempt_folders(self.path, self.per_task)
 
 
 def attempt_folders(run_path: Path, per_task: int) -> list[tuple[dict, int, Path]]:
@@ -95,12 +102,6 @@ def attempt_folders(run_path: Path, per_task: int) -> list[tuple[dict, int, Path
     tasks = _read(tasks_file)["tasks"]
     return [(task, n, Path(layout.attempt_folder(run_path, task_segment(task["task_id"]), n)))
             for task in tasks for n in range(1, per_task + 1)]
-
-
-def attempt_results(run_path: Path, req: RunRequest) -> list[tuple[str, int, Path]]:
-    """(task id, attempt, its result file) of every attempt the request's tasks.json lists."""
-    return [(task["task_id"], n, Path(layout.result_file(folder)))
-            for task, n, folder in attempt_folders(run_path, req.execution.attempts)]
 
 
 def read_json(path: str | Path) -> Any:
@@ -220,13 +221,23 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
     current): a run that stopped never reports an older metrics.json. With
     ``targets`` (files named on Snakemake's command line), a run that built
     them is ``partial`` unless its requests are finished too.
+
+    Read from the request's summaries, so that the end of a run of 100,000
+    attempts opens a few files: the errors by kind from metrics.json's
+    ``summary``, what a stopped request finished from its shards' records
+    (``finished_attempts``). Only a metrics.json of a version before the
+    summary makes the failed attempts' result.json files be read.
     """
     result = []
+    # in the workflow's own directory (the end of a run), its files are named as it names them
+    here = workdir is None or Path(workdir).resolve() == Path.cwd().resolve()
     for run, run_path in zip(orchestration.runs, run_folders(orchestration, workdir)):
         req = run.request
-        attempts = attempt_results(run_path, req)
+        segments = task_segments(layout.run_dir(orchestration.runtime.results_dir, req.namespace, req.run_id)
+                                 if here else run_path)
+        per_task = req.execution.attempts
         outcome = RequestOutcome(name=run.name, key=run.key, state="planned", results_dir=str(run_path),
-                                 total=len(attempts))
+                                 total=len(segments) * per_task)
         if dry_run:
             result.append(outcome)
             continue
@@ -238,14 +249,13 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
             failed = sum(n for status, n in outcome.counts.items() if TaskStatus(status).is_error)
             if failed:
                 outcome.state = "completed_with_errors"
-                found = (read_json(path) for _, _, path in attempts if path.exists())
-                kinds = Counter(error_kind(r.get("status"), r.get("error")) for r in found
-                                if TaskStatus(r["status"]).is_error)
-                outcome.errors = dict(kinds.most_common())
+                summarized = summarized_errors(data, failed)
+                outcome.errors = summarized if summarized is not None else \
+                    error_kinds(run_path, segments, per_task)
             else:
                 outcome.state = "completed"
         else:
-            outcome.done = sum(1 for _, _, path in attempts if path.exists())
+            outcome.done = finished_attempts(run_path, segments, per_task, orchestration.runtime.shard_size)
             if ok and targets:
                 outcome.state = "partial"
                 outcome.reason = "only the files named on the command line were asked for"
@@ -254,6 +264,96 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
                 outcome.reason = reason or "a job failed; Snakemake's output above names it"
         result.append(outcome)
     return OrchestrationResult(outcomes=result)
+
+
+def task_segments(run_path: Path) -> list[str]:
+    """The path segment of every task the run's tasks.json lists, in order; none before it is written.
+
+    Read through the workflow's cache of tasks.json (by path, as written, and
+    version): at the end of a run this process has decoded it already, and
+    100,000 tasks take a second or two to decode.
+    """
+    from agentcompass.pipeline import reading  # what a run has imported already; a reader need not
+
+    path = layout.tasks_file(run_path)
+    try:
+        regular = stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return []
+    if not regular:
+        read_json(path)  # raises, saying what is in its place and how to fix it
+    return reading.task_segments(path)
+
+
+def summarized_errors(metrics: Mapping[str, Any], failed: int) -> dict[str, int] | None:
+    """metrics.json's failed attempts by kind (its ``summary``), the most frequent first; None when it
+    holds none that add up to its ``failed`` attempts (a metrics.json of a version before the summary)."""
+    overall = (metrics.get("summary") or {}).get("overall") or {}
+    errors = overall.get("errors")
+    if not isinstance(errors, dict) or sum(errors.values()) != failed:
+        return None
+    return dict(errors)
+
+
+def error_kinds(run_path: Path, segments: list[str], per_task: int) -> dict[str, int]:
+    """The failed attempts by kind, from every result.json of the run (the most frequent first)."""
+    kinds: Counter = Counter()
+    for segment in segments:
+        for n in range(1, per_task + 1):
+            try:
+                found = read_json(layout.result_file(layout.attempt_folder(run_path, segment, n)))
+            except FileNotFoundError:
+                continue
+            if TaskStatus(found["status"]).is_error:
+                kinds[error_kind(found["status"], found.get("error"))] += 1
+    return dict(kinds.most_common())
+
+
+def finished_attempts(run_path: Path, segments: list[str], per_task: int, shard_size: int) -> int:
+    """How many of the run's attempts have a result.json.
+
+    A request is built in slices of ``shard_size`` attempts (or fewer, on a
+    cluster); a slice whose shard record (shards/<k>/shard.json) names that same
+    slice counts as the record says: the record is written once every attempt of
+    the slice has its result, and removed before its shard job runs again. The
+    attempts of every other slice are looked for one by one.
+    """
+    done = 0
+    for index, part in enumerate(attempt_slices(segments, per_task, shard_size)):
+        if shard_size and recorded_slice(run_path, index, part) is not None:
+            done += len(part)
+        else:
+            done += sum(1 for segment, n in part
+                        if os.path.exists(layout.result_file(layout.attempt_folder(run_path, segment, n))))
+    return done
+
+
+def attempt_slices(segments: list[str], per_task: int, shard_size: int) -> list[list[tuple[str, int]]]:
+    """The (task segment, attempt) of every attempt, in the slices of ``shard_size`` a sharded request is
+    built in (shard k builds the k-th); all in one slice when ``shard_size`` is 0."""
+    attempts = [(segment, n) for segment in segments for n in range(1, per_task + 1)]
+    size = shard_size or len(attempts) or 1
+    return [attempts[i:i + size] for i in range(0, len(attempts), size)]
+
+
+def recorded_slice(run_path: str | Path, index: int, part: list[tuple[str, int]]) -> dict[str, Any] | None:
+    """Shard ``index``'s record when it records the slice ``part`` (its attempts, as ``attempt_slices``
+    gives them): not one of another task list or shard size."""
+    record = shard_record(run_path, index)
+    if record is None or not part:
+        return None
+    (first, n), (last, m) = part[0], part[-1]
+    recorded = (record.get("attempts"), record.get("first"), record.get("last"))
+    return record if recorded == (len(part), f"{first}/{n}", f"{last}/{m}") else None
+
+
+def shard_record(run_path: str | Path, index: int) -> dict[str, Any] | None:
+    """shards/<index>/shard.json of the run, or None when there is none (or something else in its place)."""
+    try:
+        record = read_json(layout.file_in(layout.shard_folder(run_path, index), SHARD_STAGE))
+    except (FileNotFoundError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 # --- the summary: what metrics.json's ``summary`` holds -----------------------------------
@@ -395,21 +495,52 @@ def last_change(path: Path) -> float | None:
 
 def overview(run: Run) -> dict[str, Any]:
     """What ``agentcompass runs`` shows of one run: who ran what, how far it got, how it scored, what it cost."""
-    table = list(rows(run))
-    finished = stats(table, (run.request.get("model") or {}).get("pricing"))
+    current = summarized(run)
+    total: int | None
+    if current is not None:
+        finished, total = current
+    else:
+        table = list(rows(run))
+        finished = stats(table, (run.request.get("model") or {}).get("pricing"))
+        # unknown until tasks.json is written
+        total = len(table) if Path(layout.tasks_file(run.path)).exists() else None
     changed = last_change(run.path)
     return {
         "namespace": run.namespace, "run_id": run.run_id, "request": run.name, "path": str(run.path),
         "benchmark": run.component("benchmark"), "harness": run.component("harness"),
         "model": (run.request.get("model") or {}).get("id", ""),
-        "attempts_done": finished["attempts"],
-        # unknown until tasks.json is written
-        "attempts_total": len(table) if Path(layout.tasks_file(run.path)).exists() else None,
+        "attempts_done": finished["attempts"], "attempts_total": total,
         "errors": sum(finished["errors"].values()),
         "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
         "last_change": None if changed is None else
         datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
     }
+
+
+def summarized(run: Run) -> tuple[dict[str, Any], int] | None:
+    """metrics.json's summary of every attempt (``stats``), and the attempts tasks.json lists, when that
+    summary is of the result files on disk: each attempt has its result.json, and none was written after
+    metrics.json (every file here is written by rename: its time says when it was built). None otherwise:
+    a run that has not finished or has changed since, or a metrics.json of a version before the summary.
+
+    Each result file is looked at, not read: ``agentcompass runs`` over 100,000 attempts.
+    """
+    try:
+        built = os.stat(layout.metrics_file(run.path)).st_mtime_ns
+        tasks = _read(layout.tasks_file(run.path))["tasks"]
+    except FileNotFoundError:
+        return None
+    for task in tasks:
+        segment = task_segment(task["task_id"])
+        for n in range(1, run.per_task + 1):
+            try:
+                if os.stat(layout.result_file(layout.attempt_folder(run.path, segment, n))).st_mtime_ns > built:
+                    return None
+            except FileNotFoundError:
+                return None
+    overall = ((run.metrics() or {}).get("summary") or {}).get("overall")
+    total = len(tasks) * run.per_task
+    return (overall, total) if overall and overall.get("attempts") == total else None
 
 
 def attempt(folder: str | Path, *, text_limit: int | None = None) -> dict[str, Any]:

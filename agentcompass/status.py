@@ -3,12 +3,15 @@
 ``agentcompass status`` reads the result files for the counts, and compares
 the params the rules would compute now with those Snakemake recorded for
 each file (read through Snakemake's own code, ``engine.Records``), so the
-answer is the one the next run acts on.
+answer is the one the next run acts on. Of a sharded request, the same
+comparison of each shard's record comes first: the attempts of a shard that
+does not rerun are not judged, and its record counts them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -16,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, cast
 
-from agentcompass import layout
+from agentcompass import layout, results
 from agentcompass._util.display import visible
-from agentcompass.pipeline import engine, fingerprints, reading, reuse
+from agentcompass.pipeline import engine, fingerprints, reading, reuse, shards
 from agentcompass.pipeline.jobs import RequestJob
-from agentcompass.results import attempt_results, read_json
+from agentcompass.results import read_json
 from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
 from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, Stage, names, of_scope
 from agentcompass.stages import stage as stage_of
@@ -69,23 +72,62 @@ def rebuilt_from(s: Stage) -> tuple[str, ...]:
     return tuple(name for name in s.built_from if stage_of(name).scope != REQUEST)
 
 
-def status_counts(run_path: Path, req: RunRequest) -> tuple[Counter, list[FailedAttempt]]:
-    """Attempts by the status of their result ('missing' when there is none yet), and the failed ones."""
+def read_results(run_path: Path, req: RunRequest,
+                 shard_size: int = 0) -> tuple[Counter, list[tuple[FailedAttempt, str]]]:
+    """Attempts by the status of their result ('missing' when there is none yet), and each failed one
+    with its result file.
+
+    The slice of a sharded request whose shard record is current (it records
+    that slice, and no attempt folder of it changed since: ``shards.generation``)
+    and counts no failure is counted from its record: its result files are not read.
+    """
     counts: Counter = Counter()
-    errors = []
-    for task_id, attempt, path in attempt_results(run_path, req):
-        if not path.exists():
-            counts["missing"] += 1
+    failed = []
+    tasks_file = layout.tasks_file(run_path)
+    tasks = reading.raw_tasks(tasks_file) if Path(tasks_file).exists() else {}
+    for index, part in enumerate(results.attempt_slices(list(tasks), req.execution.attempts, shard_size)):
+        record = _current_record(run_path, index, part) if shard_size else None
+        if record is not None and not any(TaskStatus(status).is_error for status in record["counts"]):
+            counts.update(record["counts"])
             continue
-        result = read_json(path)
-        counts[result["status"]] += 1
-        if TaskStatus(result["status"]).is_error:
-            errors.append(FailedAttempt(task_id, attempt, result["status"], result.get("error_stage"),
-                                        str(result.get("error") or "")))
-    return counts, errors
+        for segment, attempt in part:
+            path = layout.result_file(layout.attempt_folder(run_path, segment, attempt))
+            try:
+                result = read_json(path)
+            except FileNotFoundError:
+                counts["missing"] += 1
+                continue
+            counts[result["status"]] += 1
+            if TaskStatus(result["status"]).is_error:
+                failed.append((FailedAttempt(tasks[segment]["task_id"], attempt, result["status"],
+                                             result.get("error_stage"), str(result.get("error") or "")), path))
+    return counts, failed
 
 
-def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
+def _current_record(run_path: Path, index: int, part: list[tuple[str, int]]) -> dict | None:
+    """Shard ``index``'s record, when it records the slice ``part``, counts each of its attempts, and no
+    attempt folder of it changed since."""
+    record = results.recorded_slice(run_path, index, part)
+    counts = record.get("counts") if record is not None else None
+    if not isinstance(counts, dict) or sum(counts.values()) != len(part):
+        return None
+    held = layout.generation_file(run_path, index)
+    try:
+        with open(held, "rb") as f:
+            built = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return None
+    folders = (layout.attempt_folder(run_path, segment, attempt) for segment, attempt in part)
+    return record if shards.generation(held, folders) == built else None
+
+
+def status_counts(run_path: Path, req: RunRequest, shard_size: int = 0) -> tuple[Counter, list[FailedAttempt]]:
+    """Attempts by the status of their result ('missing' when there is none yet), and the failed ones."""
+    counts, failed = read_results(run_path, req, shard_size)
+    return counts, [attempt for attempt, _ in failed]
+
+
+def failed_attempt_targets(run_path: Path, req: RunRequest, shard_size: int = 0) -> list[str]:
     """The files to force so that exactly the failed attempts rerun.
 
     A run error reruns the harness (its ``output.json``, the answer the last
@@ -95,14 +137,11 @@ def failed_attempt_targets(run_path: Path, req: RunRequest) -> list[str]:
     """
     _, answer_stage, answer = stage_of(LAST_ATTEMPT_STAGE).inputs[-1]
     targets = []
-    for _, _, path in attempt_results(run_path, req):
-        if not path.exists():
-            continue
-        status = TaskStatus(read_json(path)["status"])
-        if status == TaskStatus.EVAL_ERROR:
-            targets.append(str(path))
-        elif status.is_error:
-            targets.append(layout.file_in(path.parent, answer_stage, answer))
+    for attempt, path in read_results(run_path, req, shard_size)[1]:
+        if attempt.status == TaskStatus.EVAL_ERROR.value:
+            targets.append(path)
+        else:
+            targets.append(layout.file_in(os.path.dirname(path), answer_stage, answer))
     return targets
 
 
@@ -159,15 +198,16 @@ def predict(orchestration: Orchestration, workdir: Path) -> list[RequestStatus]:
             # results_dir as configured): Snakemake keys its records by that text, relative or absolute.
             prefix = f"{orchestration.runtime.results_dir}/" + layout.RUN_PATTERN.format(
                 ns=req.namespace, run_id=req.run_id)
-            counts, errors = status_counts(workdir / prefix, req)
+            shard_size = orchestration.runtime.shard_size
+            counts, errors = status_counts(workdir / prefix, req, shard_size)
             state = RequestStatus(run.name, Path(prefix), counts, errors=errors)
             statuses.append(state)
-            _predict_request(state, req, prefix, workdir, records, nonce, Path(scratch) / str(index))
+            _predict_request(state, req, prefix, workdir, records, nonce, Path(scratch) / str(index), shard_size)
     return statuses
 
 
 def _predict_request(state: RequestStatus, req: RunRequest, prefix: str, workdir: Path,
-                     records: engine.Records | None, nonce: str, scratch: Path) -> None:
+                     records: engine.Records | None, nonce: str, scratch: Path, shard_size: int) -> None:
     marked: set[str] = set()
     # the file each output name of the workflow is read from now: a checkpoint that would rerun is
     # built again in ``scratch``
@@ -211,8 +251,13 @@ def _predict_request(state: RequestStatus, req: RunRequest, prefix: str, workdir
                 if s.checkpoint:  # the stages after it read its files: build them as the next run would
                     _build_in(s, req, scratch, {name: read(layout.file_in(prefix, source_stage, output))
                                                 for name, source_stage, output in s.inputs}, prefix, now)
-        params_of = _attempt_params(req, read(layout.tasks_file(prefix)), read(layout.plans_file(prefix)),
-                                    extra.recompute)
+        tasks_file, plans_file = read(layout.tasks_file(prefix)), read(layout.plans_file(prefix))
+        slices = results.attempt_slices(reading.task_segments(tasks_file), req.execution.attempts, shard_size)
+        if len(slices) > 1:  # built as shards: the attempts of a shard that does not rerun are not rebuilt
+            current = _current_shards(req, prefix, workdir, records, tasks_file, plans_file, slices, extra.recompute)
+            slices = [part for index, part in enumerate(slices) if index not in current]
+        params_of = _attempt_params(req, tasks_file, plans_file, extra.recompute,
+                                    [attempt for part in slices for attempt in part])
     except Exception as exc:  # the run would fail at the same place: say so, and predict no further
         state.problem = f"its tasks cannot be loaded and planned now: {type(exc).__name__}: {exc}"
         return
@@ -267,21 +312,48 @@ def _build_in(s: Stage, req: RunRequest, scratch: Path, inputs: dict[str, str], 
         now[layout.file_in(prefix, s, o.name)] = outputs[o.name]
 
 
-def _attempt_params(req: RunRequest, tasks_file: str, plans_file: str,
-                    recompute: dict[str, str]) -> dict[tuple[str, int], dict[str, str]]:
-    """The params of every attempt's stages, by (task segment, attempt), as the rules compute them."""
+def _current_shards(req: RunRequest, prefix: str, workdir: Path, records: engine.Records | None, tasks_file: str,
+                    plans_file: str, slices: list[list[tuple[str, int]]], recompute: dict[str, str]) -> set[int]:
+    """The shards the next run does not rerun: their record (shard.json) is there, not marked incomplete,
+    and holds the params the shard rule computes now (``fingerprints.shard_param`` and ``shards.generation``).
+    Their inner runs do not start, so none of their attempts' files is rebuilt, whatever its own record says."""
+    if not records:
+        return set()
+    outputs = [layout.file_in(layout.shard_folder(prefix, index), fingerprints.SHARD_STAGE)
+               for index in range(len(slices))]
+    marked = records.incomplete(outputs) if records.any_incomplete() else set()
+    versions = fingerprints.component_versions(req)
+    run = workdir / prefix
+    current = set()
+    for index, (out, part) in enumerate(zip(outputs, slices)):
+        record = records.record(out) if out not in marked and (workdir / out).exists() else None
+        if record is None or record.params is None:
+            continue
+        generation = shards.generation(layout.generation_file(run, index),
+                                       (layout.attempt_folder(run, segment, attempt) for segment, attempt in part))
+        depends = fingerprints.as_param(
+            fingerprints.shard_param(req, tasks_file, plans_file, part, versions, recompute))
+        if record.params == records.params_of([depends, generation]):
+            current.add(index)
+    return current
+
+
+def _attempt_params(req: RunRequest, tasks_file: str, plans_file: str, recompute: dict[str, str],
+                    attempts: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, str]]:
+    """The params of the stages of each of ``attempts`` (task segment, attempt), as the rules compute them."""
     versions = fingerprints.component_versions(req)
     benchmark, harness = reading.benchmark_for(req), reading.harness_for(req)
+    digests: dict[str, str] = {}
     table = {}
-    for segment in reading.task_segments(tasks_file):
+    for segment, attempt in attempts:
         task = reading.task_by_segment(tasks_file, segment)
-        digest = reuse.task_fingerprint(task)
-        for attempt in range(1, req.execution.attempts + 1):
-            plan = reading.plan_for(req, plans_file, segment, attempt)
-            values = fingerprints.attempt_params(req, task, plan, versions=versions, benchmark=benchmark,
-                                                 harness=harness, task_digest=digest)
-            table[(segment, attempt)] = {name: fingerprints.as_param({**value, **recompute})
-                                         for name, value in values.items()}
+        if segment not in digests:
+            digests[segment] = reuse.task_fingerprint(task)
+        plan = reading.plan_for(req, plans_file, segment, attempt)
+        values = fingerprints.attempt_params(req, task, plan, versions=versions, benchmark=benchmark,
+                                             harness=harness, task_digest=digests[segment])
+        table[(segment, attempt)] = {name: fingerprints.as_param({**value, **recompute})
+                                     for name, value in values.items()}
     return table
 
 

@@ -4,13 +4,23 @@ Both evaluate N instant tasks with no real model: agentcompass runs the
 ``synthetic`` benchmark with the ``oracle`` harness through the real Snakemake
 workflow; Inspect AI runs the same N samples with a model provider that answers
 at once (registered through Inspect's ``inspect_ai`` entry point, since
-``mockllm`` wants to download a tokenizer). Printed: wall and CPU seconds per
-attempt for each, their ratio, the no-op rerun of each, a dry run of
-``--dry-run-n`` attempts, and peak memory; last, the machine's load average at
-the start and the end (other work moves the figures by a fifth).
+``mockllm`` wants to download a tokenizer). Printed: wall and CPU seconds, in
+all and per attempt, for each, their ratio, the no-op rerun of each (wall, CPU),
+and agentcompass's dry run of ``--dry-run-n`` attempts (default: ``--n``) whose
+task list and plans exist; the peak memory of each of these commands, summed
+over all its processes (a sharded run is many); last, the machine's load
+average at the start and the end (other work moves the figures by a fifth).
 
     python scripts/bench_overhead.py --n 1000
     python scripts/bench_overhead.py --n 10000 --dry-run-n 20000
+    python scripts/bench_overhead.py --n 100000 --skip-inspect
+
+``--load N`` runs N CPU burners (a tight Python loop each, a process each)
+beside every measured command of both sides, from just before it starts until
+it has ended: how each copes with a machine that is busy with other work. Their
+CPU is counted in neither side's figures.
+
+    python scripts/bench_overhead.py --n 1000 --load 2
 
 ``--latency L`` makes the attempts wait on a model instead: a stand-in
 OpenAI-compatible server of this script, on 127.0.0.1 in a process of its own,
@@ -259,6 +269,26 @@ class StandIn:
         self.proc.wait()
 
 
+BURNER = "while True:\n    pass\n"
+
+
+@contextlib.contextmanager
+def burners(count: int):
+    """``count`` CPU burners running for the duration of the block; killed and reaped after it.
+
+    ``timed`` measures inside the block: its CPU figure is the growth of this
+    process's reaped children's, and the burners are reaped after it is taken.
+    """
+    procs = [subprocess.Popen([sys.executable, "-c", BURNER]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
 class TreeMemory:
     """Peak of the summed RSS of a process and all its descendants, sampled every 0.2 s.
 
@@ -372,13 +402,15 @@ def snakemake_cmd(n: int, cores: int, shard_size: int | None, *extra: str, model
             "--quiet", "--config", *config]
 
 
-def bench_agentcompass(n: int, cores: int, shard_size: int | None, work: Path) -> dict:
+def bench_agentcompass(n: int, cores: int, shard_size: int | None, work: Path, load: int) -> dict:
     work.mkdir(parents=True)
     env = agentcompass_env()
-    full = timed(snakemake_cmd(n, cores, shard_size), work, env)
+    with burners(load):
+        full = timed(snakemake_cmd(n, cores, shard_size), work, env)
     metrics = json.loads((work / "results/default/bench/metrics.json").read_text())
     assert metrics["num_attempts"] == n and metrics["metrics"]["accuracy"] == 1.0, metrics
-    noop = timed(snakemake_cmd(n, cores, shard_size), work, env)
+    with burners(load):
+        noop = timed(snakemake_cmd(n, cores, shard_size), work, env)
     return {"full": full, "noop": noop}
 
 
@@ -399,7 +431,9 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
     work = scratch / "agentcompass"
     work.mkdir(parents=True)
     server.reset()
-    ours = timed(snakemake_cmd(n, slots, args.shard_size, *extra, model=model, calls=calls), work, agentcompass_env())
+    with burners(args.load):
+        ours = timed(snakemake_cmd(n, slots, args.shard_size, *extra, model=model, calls=calls), work,
+                     agentcompass_env())
     metrics = json.loads((work / "results/default/bench/metrics.json").read_text())
     assert metrics["num_attempts"] == n and metrics["metrics"]["accuracy"] == 1.0, metrics
     rows.append(("agentcompass", ours, server.stats(min(slots, args.endpoint_cap or slots), ours["started"])))
@@ -410,9 +444,11 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
         env = {**os.environ, "INSPECT_DISPLAY": "none", "INSPECT_LOG_LEVEL": "warning", "OPENAI_API_KEY": "unused"}
         connections = min(args.connections, args.endpoint_cap) if args.endpoint_cap else args.connections
         server.reset()
-        theirs = timed([str(inspect), "eval", "task.py", "-T", f"n={n}", "--model", "openai/stand-in",
-                        "--model-base-url", server.base_url, "-M", "responses_api=false",
-                        "--max-connections", str(connections), "--log-dir", "logs", "--display", "none"], work, env)
+        with burners(args.load):
+            theirs = timed([str(inspect), "eval", "task.py", "-T", f"n={n}", "--model", "openai/stand-in",
+                            "--model-base-url", server.base_url, "-M", "responses_api=false",
+                            "--max-connections", str(connections), "--log-dir", "logs", "--display", "none"],
+                           work, env)
         rows.append(("inspect-ai", theirs, server.stats(connections, theirs["started"])))
     print(f"{'':14}{'wall s':>9}{'cpu s':>9}{'ideal s':>9}{'/ideal':>8}{'calls':>7}{'max in flight':>15}{'time >=90%':>12}"
           f"{'first call s':>14}{'last answer s':>15}")
@@ -424,22 +460,30 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
               f"cpu {rows[0][1]['cpu'] / rows[1][1]['cpu']:.2f}")
 
 
-def bench_dry_run(n: int, cores: int, shard_size: int | None, work: Path) -> dict:
+def bench_dry_run(n: int, cores: int, shard_size: int | None, work: Path, load: int) -> dict:
     """A dry run over n attempts whose task list and plans exist (so the whole DAG is built)."""
     work.mkdir(parents=True)
     env = agentcompass_env()
     timed(snakemake_cmd(n, cores, shard_size, "results/default/bench/plans.json"), work, env)
-    return timed(snakemake_cmd(n, cores, shard_size, "--dry-run"), work, env)
+    with burners(load):
+        return timed(snakemake_cmd(n, cores, shard_size, "--dry-run"), work, env)
 
 
-def bench_inspect(n: int, inspect: Path, work: Path, connections: int) -> dict:
+def dry_run_line(n: int, dry: dict) -> str:
+    return (f"dry run over {n} attempts: {dry['wall']:.1f} s wall, {dry['cpu']:.1f} s cpu, "
+            f"peak {dry['peak_rss_mb']:.0f} MB")
+
+
+def bench_inspect(n: int, inspect: Path, work: Path, connections: int, load: int) -> dict:
     work.mkdir(parents=True)
     (work / "task.py").write_text(TASK)
     env = {**os.environ, "INSPECT_DISPLAY": "none", "INSPECT_LOG_LEVEL": "warning"}
     base = [str(inspect), "eval-set", "task.py", "-T", f"n={n}", "--model", "instant/fast",
             "--max-connections", str(connections), "--log-dir", "logs", "--display", "none"]
-    full = timed(base, work, env)
-    noop = timed(base, work, env)
+    with burners(load):
+        full = timed(base, work, env)
+    with burners(load):
+        noop = timed(base, work, env)
     return {"full": full, "noop": noop}
 
 
@@ -450,7 +494,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64, help="Inspect --max-connections")
     parser.add_argument("--shard-size", type=int, default=None,
                         help="runtime.shard_size for agentcompass (default: the config's; 0 never shards)")
-    parser.add_argument("--dry-run-n", type=int, default=0, help="also time a dry run over this many attempts")
+    parser.add_argument("--dry-run-n", type=int, default=None,
+                        help="attempts of agentcompass's dry run (default: --n; 0: no dry run)")
     parser.add_argument("--inspect-venv", type=Path, default=ROOT / ".bench" / "inspect-venv")
     parser.add_argument("--skip-inspect", action="store_true")
     parser.add_argument("--dry-run-only", action="store_true", help="only time the dry run of --dry-run-n attempts")
@@ -465,9 +510,14 @@ def main() -> None:
                         "shards claiming half the cap each run two at once")
     parser.add_argument("--snakemake-arg", action="append", default=[],
                         help="with --latency: one more argument for agentcompass's Snakemake (repeat for more)")
+    parser.add_argument("--load", type=int, default=0,
+                        help="CPU burners (a busy Python loop each) running beside every measured command")
     args = parser.parse_args()
-    if args.calls < 1 or args.latency < 0 or args.endpoint_cap < 0:
-        parser.error("--calls must be at least 1, --latency and --endpoint-cap at least 0")
+    if args.calls < 1 or args.latency < 0 or args.endpoint_cap < 0 or args.load < 0:
+        parser.error("--calls must be at least 1, --latency, --endpoint-cap and --load at least 0")
+    if args.dry_run_n is None:
+        args.dry_run_n = args.n
+    load = f"  load: {args.load} CPU burner(s) beside each measured command" if args.load else ""
 
     scratch = Path(tempfile.mkdtemp(prefix="agentcompass-bench-"))
     load_before = os.getloadavg()[0]
@@ -476,7 +526,7 @@ def main() -> None:
             inspect = None if args.skip_inspect else ensure_inspect(args.inspect_venv)
             print(f"n={args.n}  latency {args.latency:g} s  {args.calls} call(s) per attempt  "
                   f"slots {args.cores} (snakemake --cores, inspect --max-connections)"
-                  + (f"  endpoint cap {args.endpoint_cap}" if args.endpoint_cap else ""))
+                  + (f"  endpoint cap {args.endpoint_cap}" if args.endpoint_cap else "") + load)
             server = StandIn(args.latency, args.calls, scratch / "server")
             try:
                 bench_latency(args, server, inspect, scratch)
@@ -484,28 +534,35 @@ def main() -> None:
                 server.close()
             return
         if args.dry_run_only:
-            dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run")
-            print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")
+            if load:
+                print(load.strip())
+            dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run", args.load)
+            print(dry_run_line(args.dry_run_n, dry))
             return
         inspect = None if args.skip_inspect else ensure_inspect(args.inspect_venv)
         shard = "config default" if args.shard_size is None else args.shard_size
-        print(f"n={args.n}  snakemake --cores {args.cores} (shard_size {shard})  inspect --max-connections {args.connections}")
-        ours = bench_agentcompass(args.n, args.cores, args.shard_size, scratch / "agentcompass")
+        print(f"n={args.n}  snakemake --cores {args.cores} (shard_size {shard})  "
+              f"inspect --max-connections {args.connections}" + load)
+        ours = bench_agentcompass(args.n, args.cores, args.shard_size, scratch / "agentcompass", args.load)
         rows = [("agentcompass", ours)]
         if inspect:
-            rows.append(("inspect-ai", bench_inspect(args.n, inspect, scratch / "inspect", args.connections)))
-        print(f"{'':14}{'wall s':>9}{'cpu s':>9}{'wall ms/att':>13}{'cpu ms/att':>12}{'no-op s':>9}{'peak MB':>9}")
+            rows.append(("inspect-ai", bench_inspect(args.n, inspect, scratch / "inspect", args.connections,
+                                                     args.load)))
+        # peak MB: of the whole run, summed over its processes; the no-op's the same
+        print(f"{'':14}{'wall s':>9}{'cpu s':>9}{'wall ms/att':>13}{'cpu ms/att':>12}{'no-op s':>9}{'peak MB':>9}"
+              f"{'no-op cpu s':>13}{'no-op MB':>10}")
         for name, r in rows:
-            f = r["full"]
+            f, noop = r["full"], r["noop"]
             print(f"{name:14}{f['wall']:9.1f}{f['cpu']:9.1f}{1000 * f['wall'] / args.n:13.1f}"
-                  f"{1000 * f['cpu'] / args.n:12.1f}{r['noop']['wall']:9.1f}{f['peak_rss_mb']:9.0f}")
+                  f"{1000 * f['cpu'] / args.n:12.1f}{noop['wall']:9.1f}{f['peak_rss_mb']:9.0f}"
+                  f"{noop['cpu']:13.1f}{noop['peak_rss_mb']:10.0f}")
         if inspect:
             a, b = ours["full"], rows[1][1]["full"]
             print(f"ratio agentcompass / inspect-ai: wall {a['wall'] / b['wall']:.2f}, cpu {a['cpu'] / b['cpu']:.2f}, "
                   f"no-op rerun {ours['noop']['wall'] / rows[1][1]['noop']['wall']:.2f}")
         if args.dry_run_n:
-            dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run")
-            print(f"dry run over {args.dry_run_n} attempts: {dry['wall']:.1f} s wall, peak {dry['peak_rss_mb']:.0f} MB")
+            dry = bench_dry_run(args.dry_run_n, args.cores, args.shard_size, scratch / "dry-run", args.load)
+            print(dry_run_line(args.dry_run_n, dry))
     finally:
         # other work on the machine moves these figures by a fifth: compare runs under like loads
         print(f"load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "

@@ -112,3 +112,53 @@ def test_exit_statuses_are_documented():
     section = guide[guide.index("## Exit status"):]
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |"):
         assert code in section
+
+
+def refuse_w4(body):
+    if "word w4." in body["messages"][-1]["content"]:
+        return 400, {"error": {"message": "scripted refusal 7"}}  # a 4xx other than 429 is not retried
+    return 200, completion("x")
+
+
+def test_a_sharded_request_reports_its_failed_attempt_by_kind_from_its_summaries(workdir: Path):
+    """The end of the run reads metrics.json's summary and the shards' records: the outcome is the
+    one every result.json gives, and stays so when no result.json can be read."""
+    from agentcompass import results
+    from agentcompass.pipeline.events import read_events
+    from agentcompass.plugins import load_components
+    from agentcompass.runtime.config import load_run_config
+    from agentcompass.runtime.orchestration import resolve_orchestration
+
+    with ScriptedEndpoint(refuse_w4) as endpoint:
+        config = workdir / "eval.yaml"
+        config.write_text(json.dumps({
+            "runtime": {"progress": False, "shard_size": 4},  # two shards: 4 attempts and 2
+            "requests": {"sharded": {"benchmark": "synthetic", "harness": "chat",
+                                     "model": {"id": "scripted", "base_url": endpoint.base_url}}},
+            "benchmarks": {"synthetic": {"num_tasks": 6}},
+        }))
+        done = agentcompass(workdir, "run", "-c", str(config))
+    assert done.returncode == 1, done.stderr[-3000:]
+    run = workdir / "results/default/sharded"
+    assert sorted(p.parent.name for p in run.glob("shards/*/shard.json")) == ["0", "1"]
+    failed = json.loads((run / "attempts/t4/1/result.json").read_text())
+    kind = results.error_kind(failed["status"], failed["error"])
+    assert kind.startswith("run_error: ") and "HTTP N" in kind, kind
+    [finished] = [e["outcome"] for e in read_events(run) if e["event"] == "request_finished"]
+    assert (finished["state"], finished["counts"], finished["errors"], finished["done"], finished["total"]) == \
+        ("completed_with_errors", {"completed": 5, "run_error": 1}, {kind: 1}, 6, 6)
+    assert f"completed with errors: 1 of 6 attempts failed ({kind} x1)" in done.stdout
+
+    load_components()
+    orchestration = resolve_orchestration(load_run_config([str(config)], None, start=workdir,
+                                                          include_user=False, include_project=False))
+    for path in run.glob("attempts/*/*/result.json"):  # a folder in each one's place: none can be read
+        path.unlink()
+        path.mkdir()
+    [outcome] = results.outcomes(orchestration, True, workdir).outcomes
+    assert outcome.to_dict() == finished
+    # stopped: each shard's record counts its slice, whose result.json files are not looked for
+    for path in run.glob("attempts/*/*/result.json"):
+        path.rmdir()
+    [stopped] = results.outcomes(orchestration, False, workdir).outcomes
+    assert (stopped.state, stopped.done, stopped.total, stopped.errors) == ("stopped", 6, 6, {})

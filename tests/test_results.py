@@ -194,6 +194,27 @@ def test_runs_shows_a_run_in_progress_and_when_it_last_changed(tmp_path: Path, f
     assert missing.returncode == 2 and "nowhere does not exist" in missing.stderr and "Fix:" in missing.stderr
 
 
+def test_runs_lists_a_finished_run_from_its_summary(tmp_path: Path, finished):
+    """A run whose metrics.json was written after every result.json is listed from metrics.json's summary:
+    no result.json is read. One written after it has the figures computed from the results again."""
+    workdir, _, _ = finished
+    [expected] = json.loads(agentcompass(workdir, "runs", "--json").stdout)
+    copy = tmp_path / "results/default/priced"
+    shutil.copytree(run_dir(workdir), copy)  # the files' times too
+    result = copy / "attempts/capital-france/2/result.json"
+    stamp = result.stat()
+    result.unlink()
+    result.mkdir()  # a folder in its place: reading it as a file fails
+    os.utime(result, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    listed = agentcompass(tmp_path, "runs", "results", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [run] = json.loads(listed.stdout)
+    assert {k: v for k, v in run.items() if k != "path"} == {k: v for k, v in expected.items() if k != "path"}
+    os.utime(result)  # now: after metrics.json
+    again = agentcompass(tmp_path, "runs", "results", "--json")
+    assert again.returncode == 2 and "result.json is not a file agentcompass wrote" in again.stderr, again.stderr
+
+
 def test_export_writes_what_results_load_returns(finished, tmp_path: Path):
     workdir, _, _ = finished
     expected = results.load(run_dir(workdir))

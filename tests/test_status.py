@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
+from agentcompass.testing.endpoint import ScriptedEndpoint, completion
 from conftest import agentcompass, jobs_run
 
 REQUEST = "example_exact_match-oracle-none"
@@ -109,3 +111,52 @@ def test_a_results_folder_as_the_first_argument_still_works(workdir: Path, tmp_p
     assert done.returncode == 2 and "give all of BENCHMARK HARNESS MODEL" in done.stderr
     done = agentcompass(workdir, "status", "example_exact_match", "oracle", "none", "extra")
     assert done.returncode == 2 and "unexpected argument(s) extra" in done.stderr
+
+
+def refuse_w4(body):
+    if "word w4." in body["messages"][-1]["content"]:
+        return 400, {"error": {"message": "scripted refusal"}}  # a 4xx other than 429 is not retried
+    return 200, completion("x")
+
+
+def test_a_sharded_request_is_read_from_its_current_shards_records(workdir: Path):
+    """A shard the next run does not rerun (its record holds the params the shard rule computes now) has
+    none of its attempts rebuilt: its attempts are not judged, and its record counts them when it counts
+    no failure; a shard that reruns is judged file by file, as its inner run judges them."""
+    with ScriptedEndpoint(refuse_w4) as endpoint:
+        config = workdir / "eval.yaml"
+        config.write_text(json.dumps({
+            "runtime": {"progress": False, "shard_size": 4},  # two shards: t0-t3 and t4-t5
+            "requests": {"sharded": {"benchmark": "synthetic", "harness": "chat",
+                                     "model": {"id": "scripted", "base_url": endpoint.base_url}}},
+            "benchmarks": {"synthetic": {"num_tasks": 6}},
+        }))
+        done = agentcompass(workdir, "run", "-c", str(config))
+    assert done.returncode == 1, done.stderr[-3000:]
+    stdout = ok(agentcompass(workdir, "status", "-c", str(config)))
+    up_to_date(stdout, "sharded", "completed 5, run_error 1")
+    assert "    run_error at run: t4 attempt 1: model call refused: HTTP 400" in stdout, stdout  # read from its slice
+
+    # shard 0's folders as its record left them: a result.json no one can read is never read
+    folder = workdir / "results/default/sharded/attempts/t0/1"
+    stamp = folder.stat()
+    (folder / "result.json").unlink()
+    (folder / "result.json").mkdir()
+    os.utime(folder, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    up_to_date(ok(agentcompass(workdir, "status", "-c", str(config))), "sharded", "completed 5, run_error 1")
+
+    # one more task: the second slice (t4-t6) changes, and only the new attempt is built in it
+    six = config.read_text()
+    more = json.loads(six)
+    more["benchmarks"]["synthetic"]["num_tasks"] = 7
+    config.write_text(json.dumps(more))
+    stdout = ok(agentcompass(workdir, "status", "-c", str(config)))
+    for name in ("prepared.json", "output.json", "result.json"):
+        assert f"{name} x1: missing" in stdout, stdout
+    config.write_text(six)
+
+    # a folder of shard 0 changed: the shard reruns, and its inner run rebuilds exactly the missing result
+    (folder / "result.json").rmdir()
+    stdout = ok(agentcompass(workdir, "status", "-c", str(config)))
+    assert "attempts: completed 4, missing 1, run_error 1\n" in stdout, stdout
+    assert "result.json x1: missing" in stdout and "prepared.json" not in stdout and "output.json" not in stdout

@@ -42,7 +42,7 @@ def cmd_retry(args) -> int:
     targets = [
         t for run in orchestration.runs
         for t in status.failed_attempt_targets(layout.run_dir(base, run.request.namespace, run.request.run_id),
-                                               run.request)
+                                               run.request, orchestration.runtime.shard_size)
     ]
     if not targets:
         _print("no attempt holds an error status: nothing to retry")

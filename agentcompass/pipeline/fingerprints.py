@@ -341,16 +341,24 @@ class AttemptFingerprints:
         self.inv.begin()
         req = self.inv.request(w)
         tasks_file, plans_file = self.targets.bulk_files(req)
-        tasks, plans = reading.raw_tasks(tasks_file), reading.raw_plans(plans_file)
         attempts = self.targets.shard_slice(req, int(w.shard))
-        harness = reading.harness_for(req)
         forced = {"forced": self.inv.nonce} if shards.forced_rules(self.inv.snakemake) else {}
-        return as_param({
-            "stage": SHARD_STAGE.version,
-            # the stages its inner run builds: a new metrics stage reruns metrics.json, not the shards
-            "stages": {s.name: s.version for s in ATTEMPT_STAGES},
-            "versions": self.fingerprints.components(req),
-            "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
-            "attempts": reuse.digest([[tasks[s], plans[(s, a)]] for s, a in attempts]),
-            **self.fingerprints.recompute(req), **forced,
-        })
+        return as_param({**shard_param(req, tasks_file, plans_file, attempts, self.fingerprints.components(req),
+                                       self.fingerprints.recompute(req)), **forced})
+
+
+def shard_param(req: RunRequest, tasks_file: str, plans_file: str, attempts: list[tuple[str, int]],
+                versions: dict[str, str], recompute: dict[str, str]) -> dict[str, Any]:
+    """The value of the shard rule's first param (``AttemptFingerprints.shard``) for the slice ``attempts``,
+    without a ``--forcerun``: also what ``agentcompass status`` compares with the shard's record."""
+    tasks, plans = reading.raw_tasks(tasks_file), reading.raw_plans(plans_file)
+    harness = reading.harness_for(req)
+    return {
+        "stage": SHARD_STAGE.version,
+        # the stages its inner run builds: a new metrics stage reruns metrics.json, not the shards
+        "stages": {s.name: s.version for s in ATTEMPT_STAGES},
+        "versions": versions,
+        "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
+        "attempts": reuse.digest([[tasks[s], plans[(s, a)]] for s, a in attempts]),
+        **recompute,
+    }

@@ -1,0 +1,123 @@
+"""results.outcomes reads a request's summaries: metrics.json's error kinds and the shards' records,
+not every attempt's result.json (the end of a run of 100,000 attempts opens a few files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentcompass import layout, results
+from agentcompass.plugins import load_components
+from agentcompass.runtime.config import load_run_config
+from agentcompass.runtime.orchestration import resolve_orchestration
+
+load_components()  # the ids below are the built-in components'
+
+TASKS = ("a", "b", "c")
+ATTEMPTS = 2  # 6 attempts in slices of 2: a/1 a/2 | b/1 b/2 | c/1 c/2
+FAILED = ("b", 2)
+KIND = "run_error: model call failed after N tries"
+
+
+@pytest.fixture
+def run(tmp_path: Path):
+    """A request's folder as a run that finished leaves it: tasks.json, metrics.json with its summary,
+    one result.json per attempt (one of them failed); and the orchestration of that request."""
+    config = load_run_config([], {
+        "runtime": {"results_dir": str(tmp_path / "results"), "shard_size": 2},
+        "requests": {"r": {"benchmark": "example_exact_match", "harness": "oracle", "model": {"id": "none"},
+                           "execution": {"attempts": ATTEMPTS}}},
+    }, include_user=False, include_project=False)
+    orchestration = resolve_orchestration(config)
+    [folder] = results.run_folders(orchestration)
+    write(layout.tasks_file(folder), {"tasks": [{"task_id": t} for t in TASKS]})
+    for task, n in attempts():
+        failed = (task, n) == FAILED
+        write(result_file(folder, task, n), {
+            "task_id": task, "attempt": n, "status": "run_error" if failed else "completed",
+            "error": "model call failed after 3 tries\nTraceback ..." if failed else None})
+    counts = {"completed": 5, "run_error": 1}
+    write(layout.metrics_file(folder), {
+        "benchmark_id": "example_exact_match", "metrics": {"accuracy": 5 / 6}, "counts": counts,
+        "num_tasks": 3, "num_attempts": 6,
+        "summary": {"overall": {"attempts": 6, "counts": counts, "errors": {KIND: 1}}, "by_category": {}}})
+    return orchestration, folder
+
+
+def attempts() -> list[tuple[str, int]]:
+    return [(t, n) for t in TASKS for n in range(1, ATTEMPTS + 1)]
+
+
+def result_file(folder: Path, task: str, n: int) -> Path:
+    return Path(layout.result_file(layout.attempt_folder(folder, layout.task_segment(task), n)))
+
+
+def shard_file(folder: Path, index: int) -> Path:
+    return Path(layout.file_in(layout.shard_folder(folder, index), results.SHARD_STAGE))
+
+
+def write(path, data) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data))
+
+
+def unreadable(path: Path) -> None:
+    """A folder in the place of the file: reading it as a file fails (chmod does not stop root)."""
+    path.unlink()
+    path.mkdir()
+
+
+def test_failed_attempts_by_kind_come_from_the_summary_and_no_result_file_is_read(run):
+    orchestration, folder = run
+    for task, n in attempts():
+        unreadable(result_file(folder, task, n))
+    with pytest.raises(ValueError):  # what reading any of them would do
+        results.read_json(result_file(folder, *FAILED))
+    [outcome] = results.outcomes(orchestration, True).outcomes
+    assert (outcome.state, outcome.counts, outcome.errors, outcome.done, outcome.total) == \
+        ("completed_with_errors", {"completed": 5, "run_error": 1}, {KIND: 1}, 6, 6)
+
+
+def test_a_metrics_json_without_error_kinds_has_them_read_from_the_results(run):
+    orchestration, folder = run
+    metrics = json.loads(Path(layout.metrics_file(folder)).read_text())
+    del metrics["summary"]  # as versions before the summary wrote it
+    write(layout.metrics_file(folder), metrics)
+    [outcome] = results.outcomes(orchestration, True).outcomes
+    assert (outcome.state, outcome.errors, outcome.done, outcome.total) == ("completed_with_errors", {KIND: 1}, 6, 6)
+    # a summary whose kinds do not add up to the failed attempts counts for none
+    metrics["summary"] = {"overall": {"errors": {"run_error: another": 2}}}
+    write(layout.metrics_file(folder), metrics)
+    assert results.outcomes(orchestration, True).outcomes[0].errors == {KIND: 1}
+
+
+def test_a_stopped_request_counts_a_recorded_slice_by_its_record_and_looks_for_the_rest(run):
+    orchestration, folder = run
+    for task, n in attempts():
+        result_file(folder, task, n).unlink()
+    # slice 0 (a/1, a/2) built: its record stands for its attempts, which are not looked for
+    write(shard_file(folder, 0), {"shard": 0, "attempts": 2, "first": "a/1", "last": "a/2", "counts": {"completed": 2}})
+    # slice 1's record is of another slicing (an earlier task list): its attempts are looked for, one is there
+    write(shard_file(folder, 1), {"shard": 1, "attempts": 2, "first": "x/1", "last": "b/2", "counts": {"completed": 2}})
+    write(result_file(folder, "b", 1), {"task_id": "b", "attempt": 1, "status": "completed"})
+    # slice 2 has no record: both its attempts are there
+    for n in (1, 2):
+        write(result_file(folder, "c", n), {"task_id": "c", "attempt": n, "status": "completed"})
+    [outcome] = results.outcomes(orchestration, False, reason="stopped by SIGTERM").outcomes
+    assert (outcome.state, outcome.done, outcome.total, outcome.counts, outcome.reason) == \
+        ("stopped", 5, 6, {}, "stopped by SIGTERM")
+    # never sharded (shard_size 0): every attempt is looked for, records or not
+    orchestration.runtime.shard_size = 0
+    assert results.outcomes(orchestration, False).outcomes[0].done == 3
+
+
+def test_a_dry_run_counts_the_attempts_of_the_task_list(run):
+    orchestration, folder = run
+    for task, n in attempts():
+        unreadable(result_file(folder, task, n))
+    [outcome] = results.outcomes(orchestration, True, dry_run=True).outcomes
+    assert (outcome.state, outcome.total, outcome.done) == ("planned", 6, 0)
+    Path(layout.tasks_file(folder)).unlink()  # before the task list is written: nothing known yet
+    assert results.outcomes(orchestration, True, dry_run=True).outcomes[0].total == 0

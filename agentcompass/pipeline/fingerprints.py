@@ -23,7 +23,7 @@ from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
 from agentcompass.stages import ATTEMPT, SHARD, STAGES, SUMMARY, Stage, names, of_scope
 
-from . import engine, reading, reuse, shards
+from . import engine, plan_index, reading, reuse, shards
 from .bulk import BulkOutput, settled
 from .engine import IncompleteCheckpointException, WorkflowError
 from .invocation import Invocation
@@ -320,8 +320,8 @@ class AttemptFingerprints:
         benchmark, harness = reading.benchmark_for(req), reading.harness_for(req)
         tasks_seen: dict[str, str] = {}
         table = {}
-        for segment, attempt in reading.raw_plans(plans_file) if attempts is None else attempts:
-            plan = reading.plan_for(req, plans_file, segment, attempt)
+        plans = reading.plans_for(req, plans_file, reading.plan_keys(plans_file) if attempts is None else attempts)
+        for (segment, attempt), plan in plans.items():
             task = reading.task_by_segment(tasks_file, segment)
             if segment not in tasks_seen:
                 tasks_seen[segment] = reuse.task_fingerprint(task)
@@ -336,13 +336,15 @@ class AttemptFingerprints:
 
         It changes whenever one of those params does (and, rarely, when a plan
         field no stage reads does: the inner run then finds nothing to do). Not
-        decoding 10,000 plans to compute it is most of a no-op rerun's saving.
+        decoding 10,000 plans to compute it is most of a no-op rerun's saving; the
+        digest of the slice is the plans index's (``plan_index``), so plans.json is
+        not even parsed.
         """
         self.inv.begin()
         req = self.inv.request(w)
         tasks_file, plans_file = self.targets.bulk_files(req)
-        tasks, plans = reading.raw_tasks(tasks_file), reading.raw_plans(plans_file)
-        attempts = self.targets.shard_slice(req, int(w.shard))
+        index = int(w.shard)
+        attempts = self.targets.shard_slice(req, index)
         harness = reading.harness_for(req)
         forced = {"forced": self.inv.nonce} if shards.forced_rules(self.inv.snakemake) else {}
         return as_param({
@@ -351,6 +353,7 @@ class AttemptFingerprints:
             "stages": {s.name: s.version for s in ATTEMPT_STAGES},
             "versions": self.fingerprints.components(req),
             "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
-            "attempts": reuse.digest([[tasks[s], plans[(s, a)]] for s, a in attempts]),
+            "attempts": plan_index.shard_digest(plans_file, tasks_file, self.inv.runtime.shard_size, index, attempts,
+                                                lambda: reading.raw_tasks(tasks_file)),
             **self.fingerprints.recompute(req), **forced,
         })

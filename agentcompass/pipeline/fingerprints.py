@@ -309,7 +309,7 @@ class AttemptFingerprints:
                     f"target, or {layout.file_in(self.inv.run_path(req), SUMMARY_STAGES[0])}) rather than single "
                     f"attempt files."
                 ) from None
-            # a shard's inner run needs its slice only: the rest is never decoded
+            # a shard's inner run needs its slice only: the rest of plans.json is never read (plan_index)
             attempts = None if self.inv.inner is None else self.targets.shard_slice(req, self.inv.inner[2])
             table = self._tables[(req.namespace, req.run_id)] = self._table(req, tasks_file, plans_file, attempts)
         return table

@@ -273,3 +273,16 @@ def test_plans_json_in_any_valid_layout_is_indexed(tmp_path: Path):
     path.write_text('{"plans": [], "request_name": "x"}')
     forget()
     assert reading.plan_keys(path) == []
+
+
+def test_an_index_that_cannot_be_written_is_held_in_memory(run: Path):
+    """A folder the index cannot be written to (here: a folder in its place) costs a rebuild per
+    process, never a failure."""
+    index = Path(layout.plan_index_file(run))
+    index.unlink()
+    index.mkdir()
+    forget()
+    keys = keys_of(TASKS)
+    assert list(plan_index.read_plans(layout.plans_file(run), keys).values()) == read_json(layout.plans_file(run))["plans"]
+    assert shard_digests(run, 5) == digests_from_whole_files(run, 5)
+    assert index.is_dir() and not list(index.iterdir()) and not [p for p in run.iterdir() if p.name.endswith(".tmp")]

@@ -4,6 +4,7 @@
 
     <results_dir>/<namespace>/<run_id>/          a request's run folder
         request.json tasks.json plans.json run_info.json metrics.json events.jsonl
+        plans.index                               where each plan is in plans.json (derived, rebuilt if stale)
         logs/<stage>.log                          a failed request or summary stage's traceback
         report/index.html ...                     the report
         reports/<analyzer>/                       each analyzer's files
@@ -36,6 +37,8 @@ LOGS = "logs"
 REPORT = "report"
 ANALYZER_REPORTS = "reports"
 EVENTS = "events.jsonl"
+# beside plans.json: where each plan is in it, and each shard's digest (agentcompass.pipeline.plan_index)
+PLAN_INDEX = "plans.index"
 # in a shard's folder: the generation it was last built for (agentcompass.pipeline.shards)
 GENERATION = "generation"
 # in an attempt's folder
@@ -156,6 +159,11 @@ def tasks_file(run: str | Path) -> str:
 
 def plans_file(run: str | Path) -> str:
     return run_file(run, PLAN_LIST)
+
+
+def plan_index_file(run: str | Path) -> str:
+    """The index of the plans file of the run folder ``run`` (not a stage's output: derived data)."""
+    return f"{run}/{PLAN_INDEX}"
 
 
 def metrics_file(run: str | Path) -> str:

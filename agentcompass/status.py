@@ -254,7 +254,8 @@ def _predict_request(state: RequestStatus, req: RunRequest, prefix: str, workdir
         tasks_file, plans_file = read(layout.tasks_file(prefix)), read(layout.plans_file(prefix))
         slices = results.attempt_slices(reading.task_segments(tasks_file), req.execution.attempts, shard_size)
         if len(slices) > 1:  # built as shards: the attempts of a shard that does not rerun are not rebuilt
-            current = _current_shards(req, prefix, workdir, records, tasks_file, plans_file, slices, extra.recompute)
+            current = _current_shards(req, prefix, workdir, records, tasks_file, plans_file, shard_size, slices,
+                                      extra.recompute)
             slices = [part for index, part in enumerate(slices) if index not in current]
         params_of = _attempt_params(req, tasks_file, plans_file, extra.recompute,
                                     [attempt for part in slices for attempt in part])
@@ -313,7 +314,8 @@ def _build_in(s: Stage, req: RunRequest, scratch: Path, inputs: dict[str, str], 
 
 
 def _current_shards(req: RunRequest, prefix: str, workdir: Path, records: engine.Records | None, tasks_file: str,
-                    plans_file: str, slices: list[list[tuple[str, int]]], recompute: dict[str, str]) -> set[int]:
+                    plans_file: str, size: int, slices: list[list[tuple[str, int]]],
+                    recompute: dict[str, str]) -> set[int]:
     """The shards the next run does not rerun: their record (shard.json) is there, not marked incomplete,
     and holds the params the shard rule computes now (``fingerprints.shard_param`` and ``shards.generation``).
     Their inner runs do not start, so none of their attempts' files is rebuilt, whatever its own record says."""
@@ -332,7 +334,7 @@ def _current_shards(req: RunRequest, prefix: str, workdir: Path, records: engine
         generation = shards.generation(layout.generation_file(run, index),
                                        (layout.attempt_folder(run, segment, attempt) for segment, attempt in part))
         depends = fingerprints.as_param(
-            fingerprints.shard_param(req, tasks_file, plans_file, part, versions, recompute))
+            fingerprints.shard_param(req, tasks_file, plans_file, size, index, part, versions, recompute))
         if record.params == records.params_of([depends, generation]):
             current.add(index)
     return current
@@ -345,11 +347,12 @@ def _attempt_params(req: RunRequest, tasks_file: str, plans_file: str, recompute
     benchmark, harness = reading.benchmark_for(req), reading.harness_for(req)
     digests: dict[str, str] = {}
     table = {}
+    plans = reading.plans_for(req, plans_file, attempts)  # plans.json read once, at their places
     for segment, attempt in attempts:
         task = reading.task_by_segment(tasks_file, segment)
         if segment not in digests:
             digests[segment] = reuse.task_fingerprint(task)
-        plan = reading.plan_for(req, plans_file, segment, attempt)
+        plan = plans[(segment, attempt)]
         values = fingerprints.attempt_params(req, task, plan, versions=versions, benchmark=benchmark,
                                              harness=harness, task_digest=digests[segment])
         table[(segment, attempt)] = {name: fingerprints.as_param({**value, **recompute})

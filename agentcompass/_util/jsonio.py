@@ -10,7 +10,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 # Called with a file's path just before it appears (its rename): a job records
 # what it built the file from first, so a kill between the two loses nothing.
@@ -75,11 +75,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """``write_text_atomic`` of bytes."""
-    path = Path(path)
-    if not path.parent.is_dir():  # a stat is much cheaper than a failing mkdir on some disks
-        path.parent.mkdir(parents=True, exist_ok=True)
-    # unique to this process and thread, so no random name (mkstemp) is needed
-    tmp = path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
+    path, tmp = Path(path), _temporary(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
@@ -88,14 +84,41 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
-        hook = _before_publish.get()
-        if hook is not None:
-            hook(path)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
+    """``write_bytes_atomic`` in parts: a binary file to write, which appears as ``path`` when the
+    block ends, and not at all when it raises (for a file too large to hold in memory at once)."""
+    path, tmp = Path(path), _temporary(path)
+    try:
+        with open(tmp, "wb") as handle:
+            yield handle
+        _publish(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _temporary(path: str | Path) -> Path:
+    """Where a write of ``path`` goes first: beside it, so that the rename is atomic."""
+    path = Path(path)
+    if not path.parent.is_dir():  # a stat is much cheaper than a failing mkdir on some disks
+        path.parent.mkdir(parents=True, exist_ok=True)
+    # unique to this process and thread, so no random name (mkstemp) is needed
+    return path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    hook = _before_publish.get()
+    if hook is not None:
+        hook(path)
+    os.replace(tmp, path)
 
 
 def append_line(path: str | Path, payload: Any) -> None:

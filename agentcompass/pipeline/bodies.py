@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import agentcompass
 from agentcompass import layout
@@ -47,11 +47,11 @@ from agentcompass.secrets import Scrubber
 from agentcompass.stages import LAST_ATTEMPT_STAGE, stage
 from agentcompass._util.trees import remove_tree
 
-from . import engine, forkserver, lifecycle, pacing, provenance, shards
+from . import engine, forkserver, lifecycle, pacing, plan_index, provenance, reading, shards
 from .engine import WorkflowError
-from .files import ComponentVersion, PlansFile, RunInfo, ShardRecord, TasksFile, write_file
+from .files import ComponentVersion, RunInfo, ShardRecord, TasksFile, write_file
 from .jobs import AttemptJob, RequestJob, ShardJob
-from .reading import benchmark_for, environment_for, harness_for, plan_classes, read_result, read_tasks
+from .reading import benchmark_for, environment_for, harness_for, read_result
 
 # --- secrets ------------------------------------------------------------------
 
@@ -107,14 +107,15 @@ def write_tasks(job: RequestJob) -> None:
 
 
 def write_plans(job: RequestJob) -> None:
-    """plans.json and, from it, run_info.json: one job, so run_info.json never lags its plans."""
+    """plans.json and run_info.json, from the plans in hand: one job, so run_info.json never lags its plans."""
     req = job.request
-    plan_list(req, job.inputs["tasks"], job.outputs["plans"])
-    run_info(req, job.outputs["plans"], job.outputs["run_info"])
+    shard_size = job.pipeline.inv.runtime.shard_size if job.pipeline is not None else 0
+    view = plan_list(req, job.inputs["tasks"], job.outputs["plans"], shard_size=shard_size)
+    run_info(req, view, job.outputs["run_info"])
     # every attempt's folder: a shard's generation compares their times with its record
-    for task in read_tasks(job.inputs["tasks"]):
+    for segment in reading.task_segments(job.inputs["tasks"]):
         for attempt in range(1, req.execution.attempts + 1):
-            os.makedirs(layout.attempt_folder(job.run, task_segment(task.task_id), attempt), exist_ok=True)
+            os.makedirs(layout.attempt_folder(job.run, segment, attempt), exist_ok=True)
 
 
 def task_list(req: RunRequest, out: str | Path) -> list[TaskSpec]:
@@ -141,19 +142,28 @@ def task_list(req: RunRequest, out: str | Path) -> list[TaskSpec]:
     return tasks
 
 
-def plan_list(req: RunRequest, tasks_path: str | Path, out: str | Path) -> None:
-    """Write the plans of every semantic attempt of every task to ``out``; each attempt gets its own
-    ``Planner.plan``."""
+def plan_list(req: RunRequest, tasks_path: str | Path, out: str | Path, *, shard_size: int = 0) -> dict[str, dict]:
+    """Write the plans of every semantic attempt of every task to ``out``, each made by its own
+    ``Planner.plan`` and written as it is made, and the plans' index beside it (``plan_index``: with
+    each slice's digest, for slices of ``shard_size``). Returns what run_info.json keeps of them."""
     harness = harness_for(req)
     planner = Planner(
         benchmark_for(req), harness, build_run_recipe_registry(req), environment_for(req.environment.id)
     )
-    plans = [
-        planner.plan(req, task, attempt)
-        for task in read_tasks(tasks_path)
-        for attempt in range(1, req.execution.attempts + 1)
-    ]
-    write_file(stage(layout.PLAN_LIST).kind("plans"), out, PlansFile(req.metadata.request_name, plans))
+    raw = reading.raw_tasks(tasks_path)
+    view: dict[str, dict] = {}
+
+    def plans() -> Iterator[ExecutionPlan]:
+        for data in raw.values():  # decoded one at a time: a request's tasks are never all held as TaskSpecs
+            task = from_dict(TaskSpec, data, "tasks.json task")
+            for attempt in range(1, req.execution.attempts + 1):
+                plan = planner.plan(req, task, attempt)
+                view.setdefault(plan.task_id, {"attempts": {}})["attempts"][str(plan.attempt)] = plan.audit_view()
+                yield plan
+
+    plan_index.write_plans(out, stage(layout.PLAN_LIST).kind("plans"), req.metadata.request_name, plans(),
+                           tasks_path=tasks_path, raw_tasks=raw, shard_size=shard_size)
+    return view
 
 
 # --- per attempt ------------------------------------------------------------------
@@ -438,14 +448,10 @@ def metrics_of(req: RunRequest, result_paths: list, out) -> None:
             ANALYZERS.get(analyzer_id)().analyze(req, frame, Path(out).parent / layout.ANALYZER_REPORTS / analyzer_id)
 
 
-def run_info(req: RunRequest, plans_path, out) -> None:
+def run_info(req: RunRequest, view: dict[str, dict], out) -> None:
+    """run_info.json: provenance, and ``view``, each plan's audit view by task id and attempt."""
     import snakemake
 
-    bcls, hcls = plan_classes(req)
-    plans = [ExecutionPlan.from_dict(p, bcls, hcls) for p in read_json(plans_path)["plans"]]
-    view: dict[str, dict] = {}
-    for plan in plans:
-        view.setdefault(plan.task_id, {"attempts": {}})["attempts"][str(plan.attempt)] = plan.audit_view()
     harness = harness_for(req)
     environment = environment_for(req.environment.id)
     benchmark = benchmark_for(req)
@@ -464,7 +470,7 @@ def run_info(req: RunRequest, plans_path, out) -> None:
         },
         config_paths=list(req.metadata.config_paths),
         num_tasks=len(view),
-        num_attempts=len(plans),
+        num_attempts=sum(len(task["attempts"]) for task in view.values()),
         resolved_execution_plans=view,
     )
     write_file(stage(layout.PLAN_LIST).kind("run_info"), out, info)

@@ -345,7 +345,7 @@ def record_once() -> None:
             _RECORDED.discard(key)
 
     finished_once._agentcompass = True  # type: ignore[attr-defined]
-    PersistenceBase.finished = finished_once  # type: ignore[method-assign]
+    PersistenceBase.finished = finished_once
 
 
 def leave_missing_logs_missing(rules: Iterable[str]) -> None:
@@ -367,7 +367,7 @@ def leave_missing_logs_missing(rules: Iterable[str]) -> None:
 
     handle_log._agentcompass_rules = names  # type: ignore[attr-defined]
     handle_log.__wrapped__ = handle  # type: ignore[attr-defined]
-    DAG.handle_log = handle_log  # type: ignore[method-assign]
+    DAG.handle_log = handle_log
 
 
 _BEFORE_MARKERS = "_agentcompass_before_markers"
@@ -687,7 +687,7 @@ def drop_job_announcements() -> None:
             return None
 
         log_info._agentcompass = True  # type: ignore[attr-defined]
-        Job.log_info = log_info  # type: ignore[method-assign]
+        Job.log_info = log_info
 
 
 def set_console_level(level: str) -> None:

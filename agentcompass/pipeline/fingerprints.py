@@ -23,7 +23,7 @@ from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
 from agentcompass.stages import ATTEMPT, SHARD, STAGES, SUMMARY, Stage, names, of_scope
 
-from . import engine, reading, reuse, shards
+from . import engine, plan_index, reading, reuse, shards
 from .bulk import BulkOutput, settled
 from .engine import IncompleteCheckpointException, WorkflowError
 from .invocation import Invocation
@@ -309,7 +309,7 @@ class AttemptFingerprints:
                     f"target, or {layout.file_in(self.inv.run_path(req), SUMMARY_STAGES[0])}) rather than single "
                     f"attempt files."
                 ) from None
-            # a shard's inner run needs its slice only: the rest is never decoded
+            # a shard's inner run needs its slice only: the rest of plans.json is never read (plan_index)
             attempts = None if self.inv.inner is None else self.targets.shard_slice(req, self.inv.inner[2])
             table = self._tables[(req.namespace, req.run_id)] = self._table(req, tasks_file, plans_file, attempts)
         return table
@@ -320,8 +320,8 @@ class AttemptFingerprints:
         benchmark, harness = reading.benchmark_for(req), reading.harness_for(req)
         tasks_seen: dict[str, str] = {}
         table = {}
-        for segment, attempt in reading.raw_plans(plans_file) if attempts is None else attempts:
-            plan = reading.plan_for(req, plans_file, segment, attempt)
+        plans = reading.plans_for(req, plans_file, reading.plan_keys(plans_file) if attempts is None else attempts)
+        for (segment, attempt), plan in plans.items():
             task = reading.task_by_segment(tasks_file, segment)
             if segment not in tasks_seen:
                 tasks_seen[segment] = reuse.task_fingerprint(task)
@@ -336,22 +336,26 @@ class AttemptFingerprints:
 
         It changes whenever one of those params does (and, rarely, when a plan
         field no stage reads does: the inner run then finds nothing to do). Not
-        decoding 10,000 plans to compute it is most of a no-op rerun's saving.
+        decoding 10,000 plans to compute it is most of a no-op rerun's saving; the
+        digest of the slice is the plans index's (``plan_index``), so plans.json is
+        not even parsed.
         """
         self.inv.begin()
         req = self.inv.request(w)
         tasks_file, plans_file = self.targets.bulk_files(req)
-        attempts = self.targets.shard_slice(req, int(w.shard))
+        index = int(w.shard)
+        attempts = self.targets.shard_slice(req, index)
         forced = {"forced": self.inv.nonce} if shards.forced_rules(self.inv.snakemake) else {}
-        return as_param({**shard_param(req, tasks_file, plans_file, attempts, self.fingerprints.components(req),
-                                       self.fingerprints.recompute(req)), **forced})
+        return as_param({**shard_param(req, tasks_file, plans_file, self.inv.runtime.shard_size, index, attempts,
+                                       self.fingerprints.components(req), self.fingerprints.recompute(req)),
+                         **forced})
 
 
-def shard_param(req: RunRequest, tasks_file: str, plans_file: str, attempts: list[tuple[str, int]],
-                versions: dict[str, str], recompute: dict[str, str]) -> dict[str, Any]:
-    """The value of the shard rule's first param (``AttemptFingerprints.shard``) for the slice ``attempts``,
-    without a ``--forcerun``: also what ``agentcompass status`` compares with the shard's record."""
-    tasks, plans = reading.raw_tasks(tasks_file), reading.raw_plans(plans_file)
+def shard_param(req: RunRequest, tasks_file: str, plans_file: str, shard_size: int, index: int,
+                attempts: list[tuple[str, int]], versions: dict[str, str], recompute: dict[str, str]) -> dict[str, Any]:
+    """The value of the shard rule's first param (``AttemptFingerprints.shard``) for shard ``index``, the
+    slice ``attempts`` of ``shard_size``, without a ``--forcerun``: also what ``agentcompass status``
+    compares with the shard's record. Its slice's digest comes from the plans index (``plan_index``)."""
     harness = reading.harness_for(req)
     return {
         "stage": SHARD_STAGE.version,
@@ -359,6 +363,7 @@ def shard_param(req: RunRequest, tasks_file: str, plans_file: str, attempts: lis
         "stages": {s.name: s.version for s in ATTEMPT_STAGES},
         "versions": versions,
         "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
-        "attempts": reuse.digest([[tasks[s], plans[(s, a)]] for s, a in attempts]),
+        "attempts": plan_index.shard_digest(plans_file, tasks_file, shard_size, index, attempts,
+                                            lambda: reading.raw_tasks(tasks_file)),
         **recompute,
     }

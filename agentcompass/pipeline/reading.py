@@ -1,5 +1,6 @@
 """The request's files as the stages read them: tasks.json and plans.json, decoded once each
-object a job uses (cached by path, modification time and size), and the request's components."""
+object a job uses (cached by path, modification time and size), and the request's components.
+A plan is read from plans.json at its place alone, through the file's index (``plan_index``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from agentcompass.runtime.base import BaseBenchmark, BaseHarness
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, RunResult, TaskSpec
 from agentcompass.runtime.models.codec import from_dict
 from agentcompass.runtime.registry import BENCHMARKS, ENVIRONMENTS, HARNESSES
+
+from . import plan_index
 
 # --- components ---------------------------------------------------------------
 
@@ -81,25 +84,32 @@ def task_by_segment(path: str | Path, segment: str) -> TaskSpec:
     return _decode_once(("task", stamp, segment), lambda: from_dict(TaskSpec, raw, "tasks.json task"))
 
 
-@functools.lru_cache(maxsize=64)
-def _raw_plans(stamp: tuple) -> dict[tuple[str, int], dict]:
-    """plans.json's plan objects by (task segment, attempt), not yet decoded."""
-    return {(task_segment(p["task_id"]), p["attempt"]): p for p in read_json(stamp[0])["plans"]}
-
-
 def raw_tasks(path: str | Path) -> dict[str, dict]:
     return _raw_tasks(file_stamp(path))
 
 
-def raw_plans(plans_path: str | Path) -> dict[tuple[str, int], dict]:
-    return _raw_plans(file_stamp(plans_path))
+def plan_keys(plans_path: str | Path) -> list[tuple[str, int]]:
+    """(task segment, attempt) of every plan, in plans.json's order (from its index: no plan is parsed)."""
+    return plan_index.load(plans_path).keys
 
 
 def plan_for(req: RunRequest, plans_path: str | Path, segment: str, attempt: int) -> ExecutionPlan:
+    return plans_for(req, plans_path, [(segment, attempt)])[(segment, attempt)]
+
+
+def plans_for(req: RunRequest, plans_path: str | Path, keys) -> dict[tuple[str, int], ExecutionPlan]:
+    """The plans of ``keys`` (each a (task segment, attempt)), decoded once each: plans.json is read
+    at their places only (``plan_index``), so a shard's slice costs what the slice holds."""
     stamp = file_stamp(plans_path)
-    raw = _raw_plans(stamp)[(segment, attempt)]
     bcls, hcls = plan_classes(req)
-    return _decode_once(("plan", stamp, bcls, hcls, segment, attempt), lambda: ExecutionPlan.from_dict(raw, bcls, hcls))
+    plans = {key: _decoded.get(("plan", stamp, bcls, hcls, *key)) for key in keys}
+    missing = [key for key, plan in plans.items() if plan is None]
+    if missing:
+        raw = plan_index.read_plans(plans_path, missing)
+        for key in missing:
+            plans[key] = _decode_once(("plan", stamp, bcls, hcls, *key),
+                                      functools.partial(ExecutionPlan.from_dict, raw[key], bcls, hcls))
+    return plans  # type: ignore[return-value]
 
 
 def plan_classes(req: RunRequest) -> tuple[type, type]:

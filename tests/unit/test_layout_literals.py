@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "agentcompass"
 OWNERS = {PACKAGE / "stages.py", PACKAGE / "layout.py"}
 FILE_NAMES = {
     "request.json", "tasks.json", "plans.json", "run_info.json", "plan.json", "prepared.json", "output.json",
-    "result.json", "metrics.json", "shard.json", "events.jsonl", "trajectory.jsonl", "index.html",
+    "result.json", "metrics.json", "shard.json", "events.jsonl", "trajectory.jsonl", "index.html", "plans.index",
 }
 # folders of a run: a literal of one of these names is a path only when it is joined as one
 FOLDER_NAMES = {"attempts", "report", "logs", "shards"}

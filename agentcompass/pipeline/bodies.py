@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import agentcompass
 from agentcompass import layout
@@ -54,12 +54,6 @@ from .jobs import AttemptJob, RequestJob, ShardJob
 from .reading import benchmark_for, environment_for, harness_for, read_result
 
 # --- secrets ------------------------------------------------------------------
-
-
-def attempt_secrets(req: RunRequest, plan: ExecutionPlan) -> list[Any]:
-    """Every reference an attempt may resolve: the request's and its plan's (a task folder's
-    ``[verifier] env`` and ``[solution] env``, the environment's build args)."""
-    return [req.to_dict(), plan.to_dict()]
 
 
 def scrub_attempt_files(attempt_dir: Path, scrubber: Scrubber) -> None:
@@ -367,8 +361,8 @@ def run(job: AttemptJob) -> None:
         provenance=dict(provenance.here()),
     )
     # before output.json appears: a finished attempt's files are all final
-    scrub_attempt_files(attempt_dir, Scrubber(attempt_secrets(req, plan)))
-    job.write("output", result, secrets=attempt_secrets(req, plan))
+    scrub_attempt_files(attempt_dir, Scrubber(job.secrets))
+    job.write("output", result, secrets=job.secrets)
 
 
 def evaluate(job: AttemptJob) -> RunResult:
@@ -378,7 +372,7 @@ def evaluate(job: AttemptJob) -> RunResult:
     so plan.json is written here and always matches the plans file.
     """
     req, plan = job.request, job.plan
-    job.write("plan", plan)
+    job.write("plan", job.plan_dict)
     task = job.task
     prepared = from_dict(PreparedTask, read_json(job.inputs["prepared"]), job.inputs["prepared"])
     output = read_result(job.inputs["output"])
@@ -416,8 +410,8 @@ def evaluate(job: AttemptJob) -> RunResult:
         result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
-    scrub_attempt_files(attempt_dir, Scrubber(attempt_secrets(req, plan)))  # a judge's calls in the trajectory
-    job.write("result", result, secrets=attempt_secrets(req, plan))
+    scrub_attempt_files(attempt_dir, Scrubber(job.secrets))  # a judge's calls in the trajectory
+    job.write("result", result, secrets=job.secrets)
     return result
 
 

@@ -292,27 +292,46 @@ class Records:
         Snakemake then only drops the output's incomplete marker when it books the job
         (``record_once``).
         """
-        from snakemake.persistence import RECORD_FORMAT_VERSION, MetadataRecord
-
         persistence = self.persistence
         key = _key(persistence, output)
-        record = MetadataRecord()
-        record.rule = rule_name
-        record.code = rule_code(workflow, rule_name)
-        record.input = sorted(str(p) for p in inputs)
-        record.log = sorted(str(p) for p in log)
-        record.params = record_params(persistence, params)
-        record.shellcmd = None
-        record.conda_env = None
-        record.container_img_url = None
-        record.software_stack_hash = persistence._software_stack_hash(_NoSoftware)
-        record.record_format_version = RECORD_FORMAT_VERSION
-        record.incomplete = False
-        record.starttime = persistence._get_recorded_starttime(key) or time.time()
-        record.endtime = time.time()
-        record.input_checksums = {}
-        persistence._write_record(key, record)
+        record = dict(self._template(workflow, rule_name))
+        record["input"] = sorted(str(p) for p in inputs)
+        record["log"] = sorted(str(p) for p in log)
+        record["params"] = record_params(persistence, params)
+        record["starttime"] = persistence._get_recorded_starttime(key) or time.time()
+        record["endtime"] = time.time()
+        record["input_checksums"] = {}
+        if hasattr(persistence, "_io_write"):  # the file backend: the record's fields, as _write_record writes them
+            persistence._io_write(persistence._metadata_path, record, key)
+        else:
+            from snakemake.persistence import MetadataRecord
+
+            persistence._write_record(key, MetadataRecord(**record))
         _RECORDED.add(key)
+
+    def _template(self, workflow, rule_name: str) -> dict[str, Any]:
+        """The fields of a record that are the same for every output of a rule: made once a rule
+        (Snakemake's record is a pydantic model, slow to make and to dump for every output)."""
+        key = (id(self.persistence), rule_name)
+        template = _TEMPLATES.get(key)
+        if template is None:
+            from snakemake.persistence import RECORD_FORMAT_VERSION, MetadataRecord
+
+            record = MetadataRecord()
+            record.rule = rule_name
+            record.code = rule_code(workflow, rule_name)
+            record.shellcmd = None
+            record.conda_env = None
+            record.container_img_url = None
+            record.software_stack_hash = self.persistence._software_stack_hash(_NoSoftware)
+            record.record_format_version = RECORD_FORMAT_VERSION
+            record.incomplete = False
+            template = _TEMPLATES[key] = dict(record.items())
+        return template
+
+
+# (persistence, rule) -> the fields of its records that every output shares (``Records._template``)
+_TEMPLATES: dict[tuple[int, str], dict[str, Any]] = {}
 
 
 # the keys of the outputs ``Records.write_finished`` recorded, until Snakemake books their job

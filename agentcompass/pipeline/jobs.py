@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from agentcompass._util import aio, jsonio
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
-from agentcompass.secrets import Scrubber
+from agentcompass.secrets import Scrubber, references
 from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, Stage, stage
 
 from . import engine, reading
@@ -83,6 +83,30 @@ class AttemptJob(RequestJob):
     @cached_property
     def task(self) -> TaskSpec:
         return reading.task_by_segment(self.tasks_file, self.segment)
+
+    @cached_property
+    def plan_dict(self) -> dict[str, Any]:
+        """The plan as plan.json holds it (made once: the secrets and plan.json both read it)."""
+        return self.plan.to_dict()
+
+    @cached_property
+    def secrets(self) -> list[str]:
+        """Every ``${VAR}`` reference the attempt may resolve: the request's and its plan's (a task
+        folder's ``[verifier] env`` and ``[solution] env``, the environment's build args), for
+        ``write_file``'s and ``Scrubber``'s ``secrets``."""
+        return request_references(self.request) + [f"${{{name}}}" for name in references(self.plan_dict)]
+
+
+# RunRequest -> the ${VAR} references in it (every attempt job of a request asks)
+_request_references: dict[int, tuple[RunRequest, list[str]]] = {}
+
+
+def request_references(req: RunRequest) -> list[str]:
+    """The ``${VAR}`` references of the request, as references; found once per request."""
+    held = _request_references.get(id(req))
+    if held is None or held[0] is not req:
+        held = _request_references[id(req)] = (req, [f"${{{name}}}" for name in references(req.to_dict())])
+    return list(held[1])
 
 
 @dataclass

@@ -121,3 +121,25 @@ def test_a_dry_run_counts_the_attempts_of_the_task_list(run):
     assert (outcome.state, outcome.total, outcome.done) == ("planned", 6, 0)
     Path(layout.tasks_file(folder)).unlink()  # before the task list is written: nothing known yet
     assert results.outcomes(orchestration, True, dry_run=True).outcomes[0].total == 0
+
+
+def test_hostile_task_ids_and_a_planted_shard_record_link_count_nothing_outside_the_run(run, tmp_path: Path):
+    """What the outcome reads is named by task ids (the task data's) and found in the run folder: an id
+    that climbs out is one percent-encoded folder, and a shard record that is a link is not trusted."""
+    orchestration, folder = run
+    hostile = ("../../../escape", "a/b")
+    write(layout.tasks_file(folder), {"tasks": [{"task_id": t} for t in hostile]})
+    # where a naive join of the ids would land, outside the attempts folder: results that must not count
+    for task in hostile:
+        for n in (1, 2):
+            write(folder / "attempts" / task / str(n) / "result.json", {"task_id": task, "attempt": n,
+                                                                           "status": "completed"})
+    # a shard record planted as a link to a file elsewhere that claims slice 0 is built
+    outside = tmp_path / "claim.json"
+    write(outside, {"shard": 0, "attempts": 2, "first": f"{layout.task_segment(hostile[0])}/1",
+                    "last": f"{layout.task_segment(hostile[0])}/2", "counts": {"completed": 2}})
+    shard_file(folder, 0).parent.mkdir(parents=True, exist_ok=True)
+    shard_file(folder, 0).symlink_to(outside)
+    [outcome] = results.outcomes(orchestration, False).outcomes
+    assert (outcome.total, outcome.done) == (4, 0)
+    assert all("/" not in layout.task_segment(t) and layout.task_segment(t) != ".." for t in hostile)

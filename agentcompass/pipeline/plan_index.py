@@ -41,7 +41,7 @@ from agentcompass.runtime.models import ExecutionPlan
 from agentcompass.secrets import Scrubber
 
 from . import reuse
-from .files import FileSchemaError, PlansFile, validate_payload
+from .files import FileSchemaError, PlansFile, checks_writes_of, validate_payload
 
 VERSION = 1  # of the index's own layout: an index of another version is built again
 
@@ -360,13 +360,17 @@ def write_plans(path: str | Path, kind: str, request_name: str, plans: Iterable[
     ``shard_size`` attempts, made from ``raw_tasks``, tasks.json's objects by segment).
 
     The file is byte for byte what ``files.write_file(kind, path, PlansFile(request_name, plans))``
-    writes: each plan is validated against the file's schema and scrubbed of secrets as that does,
+    writes: each plan is checked against the file's schema when that checks it (``files.checks_writes_of``)
+    and scrubbed of secrets as that does,
     and the text is canonical JSON (sorted keys, an indent of 2), atomic, recorded just before it
     appears. Only one plan is held at a time, and the slice of a shard for its digest.
     """
     envelope = PlansFile(request_name, []).to_dict()
-    validate_payload(kind, envelope)
-    head, empty, tail = canonical_json(Scrubber().value(envelope)).partition('"plans": []')
+    checked = checks_writes_of(kind)  # as write_file checks the file
+    if checked:
+        validate_payload(kind, envelope)
+    scrubber = Scrubber()  # one for the file, as write_file makes one
+    head, empty, tail = canonical_json(scrubber.value(envelope)).partition('"plans": []')
     assert empty, "the plans file's top-level object holds its plans list"
     keys: list[Key] = []
     offsets: list[int] = []
@@ -377,11 +381,13 @@ def write_plans(path: str | Path, kind: str, request_name: str, plans: Iterable[
         written = out.write(f'{head}"plans": ['.encode())
         for plan in plans:
             payload = plan.to_dict()
-            try:
-                validate_payload(kind, {**envelope, "plans": [payload]})
-            except FileSchemaError as exc:
-                raise FileSchemaError(f"{exc} (the plan of task {plan.task_id!r}, attempt {plan.attempt})") from None
-            payload = Scrubber().value(payload)
+            if checked:
+                try:
+                    validate_payload(kind, {**envelope, "plans": [payload]})
+                except FileSchemaError as exc:
+                    raise FileSchemaError(f"{exc} (the plan of task {plan.task_id!r}, attempt {plan.attempt})") \
+                        from None
+            payload = scrubber.value(payload)
             data = json.dumps(payload, sort_keys=True, ensure_ascii=False, indent=2,
                               allow_nan=False).replace("\n", _ITEM).encode()
             written += out.write(("," if keys else "").encode() + _ITEM.encode())

@@ -21,7 +21,7 @@ from .request import (
     RunRequest,
     RunRuntimeSpec,
 )
-from .result import MetricResult, MetricStats, MetricSummary, RunResult, Spread, TaskStatus
+from .result import FailureClass, MetricResult, MetricStats, MetricSummary, RunResult, Spread, TaskStatus
 from .task import (
     BenchmarkPlan,
     ExecutionPlan,
@@ -34,7 +34,7 @@ from .task import (
 
 __all__ = [
     "BenchmarkPlan", "BenchmarkSpec", "Contract", "ContractError", "EnvironmentSpec",
-    "ExecutionPlan", "ExecutionSpec", "HarnessPlan", "HarnessSpec", "MetricResult",
+    "ExecutionPlan", "ExecutionSpec", "FailureClass", "HarnessPlan", "HarnessSpec", "MetricResult",
     "MetricStats", "MetricSummary", "ModelPricing", "ModelSpec", "NetworkPolicy", "OrchestratedRun", "Orchestration", "OrchestrationResult",
     "OutputSpec", "PreparedTask", "RequestOutcome", "ResolvedRuntimeOptions", "RunMetadata",
     "RunRequest", "RunResult", "RunRuntimeSpec", "TaskInput", "TaskOutput", "TaskSpec",

@@ -24,6 +24,21 @@ class TaskStatus(str, enum.Enum):
         return self in (TaskStatus.RUN_ERROR, TaskStatus.EVAL_ERROR, TaskStatus.ERROR)
 
 
+class FailureClass(str, enum.Enum):
+    """Why an attempt did not complete, decided from the type of what stopped it, never from its message.
+
+    A wrong answer is not a failure: a completed attempt has no class. docs/reports.md, "Why attempts fail", lists
+    what puts an attempt in each class.
+    """
+
+    INFRASTRUCTURE = "infrastructure"  # the environment was unavailable, an image did not build, a sandbox died
+    ENDPOINT = "endpoint"  # model calls failed after their retries
+    HARNESS = "harness"  # the agent's own code raised
+    LIMIT = "limit"  # the attempt ran out of steps, tokens or time
+    VERIFIER = "verifier"  # the evaluation could not decide
+    TASK = "task"  # the task is quarantined: its preflight did not pass
+
+
 @dataclass
 class RunResult(Contract):
     """One execution or evaluation attempt (output.json before scoring, result.json after)."""
@@ -44,8 +59,17 @@ class RunResult(Contract):
     metadata: dict[str, Any] = field(default_factory=dict)
     # where the run stage ran: {"host": ..., "slurm_job_id": ... or None} (agentcompass.pipeline.provenance)
     provenance: dict[str, Any] = field(default_factory=dict)
+    # why it did not complete (None when it did, and in result.json files of older versions)
+    failure_class: FailureClass | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.failure_class, str) and not isinstance(self.failure_class, FailureClass):
+            try:
+                self.failure_class = FailureClass(self.failure_class)
+            except ValueError:
+                allowed = [c.value for c in FailureClass]
+                raise ContractError(
+                    f"RunResult.failure_class must be one of {allowed}, got {self.failure_class!r}") from None
         if isinstance(self.status, str) and not isinstance(self.status, TaskStatus):
             try:
                 self.status = TaskStatus(self.status)

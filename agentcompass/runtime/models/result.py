@@ -27,7 +27,7 @@ class TaskStatus(str, enum.Enum):
 class FailureClass(str, enum.Enum):
     """Why an attempt did not complete, decided from the type of what stopped it, never from its message.
 
-    A wrong answer is not a failure: a completed attempt has no class. docs/reports.md, "Why attempts fail", lists
+    A wrong answer is not a failure: a completed attempt has no class. docs/benchmarks.md, "Why attempts fail", lists
     what puts an attempt in each class.
     """
 

@@ -24,7 +24,7 @@ from agentcompass._util.display import visible
 from agentcompass.pipeline import engine, fingerprints, reading, reuse, shards
 from agentcompass.pipeline.jobs import RequestJob
 from agentcompass.results import read_json
-from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
+from agentcompass.runtime.models import FailureClass, Orchestration, RunRequest, TaskStatus
 from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, Stage, names, of_scope
 from agentcompass.stages import stage as stage_of
 
@@ -49,6 +49,7 @@ class FailedAttempt:
     status: str
     stage: str | None
     error: str
+    failure_class: str | None = None  # None in result.json files of older versions
 
 
 @dataclass
@@ -100,7 +101,8 @@ def read_results(run_path: Path, req: RunRequest,
             counts[result["status"]] += 1
             if TaskStatus(result["status"]).is_error:
                 failed.append((FailedAttempt(tasks[segment]["task_id"], attempt, result["status"],
-                                             result.get("error_stage"), str(result.get("error") or "")), path))
+                                             result.get("error_stage"), str(result.get("error") or ""),
+                                             result.get("failure_class")), path))
     return counts, failed
 
 
@@ -127,17 +129,22 @@ def status_counts(run_path: Path, req: RunRequest, shard_size: int = 0) -> tuple
     return counts, [attempt for attempt, _ in failed]
 
 
-def failed_attempt_targets(run_path: Path, req: RunRequest, shard_size: int = 0) -> list[str]:
-    """The files to force so that exactly the failed attempts rerun.
+def failed_attempt_targets(run_path: Path, req: RunRequest, shard_size: int = 0,
+                           only: frozenset[FailureClass] | None = None) -> list[str]:
+    """The files to force so that exactly the failed attempts rerun (of the classes ``only`` names, if given).
 
     A run error reruns the harness (its ``output.json``, the answer the last
     stage scores: that stage's last input); an evaluation error only the
     evaluation (``result.json``): the agent's answer is kept. A completed
-    attempt, whatever its score, is never among them.
+    attempt, whatever its score, is never among them; nor, with ``only``, an
+    attempt whose result.json names no class (one of an older version).
     """
     _, answer_stage, answer = stage_of(LAST_ATTEMPT_STAGE).inputs[-1]
     targets = []
+    wanted = None if only is None else {cls.value for cls in only}
     for attempt, path in read_results(run_path, req, shard_size)[1]:
+        if wanted is not None and attempt.failure_class not in wanted:
+            continue
         if attempt.status == TaskStatus.EVAL_ERROR.value:
             targets.append(path)
         else:

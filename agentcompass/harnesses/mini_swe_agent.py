@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcompass.gateway import ModelGateway
-from agentcompass.runtime import HARNESSES, BaseHarness, RunResult, TaskStatus
+from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
@@ -33,6 +33,8 @@ STATE_DIR = ".mini-swe-agent"
 LOG_NAME = "mini_swe_agent.log"
 TOKEN_PLACEHOLDER = "<gateway-token>"
 _TAIL = 2000
+# the exit statuses mini-swe-agent names for the exceptions that end it at its step and time limits
+_LIMIT_EXITS = frozenset({"LimitsExceeded", "TimeExceeded"})
 
 
 @dataclass(slots=True)
@@ -112,9 +114,9 @@ class MiniSweAgentHarness(BaseHarness):
         params = {**plan.params, **resolve_secret({k: plan.params[k] for k in ("executable", "config", "settings")})}
         model = req.model
 
-        def failed(reason: str, **extra) -> RunResult:
+        def failed(reason: str, cls: FailureClass = FailureClass.HARNESS, **extra) -> RunResult:
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, status=TaskStatus.RUN_ERROR,
-                             error=reason, error_stage="run", **extra)
+                             error=reason, error_stage="run", failure_class=cls, **extra)
 
         if not model.base_url:
             return failed("model.base_url is not set: mini_swe_agent needs an OpenAI-compatible endpoint")
@@ -153,7 +155,8 @@ class MiniSweAgentHarness(BaseHarness):
         status = info.get("exit_status") or ""
         metadata = {"exit_status": status, "returncode": done.returncode}
         if done.timed_out:
-            return failed(f"mini-swe-agent did not finish within {params['timeout']} s", usage=usage, metadata=metadata)
+            return failed(f"mini-swe-agent did not finish within {params['timeout']} s", FailureClass.LIMIT,
+                          usage=usage, metadata=metadata)
         if status == "Submitted":
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=info.get("submission", ""),
                              usage=usage, metadata=metadata)
@@ -163,7 +166,9 @@ class MiniSweAgentHarness(BaseHarness):
         last = (trajectory.get("messages") or [{}])[-1]
         why = str(last.get("content") or "")[-_TAIL:] if last.get("role") == "exit" else ""
         return failed(clean(f"mini-swe-agent stopped without submitting ({status or 'no exit status'})"
-                            + (f": {why}" if why and why != status else "")), usage=usage, metadata=metadata)
+                            + (f": {why}" if why and why != status else "")),
+                      FailureClass.LIMIT if status in _LIMIT_EXITS else FailureClass.HARNESS,
+                      usage=usage, metadata=metadata)
 
     @staticmethod
     def _argv(executable, prepared, model, params, state, api_base, token) -> list[str]:

@@ -36,7 +36,7 @@ class FailureClass(str, enum.Enum):
     HARNESS = "harness"  # the agent's own code raised
     LIMIT = "limit"  # the attempt ran out of steps, tokens or time
     VERIFIER = "verifier"  # the evaluation could not decide
-    TASK = "task"  # the task is quarantined: its preflight did not pass
+    TASK = "task"  # the task itself: quarantined (its preflight did not pass), or its data could not be loaded
 
 
 @dataclass

@@ -45,6 +45,8 @@ MISSING = "missing"
 _USAGE = ("calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds")
 _TIMINGS = ("run_seconds", "evaluate_seconds")
 _ERROR_STATUSES = frozenset(s.value for s in TaskStatus if s.is_error)
+# a class no version wrote (a result.json edited by hand) is not counted: metrics.json names only these
+_FAILURE_CLASSES = frozenset(c.value for c in FailureClass)
 # pass@k is reported for these k (and for the attempts per task), those the attempts allow
 PASS_AT_K = (1, 2, 5, 10, 20, 50, 100)
 # the two-sided 95% quantile of the standard normal distribution
@@ -440,7 +442,7 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
         if row["status"] in _ERROR_STATUSES:
             kind = error_kind(row["status"], row["error"])
             errors[kind] = errors.get(kind, 0) + 1
-        if row["failure_class"] is not None and row["status"] != TaskStatus.COMPLETED.value:
+        if row["failure_class"] in _FAILURE_CLASSES and row["status"] != TaskStatus.COMPLETED.value:
             failures[row["failure_class"]] = failures.get(row["failure_class"], 0) + 1
     verdicts = [row["correct"] for row in table if row["correct"] is not None]
     right = sum(1 for v in verdicts if v)

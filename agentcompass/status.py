@@ -30,6 +30,7 @@ from agentcompass.stages import stage as stage_of
 
 # Failed attempts listed without --verbose.
 SHOWN_ERRORS = 5
+_CLASSES = frozenset(c.value for c in FailureClass)
 # the stages status predicts, in the order their files are built (a sharded request's shard
 # records are not predicted: its attempts' files are)
 PREDICTED = of_scope(REQUEST, ATTEMPT, SUMMARY)
@@ -376,6 +377,8 @@ def render(statuses: list[RequestStatus], verbose: bool = False) -> str:
         shown = s.errors if verbose else s.errors[:SHOWN_ERRORS]
         for error in shown:
             stage = f" at {error.stage}" if error.stage else ""
+            if error.failure_class in _CLASSES:  # a result.json of an older version names none
+                stage += f" [{error.failure_class}]"
             first_line = error.error.strip().splitlines()[0] if error.error.strip() else ""
             lines.append(f"    {error.status}{stage}: {visible(error.task_id)} attempt {error.attempt}: "
                          f"{visible(first_line[:300])}")

@@ -61,6 +61,8 @@ def reply(body) -> tuple[int, dict]:
     if body["model"] == "babbler":  # never calls a tool: mini gives up after three format errors
         return 200, {"id": "x", "object": "chat.completion", "model": "babbler", "usage": {},
                      "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Paris?"}}]}
+    if body["model"] == "outage":  # every call fails: mini stops after its retries
+        return 503, {"error": {"message": "scripted outage", "type": "server_error"}}
     if body["model"] == "looper":  # never submits: mini stops at its step limit
         return 200, tool_call_reply(step, "echo still working")
     return 200, tool_call_reply(step, SOLVER_STEPS[min(step, len(SOLVER_STEPS) - 1)])
@@ -84,7 +86,8 @@ def test_mini_swe_agent_solves_a_task_through_the_gateway_and_the_key_stays_outs
         config = workdir / "mini.yaml"
         config.write_text("requests:\n" + request("solver", "solver", endpoint.base_url, sessions)
                           + request("babbler", "babbler", endpoint.base_url, sessions)
-                          + request("looper", "looper", endpoint.base_url, sessions))
+                          + request("looper", "looper", endpoint.base_url, sessions)
+                          + request("outage", "outage", endpoint.base_url, sessions))
         done = snakemake(workdir, "--configfile", str(config), env=clean_env(**{KEY_VARIABLE: key}))
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -142,3 +145,7 @@ def test_mini_swe_agent_solves_a_task_through_the_gateway_and_the_key_stays_outs
     looped = json.loads((workdir / "results/default/looper/attempts/capital-france/1/result.json").read_text())
     assert looped["status"] == "run_error" and "LimitsExceeded" in looped["error"]
     assert looped["failure_class"] == "limit" and looped["usage"]["calls"] == 6
+    # one stopped by the endpoint's 503s is of class endpoint, with the status of the last call the gateway forwarded
+    down = json.loads((workdir / "results/default/outage/attempts/capital-france/1/result.json").read_text())
+    assert down["status"] == "run_error" and down["failure_class"] == "endpoint"
+    assert down["metadata"]["failure"] == {"class": "endpoint", "http_status": 503}

@@ -243,8 +243,8 @@ def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_
     status = agentcompass(workdir, "status", "--config", str(config))
     assert status.returncode == 0, status.stderr
     assert f"attempts: completed {len(SHIPPED)}, run_error 2" in status.stdout
-    assert f"run_error at load: no-prompt attempt 1: {no_prompt['error']}" in status.stdout
-    assert "run_error at load: bad-toml attempt 1: task_dir: " in status.stdout
+    assert f"run_error at load [task]: no-prompt attempt 1: {no_prompt['error']}" in status.stdout
+    assert "run_error at load [task]: bad-toml attempt 1: task_dir: " in status.stdout
 
 
 def test_config_docs_document_every_parameter(workdir: Path):

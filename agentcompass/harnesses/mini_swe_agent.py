@@ -141,6 +141,7 @@ class MiniSweAgentHarness(BaseHarness):
             await env.exec(["rm", "-rf", state])
             usage = gateway.usage()
             token = gateway.token
+            last_call = gateway.last_call_status
 
         # the token and every secret value: as values in the trajectory's records, as text in the log
         scrubber = Scrubber([model.to_dict(), plan.params], literals={token: TOKEN_PLACEHOLDER})
@@ -165,10 +166,15 @@ class MiniSweAgentHarness(BaseHarness):
             return failed(f"{reason}: {clean((done.stderr or done.stdout)[-_TAIL:])}", usage=usage, metadata=metadata)
         last = (trajectory.get("messages") or [{}])[-1]
         why = str(last.get("content") or "")[-_TAIL:] if last.get("role") == "exit" else ""
+        cls = FailureClass.HARNESS
+        if status in _LIMIT_EXITS:
+            cls = FailureClass.LIMIT
+        elif last_call is not None and last_call >= 400:  # it stopped on a model call that failed (after its retries)
+            cls = FailureClass.ENDPOINT
+            metadata["failure"] = {"class": cls.value, "http_status": last_call}
         return failed(clean(f"mini-swe-agent stopped without submitting ({status or 'no exit status'})"
                             + (f": {why}" if why and why != status else "")),
-                      FailureClass.LIMIT if status in _LIMIT_EXITS else FailureClass.HARNESS,
-                      usage=usage, metadata=metadata)
+                      cls, usage=usage, metadata=metadata)
 
     @staticmethod
     def _argv(executable, prepared, model, params, state, api_base, token) -> list[str]:

@@ -152,6 +152,8 @@ def test_a_failing_solution_is_a_run_error_and_a_missing_reward_an_eval_error(tm
     assert hello["status"] == "run_error" and "solve.sh exited with status 3: no luck" in hello["error"]
     assert words["status"] == "eval_error" and "neither /logs/verifier/reward.txt nor reward.json" in words["error"]
     assert words["metadata"]["verifier"]["stdout"] == "forgot the reward\n"
+    # the reference script failing is the harness's run; a verifier that decided nothing, the verifier's
+    assert (hello["failure_class"], words["failure_class"]) == ("harness", "verifier")
     assert results["fix-sum-script"]["correct"] is True
     log = workdir / "results/default/tasks/attempts/hello-file/1/oracle.txt"
     assert "exit status 3" in log.read_text()

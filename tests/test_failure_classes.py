@@ -17,6 +17,7 @@ not produced here; tests/unit/test_failures.py counts it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,9 @@ def test_one_failure_of_each_class_is_classed_counted_shown_and_retried_by_class
         assert compared.returncode == 0, compared.stderr
         [side_by_side] = json.loads(compared.stdout)["comparisons"]
         assert {f["name"]: (f["a"], f["b"]) for f in side_by_side["failures"]} == {"endpoint": (1, 0), "limit": (0, 1)}
+        text = agentcompass(workdir, "compare", str(run_dir(workdir, "endpoint")), str(run_dir(workdir, "limit")),
+                            "--resamples", "10").stdout
+        assert re.search(r"^ *endpoint +1 +0 +-1$", text, re.M) and re.search(r"^ *limit +0 +1 +\+1$", text, re.M), text
 
         wrong = drive(workdir, "retry", "--config", str(cfg), "--only", "endpoint,network")
         assert wrong.returncode != 0

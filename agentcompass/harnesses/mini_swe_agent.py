@@ -119,7 +119,8 @@ class MiniSweAgentHarness(BaseHarness):
                              error=reason, error_stage="run", failure_class=cls, **extra)
 
         if not model.base_url:
-            return failed("model.base_url is not set: mini_swe_agent needs an OpenAI-compatible endpoint")
+            return failed("model.base_url is not set: mini_swe_agent needs an OpenAI-compatible endpoint",
+                          FailureClass.ENDPOINT)  # as a ModelClient without one raises ModelCallError
         executable = params["executable"] or str(Path(sys.executable).parent / "mini")
         # looked up as a command there sees it (a session without its sandbox confines file calls to the workspace)
         if "/" in executable and not (await env.exec(["test", "-x", executable])).ok:

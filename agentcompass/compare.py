@@ -26,7 +26,7 @@ from agentcompass import layout, results
 from agentcompass._util import keypaths
 from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
-from agentcompass.runtime.models import TaskStatus
+from agentcompass.runtime.models import FailureClass, TaskStatus
 
 RESAMPLES = 10_000
 SEED = 0
@@ -144,6 +144,8 @@ class Comparison:
     usage: list[MetricDelta]
     config: list[dict]  # request.json key paths that differ
     method: dict = field(default_factory=dict)
+    # paired attempts that did not complete, by failure class, side by side (classes neither side has left out)
+    failures: list[MetricDelta] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -151,6 +153,7 @@ class Comparison:
             "only_a": self.only_a, "only_b": self.only_b,
             "metrics": [m.to_json() for m in self.metrics], "flipped": self.flipped,
             "usage": [u.to_json() for u in self.usage], "config": self.config, "method": self.method,
+            "failures": [f.to_json() for f in self.failures],
         }
 
 
@@ -196,6 +199,17 @@ def _is_error(row: dict) -> bool:
         return TaskStatus(row["status"]).is_error
     except ValueError:
         return False
+
+
+def _failures(pairs: list[tuple[dict, dict]]) -> list[MetricDelta]:
+    """Paired attempts by failure class, in the taxonomy's order; a class neither side has is left out."""
+    out = []
+    for cls in FailureClass:
+        a = sum(1 for row, _ in pairs if row["failure_class"] == cls.value)
+        b = sum(1 for _, row in pairs if row["failure_class"] == cls.value)
+        if a or b:
+            out.append(MetricDelta(cls.value, a, b, b - a, detail="paired attempts that failed so"))
+    return out
 
 
 def _unpaired(mine: dict, theirs: dict, other: str) -> list[dict]:
@@ -289,6 +303,7 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
          "mean_score_test": "paired bootstrap (two-sided, resampled means centred on 0)",
          "ci95": "percentile paired bootstrap, resampling tasks",
          "resamples": resamples, "seed": seed},
+        _failures(pairs),
     )
 
 
@@ -371,6 +386,10 @@ def render(comparisons: list[Comparison]) -> str:
             [u.name, _num(u.a, digits=u.digits), _num(u.b, digits=u.digits), _num(u.delta, True, u.digits),
              u.detail or ""] for u in c.usage])
         lines.append("")
+        if c.failures:
+            lines += _table(["failures by class", "A", "B", "B - A"], [
+                [f.name, _num(f.a), _num(f.b), _num(f.delta, signed=True)] for f in c.failures])
+            lines.append("")
         for key, title in (("a_only", "passed in A only"), ("b_only", "passed in B only")):
             items = c.flipped[key]
             shown = ", ".join(_attempt_name(i, per_task) for i in items[:SHOWN])
@@ -476,6 +495,10 @@ def render_html(comparisons: list[Comparison]) -> str:
                 _html_table(["", "A", "B", "B - A", ""], [
                     [(u.name, ""), (_num(u.a, digits=u.digits), "num"), (_num(u.b, digits=u.digits), "num"),
                      (_num(u.delta, True, u.digits), "num"), (u.detail or "", "muted")] for u in c.usage])]
+        if c.failures:
+            out += ["<h3>Failures by class</h3>", _html_table(["class", "A", "B", "B - A"], [
+                [(f.name, ""), (_num(f.a), "num"), (_num(f.b), "num"), (_num(f.delta, signed=True), "num")]
+                for f in c.failures])]
         for key, title in (("a_only", "Passed in A only"), ("b_only", "Passed in B only")):
             items = c.flipped[key]
             out.append(f"<h3>{title} ({len(items)})</h3>")

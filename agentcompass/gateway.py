@@ -222,6 +222,8 @@ class ModelGateway:
         self._usage: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                                        "latency_seconds": 0.0}
         # short: a Unix socket path has a limit of about 100 bytes
+        # the HTTP status of the last model call forwarded (or answered for the Model: 502, 504), None before one
+        self.last_call_status: int | None = None
         self._dir = Path(tempfile.mkdtemp(prefix="acgw-"))
         self.socket_path = self._dir / "gateway.sock"
         self._server: _Server | None = None
@@ -307,5 +309,6 @@ class ModelGateway:
                 self._usage["completion_tokens"] += completion
                 self._usage["total_tokens"] += prompt + completion
                 self._usage["latency_seconds"] += call_latency
+                self.last_call_status = record["status"]
             with self._trajectory_path.open("a", encoding="utf-8") as log:
                 log.write(json.dumps(record, sort_keys=True) + "\n")

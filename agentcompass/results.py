@@ -30,13 +30,14 @@ from agentcompass import layout
 from agentcompass._util import trees
 from agentcompass.layout import task_segment
 from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome
-from agentcompass.runtime.models.result import TaskStatus
+from agentcompass.runtime.models.result import FailureClass, TaskStatus
 from agentcompass.stages import ATTEMPT, SHARD, of_scope
 
 # identity, what was run, the verdict, what it cost, how long it took, where it ran
 COLUMNS = [
     "namespace", "run_id", "request", "benchmark", "harness", "model", "environment",
-    "task_id", "attempt", "category", "status", "score", "correct", "error", "error_stage", "retries_used",
+    "task_id", "attempt", "category", "status", "score", "correct", "error", "error_stage", "failure_class",
+    "retries_used",
     "calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds", "cost_usd",
     "run_seconds", "evaluate_seconds", "host", "slurm_job_id", "attempt_dir",
 ]
@@ -44,6 +45,8 @@ MISSING = "missing"
 _USAGE = ("calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds")
 _TIMINGS = ("run_seconds", "evaluate_seconds")
 _ERROR_STATUSES = frozenset(s.value for s in TaskStatus if s.is_error)
+# a class no version wrote (a result.json edited by hand) is not counted: metrics.json names only these
+_FAILURE_CLASSES = frozenset(c.value for c in FailureClass)
 # pass@k is reported for these k (and for the attempts per task), those the attempts allow
 PASS_AT_K = (1, 2, 5, 10, 20, 50, 100)
 # the two-sided 95% quantile of the standard normal distribution
@@ -182,6 +185,7 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
             row.update({
                 "status": result["status"], "score": result.get("score"), "correct": result.get("correct"),
                 "error": result.get("error"), "error_stage": result.get("error_stage"),
+                "failure_class": result.get("failure_class"),  # absent from result.json of older versions
                 "retries_used": result.get("retries_used", 0),
                 **{key: usage.get(key) for key in _USAGE},
                 **{key: timings.get(key) for key in _TIMINGS},
@@ -432,11 +436,14 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
     table = [row for row in table if row["status"] != MISSING]
     counts: dict[str, int] = {}
     errors: dict[str, int] = {}
+    failures: dict[str, int] = {}
     for row in table:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
         if row["status"] in _ERROR_STATUSES:
             kind = error_kind(row["status"], row["error"])
             errors[kind] = errors.get(kind, 0) + 1
+        if row["failure_class"] in _FAILURE_CLASSES and row["status"] != TaskStatus.COMPLETED.value:
+            failures[row["failure_class"]] = failures.get(row["failure_class"], 0) + 1
     verdicts = [row["correct"] for row in table if row["correct"] is not None]
     right = sum(1 for v in verdicts if v)
     prompt = sum(row["prompt_tokens"] or 0 for row in table)
@@ -448,6 +455,7 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
         "counts": dict(sorted(counts.items())),
         # the most frequent first, as the run's summary line lists them
         "errors": dict(sorted(errors.items(), key=lambda item: (-item[1], item[0]))),
+        "failures": {cls.value: failures[cls.value] for cls in FailureClass if cls.value in failures},
         "accuracy": right / len(verdicts) if verdicts else None,
         "accuracy_ci95": wilson_interval(right, len(verdicts)),
         "pass_at_k": _pass_at_k(table),
@@ -511,6 +519,8 @@ def overview(run: Run) -> dict[str, Any]:
         "model": (run.request.get("model") or {}).get("id", ""),
         "attempts_done": finished["attempts"], "attempts_total": total,
         "errors": sum(finished["errors"].values()),
+        # a metrics.json of a version before the classes has none: its result files name none either
+        "failures": dict(finished.get("failures") or {}),
         "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
         "last_change": None if changed is None else
         datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),

@@ -24,12 +24,13 @@ from agentcompass._util.display import visible
 from agentcompass.pipeline import engine, fingerprints, reading, reuse, shards
 from agentcompass.pipeline.jobs import RequestJob
 from agentcompass.results import read_json
-from agentcompass.runtime.models import Orchestration, RunRequest, TaskStatus
+from agentcompass.runtime.models import FailureClass, Orchestration, RunRequest, TaskStatus
 from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, Stage, names, of_scope
 from agentcompass.stages import stage as stage_of
 
 # Failed attempts listed without --verbose.
 SHOWN_ERRORS = 5
+_CLASSES = frozenset(c.value for c in FailureClass)
 # the stages status predicts, in the order their files are built (a sharded request's shard
 # records are not predicted: its attempts' files are)
 PREDICTED = of_scope(REQUEST, ATTEMPT, SUMMARY)
@@ -49,6 +50,7 @@ class FailedAttempt:
     status: str
     stage: str | None
     error: str
+    failure_class: str | None = None  # None in result.json files of older versions
 
 
 @dataclass
@@ -100,7 +102,8 @@ def read_results(run_path: Path, req: RunRequest,
             counts[result["status"]] += 1
             if TaskStatus(result["status"]).is_error:
                 failed.append((FailedAttempt(tasks[segment]["task_id"], attempt, result["status"],
-                                             result.get("error_stage"), str(result.get("error") or "")), path))
+                                             result.get("error_stage"), str(result.get("error") or ""),
+                                             result.get("failure_class")), path))
     return counts, failed
 
 
@@ -127,17 +130,22 @@ def status_counts(run_path: Path, req: RunRequest, shard_size: int = 0) -> tuple
     return counts, [attempt for attempt, _ in failed]
 
 
-def failed_attempt_targets(run_path: Path, req: RunRequest, shard_size: int = 0) -> list[str]:
-    """The files to force so that exactly the failed attempts rerun.
+def failed_attempt_targets(run_path: Path, req: RunRequest, shard_size: int = 0,
+                           only: frozenset[FailureClass] | None = None) -> list[str]:
+    """The files to force so that exactly the failed attempts rerun (of the classes ``only`` names, if given).
 
     A run error reruns the harness (its ``output.json``, the answer the last
     stage scores: that stage's last input); an evaluation error only the
     evaluation (``result.json``): the agent's answer is kept. A completed
-    attempt, whatever its score, is never among them.
+    attempt, whatever its score, is never among them; nor, with ``only``, an
+    attempt whose result.json names no class (one of an older version).
     """
     _, answer_stage, answer = stage_of(LAST_ATTEMPT_STAGE).inputs[-1]
     targets = []
+    wanted = None if only is None else {cls.value for cls in only}
     for attempt, path in read_results(run_path, req, shard_size)[1]:
+        if wanted is not None and attempt.failure_class not in wanted:
+            continue
         if attempt.status == TaskStatus.EVAL_ERROR.value:
             targets.append(path)
         else:
@@ -369,6 +377,8 @@ def render(statuses: list[RequestStatus], verbose: bool = False) -> str:
         shown = s.errors if verbose else s.errors[:SHOWN_ERRORS]
         for error in shown:
             stage = f" at {error.stage}" if error.stage else ""
+            if error.failure_class in _CLASSES:  # a result.json of an older version names none
+                stage += f" [{error.failure_class}]"
             first_line = error.error.strip().splitlines()[0] if error.error.strip() else ""
             lines.append(f"    {error.status}{stage}: {visible(error.task_id)} attempt {error.attempt}: "
                          f"{visible(first_line[:300])}")

@@ -61,6 +61,10 @@ def reply(body) -> tuple[int, dict]:
     if body["model"] == "babbler":  # never calls a tool: mini gives up after three format errors
         return 200, {"id": "x", "object": "chat.completion", "model": "babbler", "usage": {},
                      "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Paris?"}}]}
+    if body["model"] == "outage":  # every call fails: mini stops after its retries
+        return 503, {"error": {"message": "scripted outage", "type": "server_error"}}
+    if body["model"] == "looper":  # never submits: mini stops at its step limit
+        return 200, tool_call_reply(step, "echo still working")
     return 200, tool_call_reply(step, SOLVER_STEPS[min(step, len(SOLVER_STEPS) - 1)])
 
 
@@ -81,7 +85,9 @@ def test_mini_swe_agent_solves_a_task_through_the_gateway_and_the_key_stays_outs
     with ScriptedEndpoint(reply) as endpoint:
         config = workdir / "mini.yaml"
         config.write_text("requests:\n" + request("solver", "solver", endpoint.base_url, sessions)
-                          + request("babbler", "babbler", endpoint.base_url, sessions))
+                          + request("babbler", "babbler", endpoint.base_url, sessions)
+                          + request("looper", "looper", endpoint.base_url, sessions)
+                          + request("outage", "outage", endpoint.base_url, sessions))
         done = snakemake(workdir, "--configfile", str(config), env=clean_env(**{KEY_VARIABLE: key}))
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -133,5 +139,13 @@ def test_mini_swe_agent_solves_a_task_through_the_gateway_and_the_key_stays_outs
     # an agent that never submits is a run_error with mini-swe-agent's reason
     babbled = json.loads((workdir / "results/default/babbler/attempts/capital-france/1/result.json").read_text())
     assert babbled["status"] == "run_error"
-    assert "RepeatedFormatError" in babbled["error"]
+    assert "RepeatedFormatError" in babbled["error"] and babbled["failure_class"] == "harness"
     assert babbled["usage"]["calls"] == 3
+    # one stopped at its step limit is one of class limit (from mini-swe-agent's exit status, its exception's type)
+    looped = json.loads((workdir / "results/default/looper/attempts/capital-france/1/result.json").read_text())
+    assert looped["status"] == "run_error" and "LimitsExceeded" in looped["error"]
+    assert looped["failure_class"] == "limit" and looped["usage"]["calls"] == 6
+    # one stopped by the endpoint's 503s is of class endpoint, with the status of the last call the gateway forwarded
+    down = json.loads((workdir / "results/default/outage/attempts/capital-france/1/result.json").read_text())
+    assert down["status"] == "run_error" and down["failure_class"] == "endpoint"
+    assert down["metadata"]["failure"] == {"class": "endpoint", "http_status": 503}

@@ -198,3 +198,21 @@ def test_results_attempt_reads_everything_of_an_attempt_folder(tmp_path: Path):
     assert record["logs"] == {"run.log": "[the first 38 of 58 bytes are left out]\n" + "x" * 12 + "the end\n"}
     assert record["files"] == {"core": "[a binary file of 3 bytes]", "verifier/reward.txt": "1\n"}
     assert results.error_kind("run_error", "HTTP 503 after 2.5 s\ntraceback") == "run_error: HTTP N after N s"
+
+
+def test_the_index_page_charts_failures_by_class(copy: Path):
+    def failures_section(index: str) -> str:
+        section = index[index.index('<section id="failures">'):]
+        return section[:section.index("</section>")]
+
+    index = (copy / RUN / "report" / "index.html").read_text()
+    assert 'id="chart-failures"' in failures_section(index) and "no failures" in failures_section(index)
+    metrics_file = copy / RUN / "metrics.json"
+    metrics = json.loads(metrics_file.read_text())
+    metrics["summary"]["overall"]["failures"] = {"endpoint": 2, "limit": 1}
+    metrics_file.write_text(json.dumps(metrics))
+    shown = failures_section(report.build(copy / RUN).read_text())
+    assert 'id="chart-failures"' in shown and "no failures" not in shown
+    # the classes in the taxonomy's order, each a bar of the chart and a row of the table
+    assert shown.index("<td>endpoint</td>") < shown.index("<td>limit</td>")
+    assert re.search(r"<svg[^>]*>.*endpoint.*limit.*</svg>", shown, re.S)

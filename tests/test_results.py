@@ -163,9 +163,10 @@ def test_runs_lists_each_run_with_its_progress_and_cost(finished):
     [run] = json.loads(listed.stdout)
     summary = json.loads((run_dir(workdir) / "metrics.json").read_text())["summary"]["overall"]
     assert {k: run[k] for k in ("namespace", "run_id", "benchmark", "harness", "model", "attempts_done",
-                                "attempts_total", "errors", "accuracy")} == {
+                                "attempts_total", "errors", "failures", "accuracy")} == {
         "namespace": "default", "run_id": "priced", "benchmark": "example_exact_match", "harness": "chat",
-        "model": "scripted", "attempts_done": 10, "attempts_total": 10, "errors": 2, "accuracy": 0.5}
+        "model": "scripted", "attempts_done": 10, "attempts_total": 10, "errors": 2, "failures": {"endpoint": 2},
+        "accuracy": 0.5}
     assert run["cost_usd"] == pytest.approx(summary["cost_usd"])
     newest = max(p.stat().st_mtime for p in run_dir(workdir).rglob("*") if p.is_file())
     assert abs(pd.Timestamp(run["last_change"]).timestamp() - newest) < 1
@@ -174,8 +175,9 @@ def test_runs_lists_each_run_with_its_progress_and_cost(finished):
     assert text.returncode == 0, text.stderr
     header, line = text.stdout.splitlines()
     assert header.split()[:3] == ["namespace", "run", "id"]
-    assert line.split()[:8] == ["default", "priced", "example_exact_match", "chat", "scripted", "10/10", "2", "0.500"]
-    cost = line.split()[8]
+    assert line.split()[:9] == ["default", "priced", "example_exact_match", "chat", "scripted", "10/10", "2",
+                                "endpoint=2", "0.500"]
+    cost = line.split()[9]
     assert cost.startswith("$") and float(cost[1:]) == pytest.approx(summary["cost_usd"], rel=1e-3)
 
 

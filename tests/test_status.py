@@ -135,7 +135,7 @@ def test_a_sharded_request_is_read_from_its_current_shards_records(workdir: Path
     assert done.returncode == 1, done.stderr[-3000:]
     stdout = ok(agentcompass(workdir, "status", "-c", str(config)))
     up_to_date(stdout, "sharded", "completed 5, run_error 1")
-    assert "    run_error at run: t4 attempt 1: model call refused: HTTP 400" in stdout, stdout  # read from its slice
+    assert "    run_error at run [endpoint]: t4 attempt 1: model call refused: HTTP 400" in stdout, stdout  # read from its slice
 
     # shard 0's folders as its record left them: a result.json no one can read is never read
     folder = workdir / "results/default/sharded/attempts/t0/1"

@@ -152,6 +152,8 @@ def test_a_failing_solution_is_a_run_error_and_a_missing_reward_an_eval_error(tm
     assert hello["status"] == "run_error" and "solve.sh exited with status 3: no luck" in hello["error"]
     assert words["status"] == "eval_error" and "neither /logs/verifier/reward.txt nor reward.json" in words["error"]
     assert words["metadata"]["verifier"]["stdout"] == "forgot the reward\n"
+    # the reference script failing is the harness's run; a verifier that decided nothing, the verifier's
+    assert (hello["failure_class"], words["failure_class"]) == ("harness", "verifier")
     assert results["fix-sum-script"]["correct"] is True
     log = workdir / "results/default/tasks/attempts/hello-file/1/oracle.txt"
     assert "exit status 3" in log.read_text()
@@ -243,8 +245,8 @@ def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_
     status = agentcompass(workdir, "status", "--config", str(config))
     assert status.returncode == 0, status.stderr
     assert f"attempts: completed {len(SHIPPED)}, run_error 2" in status.stdout
-    assert f"run_error at load: no-prompt attempt 1: {no_prompt['error']}" in status.stdout
-    assert "run_error at load: bad-toml attempt 1: task_dir: " in status.stdout
+    assert f"run_error at load [task]: no-prompt attempt 1: {no_prompt['error']}" in status.stdout
+    assert "run_error at load [task]: bad-toml attempt 1: task_dir: " in status.stdout
 
 
 def test_config_docs_document_every_parameter(workdir: Path):

@@ -50,6 +50,7 @@ from agentcompass.runtime import (
 )
 from agentcompass.runtime.config import ConfigError, ParameterError, config_field, parse_bool, plan_field
 from agentcompass.runtime.config.loader import unsupported_param
+from agentcompass.runtime.failures import endpoint_failure
 from agentcompass.runtime.model_client import (
     ATTEMPT_TRAJECTORY,
     ModelCallConfig,
@@ -497,9 +498,11 @@ class DatasetBenchmark(BaseBenchmark[DatasetPlan]):
                 finally:
                     usage = {f"judge_{k}": v for k, v in client.usage.as_dict().items()}
         except ModelCallError as exc:
+            failure = endpoint_failure(exc)  # the judge's endpoint: no verdict, and not the verifier's fault
             return dataclasses.replace(result, status=TaskStatus.EVAL_ERROR, error=f"judge: {exc}",
                                        error_stage="evaluate", correct=None, score=None,
-                                       usage={**result.usage, **usage})
+                                       usage={**result.usage, **usage}, failure_class=failure["failure_class"],
+                                       metadata={**result.metadata, **failure["metadata"]})
         grade = parse_grade(reply.text)
         result = dataclasses.replace(result, usage={**result.usage, **usage},
                                      metadata={**result.metadata, "judge_reply": reply.text})

@@ -29,6 +29,7 @@ from agentcompass.runtime import (
     TaskStatus,
 )
 from agentcompass.runtime.config import ConfigError, RuntimeBenchmarkConfig, config_field, parse_int, plan_field
+from agentcompass.runtime.failures import endpoint_failure
 from agentcompass.runtime.model_client import ModelCallConfig, ModelCallError, ModelClient
 
 ANSWER_FORM = "Work it out step by step, then give the final answer as an integer on the last line."
@@ -126,7 +127,8 @@ class MajorityVoteBenchmark(HarnessFreeBenchmark[MajorityVotePlan]):
                 )
         except ModelCallError as exc:  # no endpoint configured, or a call failed for good
             return RunResult(task_id=prepared.task_id, attempt=plan.attempt, status=TaskStatus.RUN_ERROR,
-                             error=str(exc), error_stage="run", usage=client.usage.as_dict() if client else {})
+                             error=str(exc), error_stage="run", usage=client.usage.as_dict() if client else {},
+                             **endpoint_failure(exc))
         answers = [final_integer(reply.text) for reply in replies]
         return RunResult(
             task_id=prepared.task_id,

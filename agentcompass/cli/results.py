@@ -21,14 +21,15 @@ def _dollars(cost: float | None) -> str:
 
 def _runs_table(overviews: list[dict]) -> str:
     """One aligned line per run, under a header."""
-    header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "accuracy", "cost",
-              "last change"]
+    header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "failures by class",
+              "accuracy", "cost", "last change"]
     lines = [header]
     for o in overviews:
         total = "?" if o["attempts_total"] is None else str(o["attempts_total"])
         changed = (o["last_change"] or "-").replace("T", " ")[:19]
         lines.append([*map(display.visible, (o["namespace"], o["run_id"], o["benchmark"], o["harness"], o["model"])),
                       f"{o['attempts_done']}/{total}", str(o["errors"]),
+                      " ".join(f"{display.visible(str(cls))}={n}" for cls, n in o["failures"].items()) or "-",
                       "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
                       _dollars(o["cost_usd"]), changed])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

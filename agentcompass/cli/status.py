@@ -8,6 +8,7 @@ from pathlib import Path
 from agentcompass import layout, status
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError
+from agentcompass.runtime.models import FailureClass
 from agentcompass.runtime.registry import REGISTRIES
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
@@ -35,19 +36,35 @@ def cmd_status(args) -> int:
     return 0
 
 
+def failure_classes(text: str | None) -> frozenset[FailureClass] | None:
+    """``--only``'s comma-separated failure classes (None: every failed attempt); an unknown one is a ConfigError."""
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    valid = [cls.value for cls in FailureClass]
+    unknown = [name for name in names if name not in valid]
+    if unknown or not names:
+        what = f"unknown failure class(es) {', '.join(map(repr, unknown))}" if unknown else "no failure class"
+        raise ConfigError(f"retry --only {text!r}: {what}. Fix: name one or more of {', '.join(valid)}, "
+                          "separated by commas (docs/benchmarks.md, 'Why attempts fail')")
+    return frozenset(FailureClass(name) for name in names)
+
+
 def cmd_retry(args) -> int:
+    only = failure_classes(args.only)  # before anything is resolved or run
     layer = _layer(args)
     orchestration = _resolve(args, layer)
     base = orchestration.runtime.results_dir
     targets = [
         t for run in orchestration.runs
         for t in status.failed_attempt_targets(layout.run_dir(base, run.request.namespace, run.request.run_id),
-                                               run.request, orchestration.runtime.shard_size)
+                                               run.request, orchestration.runtime.shard_size, only)
     ]
+    classes = "" if only is None else " of class " + ", ".join(c.value for c in FailureClass if c in only)
     if not targets:
-        _print("no attempt holds an error status: nothing to retry")
+        _print(f"no attempt{classes} holds an error status: nothing to retry")
         return 0
-    _print(f"retrying {len(targets)} failed attempt(s)")
+    _print(f"retrying {len(targets)} failed attempt(s){classes}")
     # the caller's arguments first: --forcerun takes every argument up to the next option
     return _build(orchestration, layer, args, [*args.snakemake_args, "--forcerun", *targets])
 
@@ -65,5 +82,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("retry", help="rerun only the attempts whose result.json holds an error status")
     _add_selection(p)
+    p.add_argument("--only", metavar="CLASS,...", help="retry only the failed attempts of these failure classes ("
+                   + ", ".join(c.value for c in FailureClass) + "); default: every failed attempt")
     p.add_argument("--cores", default="2", type=_cores)
     p.set_defaults(func=cmd_retry)

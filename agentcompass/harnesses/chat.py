@@ -63,7 +63,7 @@ class ChatHarness(BaseHarness):
                     reply = await call_model(client, trajectory, messages, tools, turn=turn)
                     messages.append(reply.message)
         except ModelCallError as exc:
-            return run_error(prepared, context.attempt, str(exc), client)
+            return run_error(prepared, context.attempt, exc, client)
         metadata = {"malformed_reply": reply.malformed} if reply.malformed else {}
         if tools and reply.text:
             metadata["text"] = reply.text

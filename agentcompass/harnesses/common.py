@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentcompass.runtime import PreparedTask, RunResult, TaskStatus
-from agentcompass.runtime.model_client import ChatReply, ModelClient, Trajectory, parse_reply
+from agentcompass.runtime.failures import endpoint_failure
+from agentcompass.runtime.model_client import ChatReply, ModelCallError, ModelClient, Trajectory, parse_reply
 
 __all__ = ["Trajectory", "call_model", "opening_messages", "run_error"]
 
@@ -31,9 +32,12 @@ async def call_model(
     return parse_reply(await client.send(client.request_body(messages, tools), trajectory, **where))
 
 
-def run_error(prepared: PreparedTask, attempt: int, error: str, client: ModelClient | None, **metadata) -> RunResult:
-    """An attempt the model endpoint ended: its last error, and what the tries cost."""
+def run_error(prepared: PreparedTask, attempt: int, exc: ModelCallError, client: ModelClient | None,
+              **metadata) -> RunResult:
+    """An attempt the model endpoint ended: its last error, its class (endpoint), and what the tries cost."""
+    failure = endpoint_failure(exc)
     return RunResult(
-        task_id=prepared.task_id, attempt=attempt, status=TaskStatus.RUN_ERROR, error=error, error_stage="run",
-        usage=client.usage.as_dict() if client else {}, metadata=metadata,
+        task_id=prepared.task_id, attempt=attempt, status=TaskStatus.RUN_ERROR, error=str(exc), error_stage="run",
+        usage=client.usage.as_dict() if client else {}, metadata={**metadata, **failure["metadata"]},
+        failure_class=failure["failure_class"],
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcompass.gateway import ModelGateway
-from agentcompass.runtime import HARNESSES, BaseHarness, RunResult, TaskStatus
+from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
@@ -33,6 +33,8 @@ STATE_DIR = ".mini-swe-agent"
 LOG_NAME = "mini_swe_agent.log"
 TOKEN_PLACEHOLDER = "<gateway-token>"
 _TAIL = 2000
+# the exit statuses mini-swe-agent names for the exceptions that end it at its step and time limits
+_LIMIT_EXITS = frozenset({"LimitsExceeded", "TimeExceeded"})
 
 
 @dataclass(slots=True)
@@ -112,12 +114,13 @@ class MiniSweAgentHarness(BaseHarness):
         params = {**plan.params, **resolve_secret({k: plan.params[k] for k in ("executable", "config", "settings")})}
         model = req.model
 
-        def failed(reason: str, **extra) -> RunResult:
+        def failed(reason: str, cls: FailureClass = FailureClass.HARNESS, **extra) -> RunResult:
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, status=TaskStatus.RUN_ERROR,
-                             error=reason, error_stage="run", **extra)
+                             error=reason, error_stage="run", failure_class=cls, **extra)
 
         if not model.base_url:
-            return failed("model.base_url is not set: mini_swe_agent needs an OpenAI-compatible endpoint")
+            return failed("model.base_url is not set: mini_swe_agent needs an OpenAI-compatible endpoint",
+                          FailureClass.ENDPOINT)  # as a ModelClient without one raises ModelCallError
         executable = params["executable"] or str(Path(sys.executable).parent / "mini")
         # looked up as a command there sees it (a session without its sandbox confines file calls to the workspace)
         if "/" in executable and not (await env.exec(["test", "-x", executable])).ok:
@@ -139,6 +142,7 @@ class MiniSweAgentHarness(BaseHarness):
             await env.exec(["rm", "-rf", state])
             usage = gateway.usage()
             token = gateway.token
+            last_call = gateway.last_call_status
 
         # the token and every secret value: as values in the trajectory's records, as text in the log
         scrubber = Scrubber([model.to_dict(), plan.params], literals={token: TOKEN_PLACEHOLDER})
@@ -153,7 +157,8 @@ class MiniSweAgentHarness(BaseHarness):
         status = info.get("exit_status") or ""
         metadata = {"exit_status": status, "returncode": done.returncode}
         if done.timed_out:
-            return failed(f"mini-swe-agent did not finish within {params['timeout']} s", usage=usage, metadata=metadata)
+            return failed(f"mini-swe-agent did not finish within {params['timeout']} s", FailureClass.LIMIT,
+                          usage=usage, metadata=metadata)
         if status == "Submitted":
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=info.get("submission", ""),
                              usage=usage, metadata=metadata)
@@ -162,8 +167,15 @@ class MiniSweAgentHarness(BaseHarness):
             return failed(f"{reason}: {clean((done.stderr or done.stdout)[-_TAIL:])}", usage=usage, metadata=metadata)
         last = (trajectory.get("messages") or [{}])[-1]
         why = str(last.get("content") or "")[-_TAIL:] if last.get("role") == "exit" else ""
+        cls = FailureClass.HARNESS
+        if status in _LIMIT_EXITS:
+            cls = FailureClass.LIMIT
+        elif last_call is not None and last_call >= 400:  # it stopped on a model call that failed (after its retries)
+            cls = FailureClass.ENDPOINT
+            metadata["failure"] = {"class": cls.value, "http_status": last_call}
         return failed(clean(f"mini-swe-agent stopped without submitting ({status or 'no exit status'})"
-                            + (f": {why}" if why and why != status else "")), usage=usage, metadata=metadata)
+                            + (f": {why}" if why and why != status else "")),
+                      cls, usage=usage, metadata=metadata)
 
     @staticmethod
     def _argv(executable, prepared, model, params, state, api_base, token) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcompass.runtime import HARNESSES, BaseHarness, RunResult, TaskStatus
+from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.base import ScriptReference
 
 # what the reference script printed, beside output.json (Harbor keeps it as agent/oracle.txt)
@@ -39,5 +39,6 @@ class OracleHarness(BaseHarness):
             what = f"timed out after {context.reference.timeout} s" if ran.timed_out else f"exited with status {ran.returncode}"
             result.status = TaskStatus.RUN_ERROR
             result.error_stage = "run"
+            result.failure_class = FailureClass.LIMIT if ran.timed_out else FailureClass.HARNESS
             result.error = f"the reference script {context.reference.script} {what}: {ran.stderr[-_TAIL:].strip()}"
         return result

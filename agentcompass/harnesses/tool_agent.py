@@ -201,7 +201,7 @@ class ToolAgentHarness(BaseHarness):
                         continue
                     answer = await self._run_calls(reply.tool_calls, tools, messages, trajectory, steps)
         except ModelCallError as exc:
-            return run_error(prepared, context.attempt, str(exc), client, steps=steps)
+            return run_error(prepared, context.attempt, exc, client, steps=steps)
         return RunResult(
             task_id=prepared.task_id, attempt=context.attempt,
             answer=None if answer is _NOTHING else answer,

@@ -28,9 +28,11 @@ from agentcompass._util.jsonio import interrupted_writes, not_unicode, read_json
 from agentcompass.layout import task_segment
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.base import EnvironmentSession, HarnessContext, HarnessFreeBenchmark, error_result, retryable
+from agentcompass.runtime import failures
 from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
 from agentcompass.runtime.models import (
     ExecutionPlan,
+    FailureClass,
     MetricSummary,
     PreparedTask,
     RunRequest,
@@ -340,20 +342,22 @@ def run(job: AttemptJob) -> None:
         try:
             result = run_coroutine(once())
             break
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError:  # execution.task_timeout: the attempt's time limit
             result = error_result(plan.task_id, plan.attempt, "run", f"timed out after {plan.execution.task_timeout} s")
+            result.failure_class = FailureClass.LIMIT
             break
         except Exception as exc:
             if not retryable(exc):
-                result = error_result(plan.task_id, plan.attempt, "run", exc)  # the agent's failure is a status
+                # the agent's failure is a status
+                result = failures.failed(error_result(plan.task_id, plan.attempt, "run", exc), exc, "run")
                 break
             if retries < plan.execution.max_retries:
                 retries += 1
                 continue
-            result = error_result(plan.task_id, plan.attempt, "run", exc)
+            result = failures.failed(error_result(plan.task_id, plan.attempt, "run", exc), exc, "run")
             break
     result = dataclasses.replace(
-        result,
+        failures.classified(result, "run"),
         task_id=plan.task_id,
         attempt=plan.attempt,
         retries_used=retries,
@@ -380,6 +384,7 @@ def evaluate(job: AttemptJob) -> RunResult:
     benchmark = benchmark_for(req)
 
     if output.status.is_error or output.status == TaskStatus.SKIPPED:
+        output = failures.classified(output, "run")  # an output.json of an older version names no class
         job.write("result", output)
         return output
 
@@ -402,12 +407,12 @@ def evaluate(job: AttemptJob) -> RunResult:
     try:
         result = run_coroutine(go())
     except Exception as exc:
-        result = dataclasses.replace(
+        result = failures.failed(dataclasses.replace(
             output, status=TaskStatus.EVAL_ERROR, error=f"{type(exc).__name__}: {exc}", error_stage="evaluate",
             correct=None, score=None,
-        )
+        ), exc, "evaluate")
     result = dataclasses.replace(
-        result, timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
+        failures.classified(result, "evaluate"), timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
     scrub_attempt_files(attempt_dir, Scrubber(job.secrets))  # a judge's calls in the trajectory

@@ -33,7 +33,7 @@ from agentcompass import layout, results
 
 from agentcompass._util import trees
 from agentcompass._util.jsonio import write_text_atomic
-from agentcompass.runtime.models import TaskStatus
+from agentcompass.runtime.models import FailureClass, TaskStatus
 from agentcompass.stages import stage
 
 from . import charts
@@ -131,6 +131,8 @@ def _stats(rows: list[dict]) -> dict:
         "attempts": len(rows),
         "counts": dict(Counter(r["status"] for r in rows)),
         "errors": dict(Counter(results.error_kind(r["status"], r["error"]) for r in rows if r["status"] in ERROR_STATUSES)),
+        "failures": dict(Counter(r["failure_class"] for r in rows
+                                 if r["failure_class"] is not None and r["status"] != TaskStatus.COMPLETED.value)),
         "accuracy": sum(1 for v in verdicts if v) / len(verdicts) if verdicts else None,
         "accuracy_ci95": None,
         "pass_at_k": {},
@@ -409,6 +411,8 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
         parts.append("</tbody></table>")
     parts.append("</section>")
 
+    parts += _failures_section(overall)
+
     parts += ['<section id="cost"><h2>Cost and tokens</h2>', drawn["tokens.svg"],
               _kv([("model calls", _count(overall.get("calls"))),
                    ("prompt tokens", _count(overall.get("prompt_tokens"))),
@@ -433,6 +437,23 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
     ]
     return page(f"{run.name}: agentcompass report", "\n".join(parts), (STATIC / "index.js").read_text(),
                 data_scripts=("data/attempts.js",))
+
+
+def _failures_section(overall: dict) -> list[str]:
+    """Why attempts did not complete, by failure class in the taxonomy's order: a chart drawn inline (the
+    report's declared files stay those of the stage table) and a table of the counts."""
+    found = overall.get("failures") or {}
+    counts = [(cls.value, int(found.get(cls.value) or 0)) for cls in FailureClass if found.get(cls.value)]
+    chart = charts.bars("Failures by class", [charts.Bar(name, n, str(n), colour=charts.RED) for name, n in counts],
+                        empty="no failures", chart_id="chart-failures")
+    parts = ['<section id="failures"><h2>Failures by class</h2>', chart]
+    if counts:
+        parts.append('<table><thead><tr><th>class</th><th class="num">attempts</th></tr></thead><tbody>')
+        parts += [f'<tr><td>{_esc(name)}</td><td class="num">{n}</td></tr>' for name, n in counts]
+        parts.append("</tbody></table>")
+    parts.append('<p class="muted">docs/benchmarks.md, "Why attempts fail": what puts an attempt in each class; '
+                 "<code>agentcompass retry --only CLASS,...</code> reruns those.</p></section>")
+    return parts
 
 
 def _attempt_page(run: results.Run) -> str:

@@ -379,7 +379,9 @@ class ModelClient:
                 last = number == tries
                 self._record(record, where, body, number, status=exc.status, error=str(exc), retried=not last)
                 if last:
-                    raise ModelCallError(f"model call failed after {tries} tries; last error: {exc}") from None
+                    failed = ModelCallError(f"model call failed after {tries} tries; last error: {exc}")
+                    failed.status = exc.status  # the last reply's, when one came: the failure's HTTP status class
+                    raise failed from None
                 self.usage.retries += 1
                 await asyncio.sleep(self._delay(number, exc.retry_after))
             except ModelCallError as exc:

@@ -68,15 +68,17 @@ def test_the_index_draws_every_chart_with_no_console_error(browser_page, agent_r
         return {id: svg.id, width: box.width, height: box.height, bars: svg.querySelectorAll(".bar").length,
                 drawn: drawn.length};
     })""")
-    assert [c["id"] for c in charts] == ["chart-categories", "chart-scores", "chart-errors", "chart-tokens"]
-    # a bar for each thing it counts (three categories, scores 0, 1 and none, one kind of error)
+    assert [c["id"] for c in charts] == ["chart-categories", "chart-scores", "chart-errors", "chart-failures",
+                                         "chart-tokens"]
+    # a bar for each thing it counts (three categories, scores 0, 1 and none, one kind of error, one failure class)
     assert {c["id"]: c["bars"] for c in charts} == {
-        "chart-categories": 3, "chart-scores": 3, "chart-errors": 1, "chart-tokens": 3}
+        "chart-categories": 3, "chart-scores": 3, "chart-errors": 1, "chart-failures": 1, "chart-tokens": 3}
     for chart in charts:
         assert chart["width"] > 0 and chart["height"] > 0 and chart["drawn"] > 0, chart
     summary = page.inner_text("#summary")
     assert "5 of 5" in summary and "0.500" in summary  # two right of the four with a verdict
     assert "run_error: model call failed after N tries" in page.inner_text("#errors")
+    assert "endpoint" in page.inner_text("#failures")  # the water task's HTTP 500s, after their retries
     assert page.inner_text("#attempts-info") == "5 of 5 attempts"
     browser_page.screenshot("report-index")
     assert browser_page.problems == []

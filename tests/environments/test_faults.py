@@ -96,6 +96,7 @@ def test_an_unreachable_engine_is_retried_and_ends_as_run_error_naming_the_fault
     assert result["status"] == "run_error"
     assert result["retries_used"] == 2
     assert result["error"].startswith(f"EnvironmentUnavailableError: docker environment: no Docker engine answers at {where}")
+    assert result["failure_class"] == "infrastructure"
 
 
 def test_a_container_killed_mid_command_is_sandbox_died_then_and_after():
@@ -175,6 +176,7 @@ def test_a_failed_image_build_is_an_image_build_error_and_not_retried(tmp_path):
     assert result["error"].startswith(f"ImageBuildError: docker environment: building '{context / 'Dockerfile'}' failed")
     assert "returned a non-zero code: 3" in result["error"]
     assert "building the broken image" in result["error"]  # the end of the build log
+    assert result["failure_class"] == "infrastructure"  # the image, not the agent
 
 
 # --- host_process -------------------------------------------------------------------------

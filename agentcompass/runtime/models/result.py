@@ -36,7 +36,7 @@ class FailureClass(str, enum.Enum):
     HARNESS = "harness"  # the agent's own code raised
     LIMIT = "limit"  # the attempt ran out of steps, tokens or time
     VERIFIER = "verifier"  # the evaluation could not decide
-    TASK = "task"  # the task is quarantined: its preflight did not pass
+    TASK = "task"  # the task itself: quarantined (its preflight did not pass), or its data could not be loaded
 
 
 @dataclass
@@ -123,11 +123,20 @@ class MetricStats(Contract):
         "Per attempt: seconds of its run and evaluate stages (timings.run_seconds + evaluate_seconds)."))
     cost_usd: float | None = field(metadata=_describe(
         "Token cost in US dollars at the Model's declared prices (model.pricing); null when it declares none."))
+    failures: dict[str, int] = field(default_factory=dict, metadata=_describe(
+        "Attempts that did not complete, by failure class (infrastructure, endpoint, harness, limit, verifier, "
+        "task; docs/benchmarks.md, 'Why attempts fail'); a class no attempt has is left out. Empty in metrics.json "
+        "of older versions, whose result.json files name no class."))
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if sum(self.counts.values()) != self.attempts:
             raise ContractError("MetricStats.counts must add up to attempts")
+        unknown = set(self.failures) - {c.value for c in FailureClass}
+        if unknown:
+            raise ContractError(f"MetricStats.failures has unknown classes {sorted(unknown)}")
+        if sum(self.failures.values()) > self.attempts - self.counts.get(TaskStatus.COMPLETED.value, 0):
+            raise ContractError("MetricStats.failures counts more attempts than did not complete")
 
 
 @dataclass

@@ -27,12 +27,15 @@ from agentcompass._util import keypaths
 from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
 from agentcompass.runtime.models import FailureClass, TaskStatus
+from agentcompass.stages import TASK, of_scope
 
 RESAMPLES = 10_000
 SEED = 0
 # how many bootstrap draws are held in memory at once (resamples x tasks)
 _CHUNK_CELLS = 2_000_000
 USAGE = ("calls", "prompt_tokens", "completion_tokens")
+# the error_stage of an attempt quarantined by preflight (agentcompass.pipeline.preflight): the task stage's name
+QUARANTINE_STAGE = of_scope(TASK)[0].name
 
 
 class CompareError(AgentCompassError, ValueError):
@@ -146,6 +149,8 @@ class Comparison:
     method: dict = field(default_factory=dict)
     # paired attempts that did not complete, by failure class, side by side (classes neither side has left out)
     failures: list[MetricDelta] = field(default_factory=list)
+    # finished in both, left out: their task was quarantined by preflight in A or B (not scored there)
+    quarantined: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -154,6 +159,7 @@ class Comparison:
             "metrics": [m.to_json() for m in self.metrics], "flipped": self.flipped,
             "usage": [u.to_json() for u in self.usage], "config": self.config, "method": self.method,
             "failures": [f.to_json() for f in self.failures],
+            "quarantined": self.quarantined,
         }
 
 
@@ -212,6 +218,11 @@ def _failures(pairs: list[tuple[dict, dict]]) -> list[MetricDelta]:
     return out
 
 
+def _quarantined(row: dict) -> bool:
+    """Whether the attempt was skipped because its task did not pass preflight (it was not scored)."""
+    return row["status"] == TaskStatus.SKIPPED.value and row["error_stage"] == QUARANTINE_STAGE
+
+
 def _unpaired(mine: dict, theirs: dict, other: str) -> list[dict]:
     out = []
     for key, row in mine.items():
@@ -248,8 +259,10 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
                  rows_a: dict | None = None) -> Comparison:
     rows_a = rows_a if rows_a is not None else _attempts(run_a)
     rows_b = _attempts(run_b)
-    keys = [k for k, r in rows_a.items() if r["status"] != results.MISSING
-            and k in rows_b and rows_b[k]["status"] != results.MISSING]
+    finished = [k for k, r in rows_a.items() if r["status"] != results.MISSING
+                and k in rows_b and rows_b[k]["status"] != results.MISSING]
+    # only tasks scored in both: an attempt of a task quarantined by preflight on either side is left out
+    keys = [k for k in finished if not (_quarantined(rows_a[k]) or _quarantined(rows_b[k]))]
     if not keys:
         raise CompareError(f"{run_a.path} and {run_b.path} have no finished attempt in common (pairs are made by "
                            f"task id and attempt number): a paired comparison needs runs over the same tasks. Fix: "
@@ -296,14 +309,15 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
         _info(run_a, rows_a), _info(run_b, rows_b), len(pairs),
         _unpaired(rows_a, rows_b, "B"), _unpaired(rows_b, rows_a, "A"),
         metrics, flipped, usage, config,
-        {"pairs": "task id and attempt number; both attempts finished",
+        {"pairs": "task id and attempt number; both attempts finished, neither quarantined by preflight",
          "pass": "correct is true (an attempt that ended in an error fails, as in metrics.json's accuracy)",
          "score": "score, 0 when it has none (as in metrics.json's mean_score)",
          "accuracy_test": "McNemar's exact test (two-sided binomial test on the flipped pairs)",
          "mean_score_test": "paired bootstrap (two-sided, resampled means centred on 0)",
          "ci95": "percentile paired bootstrap, resampling tasks",
          "resamples": resamples, "seed": seed},
-        _failures(pairs),
+        failures=_failures(pairs),
+        quarantined=len(finished) - len(keys),
     )
 
 
@@ -376,7 +390,8 @@ def render(comparisons: list[Comparison]) -> str:
         per_task = max([a["attempt"] for a in c.flipped["a_only"] + c.flipped["b_only"] + c.only_a + c.only_b] or [1])
         lines += ["", _run_line("B", c.b),
                   f"paired: {c.paired} attempt(s) finished in both (by task id and attempt number); "
-                  f"finished in A only: {len(c.only_a)}; in B only: {len(c.only_b)}", ""]
+                  f"finished in A only: {len(c.only_a)}; in B only: {len(c.only_b)}"
+                  + (f"; left out, quarantined by preflight in A or B: {c.quarantined}" if c.quarantined else ""), ""]
         lines += _table(["metric", "A", "B", "B - A", "95% CI", "test"], [
             [m.name, _num(m.a), _num(m.b), _num(m.delta, signed=True), _ci(m.ci95),
              " ".join(x for x in (m.test, _p(m.p_value), f"({m.detail})" if m.detail else None) if x)]

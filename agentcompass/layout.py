@@ -11,6 +11,7 @@
         attempts/<task>/<n>/                      one attempt: each attempt stage's files,
             <stage>.log trajectory.jsonl workspace/ final_workspace/ outputs/
         shards/<k>/shard.json shard.log generation   one slice of a sharded request
+        preflight/<task>.json <task>.log          each task's preflight (with execution.preflight)
 
 ``<task>`` is the task id as one path segment (``task_segment``). The file
 names are the stages' (``agentcompass.stages``); the rules build their paths
@@ -24,7 +25,7 @@ import hashlib
 import urllib.parse
 from pathlib import Path
 
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SHARD, SUMMARY, Stage, of_scope, stage
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SHARD, SUMMARY, TASK, Stage, of_scope, stage
 
 MAX_SEGMENT_BYTES = 200
 # a namespace, a run id (a request's name by default): one path segment each, whole, so the
@@ -33,6 +34,7 @@ MAX_NAME_CHARS = 240
 
 ATTEMPTS = "attempts"
 SHARDS = "shards"
+PREFLIGHTS = of_scope(TASK)[0].folder  # preflight/
 LOGS = "logs"
 REPORT = "report"
 ANALYZER_REPORTS = "reports"
@@ -51,6 +53,8 @@ OUTPUTS = "outputs"  # the files the task declares as its outputs
 RUN_PATTERN = "{ns}/{run_id}"
 ATTEMPT_PATTERN = f"{RUN_PATTERN}/{ATTEMPTS}/{{task}}/{{attempt}}"
 SHARD_PATTERN = f"{RUN_PATTERN}/{SHARDS}/{{shard}}"
+# the folder of the task stages' files: one file per task, named by its segment
+PREFLIGHT_PATTERN = f"{RUN_PATTERN}/{PREFLIGHTS}"
 
 
 def task_segment(task_id: str) -> str:
@@ -84,6 +88,17 @@ def attempt_folder(run: str | Path, segment: str, attempt: int) -> str:
 
 def shard_folder(run: str | Path, index: int) -> str:
     return f"{run}/{SHARDS}/{index}"
+
+
+def preflight_folder(run: str | Path) -> str:
+    return f"{run}/{PREFLIGHTS}"
+
+
+def task_file(run: str | Path, segment: str, which: str | Stage) -> str:
+    """A task stage's file of the task whose path segment is ``segment`` (``preflight/<task>.json``)."""
+    s = _name(which)
+    assert s.scope == TASK, f"{s.name} is built per {s.scope}"
+    return f"{preflight_folder(run)}/{s.outputs[0].file.format(task=segment)}"
 
 
 def generation_file(run: str | Path, index: int) -> str:
@@ -125,6 +140,8 @@ def attempt_files(run: str | Path, attempts, stages: tuple[Stage, ...]) -> list[
 def log_file(folder: str | Path, which: str | Stage) -> str:
     """Where a failing job of a stage writes its traceback, given the stage's folder."""
     s = _name(which)
+    if s.scope == TASK:  # one per task, beside its file
+        return f"{folder}/{{task}}.log"
     if s.scope in (ATTEMPT, SHARD):
         return f"{folder}/{s.name}.log"
     return f"{folder}/{LOGS}/{s.name}.log"

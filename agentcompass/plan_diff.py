@@ -27,17 +27,18 @@ from agentcompass._util import keypaths
 from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
 from agentcompass.layout import task_segment
-from agentcompass.pipeline import fingerprints, reading
+from agentcompass.pipeline import fingerprints, reading, reuse
 from agentcompass.plugins import load_components
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
 from agentcompass.runtime.models.request import BenchmarkSpec, EnvironmentSpec, HarnessSpec, ModelSpec
-from agentcompass.stages import ATTEMPT, REQUEST, SUMMARY, names, of_scope
+from agentcompass.stages import ATTEMPT, REQUEST, SUMMARY, TASK, names, of_scope
 from agentcompass.stages import stage as stage_of
 from agentcompass.status import rebuilt_from
 
 # The stages in the order their files are built (the stage table's), and the files each writes.
 REQUEST_STAGES = names(REQUEST)
-ATTEMPT_STAGES = names(ATTEMPT)
+# a task's preflight (with execution.preflight) is judged with each of its attempts: it reads a part of their plan
+ATTEMPT_STAGES = (*names(TASK), *names(ATTEMPT))
 # The request's summary files, built from every attempt's result.json.
 SUMMARY_STAGES = names(SUMMARY)
 STAGES = (*REQUEST_STAGES, *ATTEMPT_STAGES, *SUMMARY_STAGES)
@@ -177,9 +178,14 @@ class Context:
         return ExecutionPlan.from_dict(raw, self.benchmark.plan_class, harness_plan)
 
     def attempt(self, task: TaskSpec, plan: ExecutionPlan) -> dict[str, Any]:
-        params = fingerprints.attempt_params(self.request, task, plan, versions=self.versions,
-                                             benchmark=self.benchmark, harness=self.harness)
-        return {stage: {**value, **self.recompute} for stage, value in params.items()}
+        params: dict[str, Any] = fingerprints.attempt_params(self.request, task, plan, versions=self.versions,
+                                                             benchmark=self.benchmark, harness=self.harness)
+        # its task's preflight: None without it (turning it on builds it)
+        view = fingerprints.AttemptView(self.request, task, plan, self.versions, self.benchmark, self.harness,
+                                        reuse.task_fingerprint(task))
+        for s in of_scope(TASK):
+            params[s.name] = None if self.request.execution.preflight is None else s.resolve("fingerprint")(view, s)
+        return {stage: None if value is None else {**value, **self.recompute} for stage, value in params.items()}
 
     def bulk(self, recompute: dict[str, str] | None = None) -> dict[str, Any]:
         """The params of the request's and summary stages, by stage (the Benchmark's task files are not in
@@ -259,6 +265,7 @@ class AttemptDiff:
     side: str  # "both", "a" (A only) or "b" (B only)
     changes: list[Change] = field(default_factory=list)
     reruns: dict[str, str] = field(default_factory=dict)  # stage -> why
+    unbuilt: set[str] = field(default_factory=set)  # the stages B builds none of (preflight off)
 
     def to_json(self) -> dict:
         return {"task_id": self.task_id, "attempt": self.attempt, "in": self.side,
@@ -302,7 +309,7 @@ class Diff:
                 if stage not in self.bulk_reruns:
                     out[stage] = 1
         for stage in ATTEMPT_STAGES:
-            kept = sum(1 for x in paired if stage not in x.reruns)
+            kept = sum(1 for x in paired if stage not in x.reruns and stage not in x.unbuilt)
             if kept:
                 out[stage] = kept
         return {stage: out[stage] for stage in STAGES if stage in out}
@@ -449,6 +456,9 @@ def diff(a: str | Path, b: str | Path) -> Diff:
             known = request_changes + changes
             for stage in ATTEMPT_STAGES:
                 upstream = BUILT_FROM.get(stage)
+                if params_b[stage] is None:  # a stage B does not build (preflight off)
+                    record.unbuilt.add(stage)
+                    continue
                 if reuse_off:
                     record.reruns[stage] = REUSE_OFF
                 elif not keypaths.same(params_a[stage], params_b[stage]):
@@ -461,8 +471,9 @@ def diff(a: str | Path, b: str | Path) -> Diff:
             only_a = [k for k in side_a.plans if k not in side_b.plans]
             only_b = [k for k in side_b.plans if k not in side_a.plans]
             attempts += [AttemptDiff(k[0], k[1], "a") for k in only_a]
+            built = [s for s in ATTEMPT_STAGES if ctx_b.request.execution.preflight is not None or s not in names(TASK)]
             attempts += [AttemptDiff(k[0], k[1], "b", reruns={
-                s: "a new attempt: A's folder has none such, so it is built" for s in ATTEMPT_STAGES}) for k in only_b]
+                s: "a new attempt: A's folder has none such, so it is built" for s in built}) for k in only_b]
             bulk_reruns = _bulk_reruns(side_a, side_b, ctx_a, ctx_b, request_changes, attempts, reuse_off)
             if only_a:
                 notes.append(f"{len(only_a)} attempt(s) of A are not in B: B's settings would not build them "

@@ -249,6 +249,7 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
         if ok and metrics_file.exists():
             data = read_json(metrics_file)
             outcome.counts, outcome.metrics = data["counts"], data["metrics"]
+            outcome.scored_on = data.get("scored_on")
             outcome.done = sum(outcome.counts.values())
             failed = sum(n for status, n in outcome.counts.items() if TaskStatus(status).is_error)
             if failed:

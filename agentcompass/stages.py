@@ -30,7 +30,8 @@ REQUEST = "request"  # once per request, in its run folder
 ATTEMPT = "attempt"  # once per attempt, in attempts/<task>/<n>/
 SHARD = "shard"  # once per slice of a large request, in shards/<k>/ (its inner run builds the attempts)
 SUMMARY = "summary"  # once per request, from every attempt's files
-SCOPES = (REQUEST, ATTEMPT, SHARD, SUMMARY)
+TASK = "task"  # once per task of a request, in preflight/ (only when execution.preflight asks for it)
+SCOPES = (REQUEST, TASK, ATTEMPT, SHARD, SUMMARY)
 
 # What a job may hold while it runs (agentcompass.pipeline.resources).
 TASK_SLOT = "task"  # one of execution.task_concurrency, and one of its environment's slots
@@ -80,6 +81,8 @@ class Stage:
     # the texts its rule's run: block was recorded with before it called the one entry point:
     # Snakemake compares a rule's recorded code with its text, and these are the same code
     recorded_code: tuple[str, ...] = field(default=(), repr=False)
+    # a task stage's folder in the run folder: its files are named by the task (``{task}``)
+    folder: str = ""
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -88,7 +91,9 @@ class Stage:
     @property
     def shown(self) -> str:
         """Its files as a person names them: ``plans.json and run_info.json``, ``report/index.html``."""
-        files = [o.file for o in self.outputs if o.shown and not o.file.endswith(".svg")]
+        prefix = f"{self.folder}/" if self.folder else ""
+        files = [prefix + o.file.replace("{task}", "<task>") for o in self.outputs
+                 if o.shown and not o.file.endswith(".svg")]
         return " and ".join(files)
 
     def output(self, name: str) -> Output:
@@ -145,6 +150,18 @@ STAGES: tuple[Stage, ...] = (
         params=("plan", "record"), checkpoint=True,
         body=f"{_PIPE}.bodies:write_plans", fingerprint=f"{_PIPE}.fingerprints:plans_param",
         recorded_code=("        EVAL.write_plans(wildcards, input, output, log)\n",),
+    ),
+    Stage(
+        "preflight", TASK,
+        "preflight/<task>.json: the task's reference solution run as the oracle harness runs it, in the "
+        "task's environment and its evaluation environment; whether it passed, each run's verdict, and "
+        "flaky when they disagree. Only with execution.preflight; a task that did not pass is quarantined.",
+        outputs=(Output("preflight", "{task}.json", "preflight", f"{_PIPE}.files:PreflightRecord"),),
+        built_from=("tasks", "plans"),
+        reads="the task, its environment and evaluation environment, the Benchmark's version and the plan "
+              "fields it evaluates with, the network policies, execution.preflight; never the Model or Harness",
+        claims=(TASK_SLOT, JUDGE),
+        body=f"{_PIPE}.preflight:preflight", fingerprint=f"{_PIPE}.preflight:preflight_param", folder="preflight",
     ),
     Stage(
         "prepare", ATTEMPT, "prepared.json of one attempt: the harness-facing input.",

@@ -21,11 +21,11 @@ from typing import Iterator, Mapping, cast
 
 from agentcompass import layout, results
 from agentcompass._util.display import visible
-from agentcompass.pipeline import engine, fingerprints, reading, reuse, shards
+from agentcompass.pipeline import engine, fingerprints, preflight, reading, reuse, shards
 from agentcompass.pipeline.jobs import RequestJob
 from agentcompass.results import read_json
 from agentcompass.runtime.models import FailureClass, Orchestration, RunRequest, TaskStatus
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, Stage, names, of_scope
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, TASK, Stage, names, of_scope
 from agentcompass.stages import stage as stage_of
 
 # Failed attempts listed without --verbose.
@@ -33,7 +33,9 @@ SHOWN_ERRORS = 5
 _CLASSES = frozenset(c.value for c in FailureClass)
 # the stages status predicts, in the order their files are built (a sharded request's shard
 # records are not predicted: its attempts' files are)
-PREDICTED = of_scope(REQUEST, ATTEMPT, SUMMARY)
+PREDICTED = of_scope(REQUEST, TASK, ATTEMPT, SUMMARY)
+# the stage each task's attempts are prepared after (with execution.preflight)
+TASK_STAGE = of_scope(TASK)[0].name
 
 
 @dataclass
@@ -71,6 +73,8 @@ def rebuilt_from(s: Stage) -> tuple[str, ...]:
     slice of: its params say whether its slice changed."""
     if s.inputs:
         return tuple(dict.fromkeys(source for _, source, _ in s.inputs))
+    if s.name == of_scope(ATTEMPT)[0].name:  # an attempt's first stage: its task's preflight, with preflight on
+        return (TASK_STAGE,)
     return tuple(name for name in s.built_from if stage_of(name).scope != REQUEST)
 
 
@@ -222,11 +226,12 @@ def _predict_request(state: RequestStatus, req: RunRequest, prefix: str, workdir
     now: dict[str, str] = {}
     rebuilt: set[str] = set()  # the stages of which a file reruns (of any attempt, for an attempt stage)
 
-    def judge(s: Stage, folder: str, params: list[str], attempt_rebuilt: set[str] | None = None) -> bool:
-        """Whether a job of ``s`` in ``folder`` reruns (and why, added to ``state.pending``)."""
+    def judge(s: Stage, folder: str, params: list[str], attempt_rebuilt: set[str] | None = None,
+              files: list[str] | None = None) -> bool:
+        """Whether a job of ``s`` in ``folder`` (writing ``files``, when not its outputs there) reruns
+        (and why, added to ``state.pending``)."""
         upstream = rebuilt if attempt_rebuilt is None else attempt_rebuilt
-        for name in _judged(s):
-            out = layout.file_in(folder, s, name)
+        for out in files or [layout.file_in(folder, s, name) for name in _judged(s)]:
             if not (workdir / out).exists():
                 reason = "missing"
             elif out in marked:
@@ -267,6 +272,14 @@ def _predict_request(state: RequestStatus, req: RunRequest, prefix: str, workdir
             slices = [part for index, part in enumerate(slices) if index not in current]
         params_of = _attempt_params(req, tasks_file, plans_file, extra.recompute,
                                     [attempt for part in slices for attempt in part])
+        task_rebuilt: set[str] = set()  # the tasks whose preflight reruns: their attempts are prepared again
+        for s in of_scope(TASK) if req.execution.preflight is not None else ():
+            for segment in reading.task_segments(tasks_file):
+                params = [fingerprints.as_param({**preflight.task_param(req, s, tasks_file, plans_file, segment),
+                                                 **extra.recompute})]
+                if judge(s, prefix, params, files=[layout.task_file(prefix, segment, s)]):
+                    task_rebuilt.add(segment)
+                    rebuilt.add(s.name)
     except Exception as exc:  # the run would fail at the same place: say so, and predict no further
         state.problem = f"its tasks cannot be loaded and planned now: {type(exc).__name__}: {exc}"
         return
@@ -275,11 +288,11 @@ def _predict_request(state: RequestStatus, req: RunRequest, prefix: str, workdir
         marked |= records.incomplete(f for folder in folders.values() for s in of_scope(ATTEMPT)
                                      for f in layout.files_in(folder, s))
     for key, folder in folders.items():
-        attempt_rebuilt: set[str] = set()
+        attempt_rebuilt: set[str] = {TASK_STAGE} if key[0] in task_rebuilt else set()
         for s in of_scope(ATTEMPT):
             if judge(s, folder, [params_of[key][s.name]], attempt_rebuilt):
                 attempt_rebuilt.add(s.name)
-        rebuilt |= attempt_rebuilt
+        rebuilt |= attempt_rebuilt - {TASK_STAGE}
     for s in of_scope(SUMMARY):
         params = [fingerprints.as_param(v) for v in fingerprints.request_params(s, req, extra)]
         if judge(s, prefix, params):

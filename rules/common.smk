@@ -17,5 +17,6 @@ wildcard_constraints:
 RUN = f"{RESULTS}/{layout.RUN_PATTERN}"
 ATTEMPT = f"{RESULTS}/{layout.ATTEMPT_PATTERN}"
 SHARD = f"{RESULTS}/{layout.SHARD_PATTERN}"
+PREFLIGHT = f"{RESULTS}/{layout.PREFLIGHT_PATTERN}"
 
 EVAL.bind(checkpoints, workflow)

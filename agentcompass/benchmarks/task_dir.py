@@ -787,7 +787,7 @@ class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
         # a reference is resolved by the job that runs the verifier (or the oracle): an unset one is
         # refused here, before any attempt runs, as the config's own references are
         tables = [("verifier", settings["verifier_env"])]
-        if not req.harness.is_none and HARNESSES.get(req.harness.id).is_oracle:
+        if req.execution.preflight is not None or (not req.harness.is_none and HARNESSES.get(req.harness.id).is_oracle):
             tables.append(("solution", settings["solution_env"]))
         for table, env in tables:
             refused = [name for name in references(env) if name not in config.task_env]

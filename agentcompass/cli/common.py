@@ -57,6 +57,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attempts", type=int, help="semantic attempts per task")
     p.add_argument("--max-retries", type=int, help="runtime retries after infrastructure faults")
     p.add_argument("--task-timeout", type=float, help="seconds an attempt's run may take")
+    p.add_argument("--preflight", type=int, nargs="?", const=1, metavar="RUNS",
+                   help="run each task's reference solution RUNS times (default 1) first, and quarantine the tasks it fails on")
     p.add_argument("--namespace")
     p.add_argument("--run-id")
     p.add_argument("--results-dir")
@@ -68,7 +70,7 @@ def _layer(args) -> dict | None:
     """The command line's config layer: one request for B H M, else only runtime overrides."""
     layer: dict = {}
     request_flags = [f for f in ("environment", "benchmark_param", "harness_param", "environment_param", "base_url",
-                                 "api_key_env", "model_param", "attempts", "max_retries", "task_timeout",
+                                 "api_key_env", "model_param", "attempts", "max_retries", "task_timeout", "preflight",
                                  "namespace", "run_id") if getattr(args, f, None)]
     if not args.benchmark and (request_flags or args.no_reuse):
         flags = ", ".join("--" + f.replace("_", "-") for f in request_flags + (["no_reuse"] if args.no_reuse else []))
@@ -89,7 +91,8 @@ def _layer(args) -> dict | None:
             base_url=args.base_url,
             api_key_env=args.api_key_env,
             model_params=_key_values(args.model_param, "--model-param"),
-            execution={"attempts": args.attempts, "max_retries": args.max_retries, "task_timeout": args.task_timeout},
+            execution={"attempts": args.attempts, "max_retries": args.max_retries, "task_timeout": args.task_timeout,
+                       "preflight": {"mode": "oracle", "runs": args.preflight} if getattr(args, "preflight", None) else None},
             output={"namespace": args.namespace, "run_id": args.run_id},
             reuse=False if args.no_reuse else None,
         )

@@ -49,7 +49,7 @@ from agentcompass.secrets import Scrubber
 from agentcompass.stages import LAST_ATTEMPT_STAGE, stage
 from agentcompass._util.trees import remove_tree
 
-from . import engine, forkserver, lifecycle, pacing, plan_index, provenance, reading, shards
+from . import engine, forkserver, lifecycle, pacing, plan_index, preflight, provenance, reading, shards
 from .engine import WorkflowError
 from .files import ComponentVersion, RunInfo, ShardRecord, TasksFile, write_file
 from .jobs import AttemptJob, RequestJob, ShardJob
@@ -165,8 +165,9 @@ def plan_list(req: RunRequest, tasks_path: str | Path, out: str | Path, *, shard
 # --- per attempt ------------------------------------------------------------------
 
 
-def _label(req: RunRequest, plan: ExecutionPlan, phase: str) -> str:
-    return f"{req.run_id}-{task_segment(plan.task_id)}-{plan.attempt}-{phase}"
+def _label(req: RunRequest, plan: ExecutionPlan, phase: str, who: str | None = None) -> str:
+    """A session's name: the run, the task, the attempt (or ``who`` opens it: the preflight) and the phase."""
+    return f"{req.run_id}-{task_segment(plan.task_id)}-{who or plan.attempt}-{phase}"
 
 
 class LazySession(EnvironmentSession):
@@ -238,7 +239,7 @@ class LazySession(EnvironmentSession):
 
 
 @contextlib.asynccontextmanager
-async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False):
+async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False, who: str | None = None):
     """The phase's session, closed at the end: kept when the request's retention says so.
 
     A stage marks ``session.failed`` when its attempt failed without raising.
@@ -248,7 +249,7 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
 
     async def opener() -> EnvironmentSession:
         await pacing.before_open()  # runtime.environment_open_rate
-        return await environment_for(spec.id).open(spec, network, _label(req, plan, phase))
+        return await environment_for(spec.id).open(spec, network, _label(req, plan, phase, who))
 
     session = LazySession(opener)
     retain = None if plan.execution.retain_environments == "never" else plan.execution.retain_environments
@@ -264,7 +265,7 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
             try:
                 await asyncio.wait_for(closing, pacing.close_grace())
             except asyncio.TimeoutError:
-                LOG.warning(f"the {phase} session of {_label(req, plan, phase)} did not close within "
+                LOG.warning(f"the {phase} session of {_label(req, plan, phase, who)} did not close within "
                             f"runtime.cleanup_grace_seconds ({pacing.close_grace()} s); "
                             f"'agentcompass clean' removes what it left")
         else:
@@ -276,19 +277,25 @@ def prepare(job: AttemptJob) -> None:
     req, plan, task = job.request, job.plan, job.task
     saved = Path(job.folder) / layout.WORKSPACE
     remove_tree(saved, ignore_errors=True)
+    why = preflight.quarantine(job.inputs.get("preflight"))
+    if why is not None:  # its preflight did not pass: no session; the run stage writes why
+        job.write("prepared", PreparedTask(task_id=task.task_id, input=TaskInput(prompt=""),
+                                           metadata={preflight.QUARANTINE: why}))
+        return
     if task.load_error is not None:  # nothing to prepare: the run stage reports the error
         job.write("prepared", PreparedTask(task_id=task.task_id, input=TaskInput(prompt="")))
         return
-    benchmark = benchmark_for(req)
+    job.write("prepared", run_coroutine(prepare_in(req, plan, task, Path(job.folder))))
 
-    async def go() -> PreparedTask:
-        async with _open(req, plan, "baseline") as session:
-            prepared = await benchmark.prepare_task(task, session, req, plan.benchmark_plan)
-            if prepared.input.workspace:
-                await session.download(prepared.input.workspace, saved)
-            return prepared
 
-    job.write("prepared", run_coroutine(go()))
+async def prepare_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, folder: Path,
+                     who: str | None = None) -> PreparedTask:
+    """Prepare ``task`` in a baseline session; its workspace is saved in ``folder``."""
+    async with _open(req, plan, "baseline", who=who) as session:
+        prepared = await benchmark_for(req).prepare_task(task, session, req, plan.benchmark_plan)
+        if prepared.input.workspace:
+            await session.download(prepared.input.workspace, folder / layout.WORKSPACE)
+        return prepared
 
 
 def run(job: AttemptJob) -> None:
@@ -301,32 +308,21 @@ def run(job: AttemptJob) -> None:
     final_workspace = attempt_dir / layout.FINAL_WORKSPACE
     benchmark = benchmark_for(req)
     harness = harness_for(req)
-    saved_workspace = attempt_dir / layout.WORKSPACE
+
+    def call(session: EnvironmentSession):
+        if harness is None:
+            assert isinstance(benchmark, HarnessFreeBenchmark)
+            return benchmark.run_task(prepared, session, req, plan)
+        reference = benchmark.reference_solution(task, plan.benchmark_plan) if harness.is_oracle else None
+        context = HarnessContext(
+            attempt=plan.attempt, attempt_dir=attempt_dir, trajectory_path=trajectory,
+            reference=reference, timeout=plan.execution.task_timeout,
+        )
+        return harness.run(prepared, session, req, plan.harness_plan, context)
 
     async def once() -> RunResult:
         ATTEMPT_TRAJECTORY.set(trajectory)  # a ModelClient of this attempt records its calls there
-        async with _open(req, plan, "run") as session:
-            if prepared.input.workspace and saved_workspace.exists():
-                await session.upload(saved_workspace, prepared.input.workspace)
-            if harness is None:
-                assert isinstance(benchmark, HarnessFreeBenchmark)
-                coro = benchmark.run_task(prepared, session, req, plan)
-            else:
-                reference = benchmark.reference_solution(task, plan.benchmark_plan) if harness.is_oracle else None
-                context = HarnessContext(
-                    attempt=plan.attempt, attempt_dir=attempt_dir, trajectory_path=trajectory,
-                    reference=reference, timeout=plan.execution.task_timeout,
-                )
-                coro = harness.run(prepared, session, req, plan.harness_plan, context)
-            result = await asyncio.wait_for(coro, plan.execution.task_timeout)
-            for name in prepared.output.files:
-                if await session.exists(name):
-                    await session.download(name, outputs / name)
-            if plan.evaluation_environment_mode == "task" and prepared.input.workspace:
-                if await session.exists(prepared.input.workspace):
-                    await session.download(prepared.input.workspace, final_workspace)
-            session.failed = result.status.is_error
-            return result
+        return await run_in(req, plan, prepared, attempt_dir, call)
 
     started = time.monotonic()
     retries = 0
@@ -336,6 +332,10 @@ def run(job: AttemptJob) -> None:
             leftover.unlink(missing_ok=True)
         for stale in (outputs, final_workspace):
             remove_tree(stale, ignore_errors=True)  # the agent's tree: any depth, names, modes
+        why = preflight.read_prepared_quarantine(prepared)
+        if why is not None:  # its preflight did not pass: no sandbox, no model call
+            result = preflight.quarantined_result(plan.task_id, plan.attempt, why)
+            break
         if task.load_error is not None:  # the task's own error: no sandbox, no model call
             result = RunResult(task_id=task.task_id, status=TaskStatus.RUN_ERROR, error=task.load_error, error_stage="load")
             break
@@ -369,6 +369,26 @@ def run(job: AttemptJob) -> None:
     job.write("output", result, secrets=job.secrets)
 
 
+async def run_in(req: RunRequest, plan: ExecutionPlan, prepared: PreparedTask, folder: Path, call,
+                 who: str | None = None) -> RunResult:
+    """``call(session)`` (the harness on the prepared task) in a run session with the workspace saved in
+    ``folder``; the task's outputs (and its final workspace, for evaluation in the task environment)
+    are saved in ``folder`` after it."""
+    saved_workspace = folder / layout.WORKSPACE
+    async with _open(req, plan, "run", who=who) as session:
+        if prepared.input.workspace and saved_workspace.exists():
+            await session.upload(saved_workspace, prepared.input.workspace)
+        result = await asyncio.wait_for(call(session), plan.execution.task_timeout)
+        for name in prepared.output.files:
+            if await session.exists(name):
+                await session.download(name, folder / layout.OUTPUTS / name)
+        if plan.evaluation_environment_mode == "task" and prepared.input.workspace:
+            if await session.exists(prepared.input.workspace):
+                await session.download(prepared.input.workspace, folder / layout.FINAL_WORKSPACE)
+        session.failed = result.status.is_error
+        return result
+
+
 def evaluate(job: AttemptJob) -> RunResult:
     """Score the attempt in its evaluation environment; write result.json and the plan it used; return the result.
 
@@ -381,31 +401,15 @@ def evaluate(job: AttemptJob) -> RunResult:
     prepared = from_dict(PreparedTask, read_json(job.inputs["prepared"]), job.inputs["prepared"])
     output = read_result(job.inputs["output"])
     attempt_dir = Path(job.folder)
-    benchmark = benchmark_for(req)
 
     if output.status.is_error or output.status == TaskStatus.SKIPPED:
         output = failures.classified(output, "run")  # an output.json of an older version names no class
         job.write("result", output)
         return output
 
-    async def go() -> RunResult:
-        ATTEMPT_TRAJECTORY.set(attempt_dir / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
-        async with _open(req, plan, "evaluation", evaluation=True) as session:
-            # task mode: the workspace as the agent left it; fresh mode: only its declared outputs
-            final = attempt_dir / layout.FINAL_WORKSPACE
-            if plan.evaluation_environment_mode == "task" and prepared.input.workspace and final.exists():
-                await session.upload(final, prepared.input.workspace)
-            outputs = attempt_dir / layout.OUTPUTS
-            for name in prepared.output.files:
-                if (outputs / name).exists():
-                    await session.upload(outputs / name, name)
-            result = await benchmark.evaluate(task, prepared, output, session, req, plan.benchmark_plan)
-            session.failed = result.status.is_error
-            return result
-
     started = time.monotonic()
     try:
-        result = run_coroutine(go())
+        result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir))
     except Exception as exc:
         result = failures.failed(dataclasses.replace(
             output, status=TaskStatus.EVAL_ERROR, error=f"{type(exc).__name__}: {exc}", error_stage="evaluate",
@@ -420,6 +424,24 @@ def evaluate(job: AttemptJob) -> RunResult:
     return result
 
 
+async def evaluate_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, prepared: PreparedTask,
+                      output: RunResult, folder: Path, who: str | None = None) -> RunResult:
+    """Score ``output`` in an evaluation session, with the files the run saved in ``folder``."""
+    ATTEMPT_TRAJECTORY.set(folder / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
+    async with _open(req, plan, "evaluation", evaluation=True, who=who) as session:
+        # task mode: the workspace as the agent left it; fresh mode: only its declared outputs
+        final = folder / layout.FINAL_WORKSPACE
+        if plan.evaluation_environment_mode == "task" and prepared.input.workspace and final.exists():
+            await session.upload(final, prepared.input.workspace)
+        outputs = folder / layout.OUTPUTS
+        for name in prepared.output.files:
+            if (outputs / name).exists():
+                await session.upload(outputs / name, name)
+        result = await benchmark_for(req).evaluate(task, prepared, output, session, req, plan.benchmark_plan)
+        session.failed = result.status.is_error
+        return result
+
+
 # --- per request ------------------------------------------------------------------
 
 
@@ -431,13 +453,20 @@ def metrics(job: RequestJob) -> None:
 
 def metrics_of(req: RunRequest, result_paths: list, out) -> None:
     """Write ``out``, the metrics of the results at ``result_paths``."""
-    raw = [read_json(p) for p in result_paths]
-    results = [from_dict(RunResult, data, str(p)) for data, p in zip(raw, result_paths)]
+    every = [read_json(p) for p in result_paths]
+    raw, scored_on = every, None
+    if req.execution.preflight is not None:  # the metrics are over the tasks that passed preflight
+        raw, scored_on = preflight.scored_on(every)
+    kept = {id(data) for data in raw}
+    results = [from_dict(RunResult, data, str(p)) for data, p in zip(every, result_paths) if id(data) in kept]
     results.sort(key=lambda r: (r.task_id, r.attempt))
     metric = benchmark_for(req).aggregate_metrics(results, req)
+    metric.scored_on = scored_on
     # request.json is not this rule's input, so the run is described by the request in hand
     run = results_data.Run(Path(out).parent, req.to_dict())
-    table = list(results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in raw}))
+    left_out = {q.task_id for q in scored_on.quarantined} if scored_on else set()
+    table = [row for row in results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in raw})
+             if row["task_id"] not in left_out]
     pricing = req.model.pricing.to_dict() if req.model.pricing else None
     metric.summary = from_dict(MetricSummary, results_data.summary(table, pricing), "metrics summary")
     write_file(stage(layout.METRICS).kind(), out, metric)

@@ -89,6 +89,38 @@ class ShardRecord(Contract):
     slurm_job_id: str | None = None  # the SLURM job that built the slice; None when run locally
 
 
+@dataclass
+class PreflightRun(Contract):
+    """One run of a task's reference solution: its verdict as the Benchmark scored it."""
+
+    status: TaskStatus
+    correct: bool | None = None
+    score: float | None = None
+    error: str | None = None
+    error_stage: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class PreflightRecord(Contract):
+    """preflight/<task>.json: whether the task's reference solution passes in its own environments.
+
+    ``passed`` only when every run was scored correct; ``flaky`` when some were and some were not.
+    ``reason`` is what the task's attempts are quarantined for (None when it passed).
+    """
+
+    task_id: str
+    mode: str
+    passed: bool
+    flaky: bool
+    reason: Literal["preflight_failed", "preflight_flaky"] | None
+    correct: bool | None  # the first run's verdict
+    score: float | None
+    error: str | None  # the first error of a run, if one had one
+    runs: list[PreflightRun]
+    seconds: float
+
+
 # -- events.jsonl: one line per event (agentcompass.pipeline.events) ------------------------------
 
 

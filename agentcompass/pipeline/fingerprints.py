@@ -95,6 +95,7 @@ def plans_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
     execution = req.execution.to_dict()
     execution.pop("task_concurrency")  # how fast, not what: never a reason to rerun
     execution.pop("analyzers")
+    execution.pop("preflight")  # the preflight stage's, not the plans'
     plans = {
         "stage": s.version,
         "benchmark": req.benchmark.to_dict(),

@@ -32,7 +32,7 @@ from agentcompass._util import aio, jsonio
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.secrets import Scrubber, references
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, Stage, stage
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, TASK, Stage, stage
 
 from . import engine, reading
 from .files import write_file
@@ -110,6 +110,29 @@ def request_references(req: RunRequest) -> list[str]:
 
 
 @dataclass
+class TaskJob(RequestJob):
+    """A task stage's argument (``preflight``): also the task's path segment and the request's
+    tasks.json and plans.json, of which it reads its task and its first attempt's plan."""
+
+    segment: str = ""
+    tasks_file: str = ""
+    plans_file: str = ""
+
+    @cached_property
+    def task(self) -> TaskSpec:
+        return reading.task_by_segment(self.tasks_file, self.segment)
+
+    @cached_property
+    def plan(self) -> ExecutionPlan:
+        return reading.plan_for(self.request, self.plans_file, self.segment, 1)
+
+    @cached_property
+    def secrets(self) -> list[str]:
+        """The ``${VAR}`` references the task's runs may resolve (the request's and its plan's)."""
+        return request_references(self.request) + [f"${{{name}}}" for name in references(self.plan.to_dict())]
+
+
+@dataclass
 class ShardJob(RequestJob):
     """The shard stage's argument: also the slice's index, and the job's threads, resources,
     params and log (its inner Snakemake runs with them)."""
@@ -154,6 +177,10 @@ class Jobs:
             return AttemptJob(req, run, inputs, outputs, self.pipeline, s.name, segment=w.task, attempt=int(w.attempt),
                               folder=str(Path(outputs[s.outputs[0].name]).parent),
                               tasks_file=tasks_file, plans_file=plans_file)
+        if s.scope == TASK:
+            tasks_file, plans_file = self.pipeline.targets.bulk_files(req)
+            return TaskJob(req, run, inputs, outputs, self.pipeline, s.name, segment=w.task,
+                           tasks_file=tasks_file, plans_file=plans_file)
         if s.scope == SHARD:
             return ShardJob(req, run, inputs, outputs, self.pipeline, s.name, index=int(w.shard), threads=threads,
                             resources=resources, params=params, log=str(log[0]))

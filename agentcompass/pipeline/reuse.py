@@ -59,4 +59,6 @@ def request_record(req: RunRequest) -> dict[str, Any]:
     """The request as recorded in request.json's params: how fast is never a reason to rerun."""
     data = req.to_dict()
     data["execution"].pop("task_concurrency", None)
+    if data["execution"].get("preflight", 1) is None:
+        del data["execution"]["preflight"]  # a request without preflight keeps the identity it had before it existed
     return data

@@ -235,7 +235,9 @@ class Shards:
             cluster.check_shard_job(workflow, w)  # a job no node can run would wait in the queue for ever
         req = self.inv.request(w)
         attempts = self.targets.shard_slice(req, int(w.shard))
-        return forced_files(self.inv.snakemake, lambda: self.targets.attempt_files(req, attempts))
+        # its tasks' preflight files: this run builds them first, so no two shards build one
+        return (self.targets.slice_task_files(req, attempts)
+                + forced_files(self.inv.snakemake, lambda: self.targets.attempt_files(req, attempts)))
 
     @engine.signature_once
     def generation(self, w) -> int:

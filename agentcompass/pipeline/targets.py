@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from agentcompass import layout
 from agentcompass.runtime.models import RunRequest
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, of_scope, stage
+from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, TASK, of_scope, stage
 
 from . import engine, reading
 from .engine import WorkflowError
@@ -14,6 +15,10 @@ from .fingerprints import CHECKPOINTS, SHARD_STAGE, Fingerprints
 from .invocation import Invocation
 
 ATTEMPT_STAGES = of_scope(ATTEMPT)
+TASK_STAGES = of_scope(TASK)
+# set to "preflight" (by ``agentcompass check``): an invocation builds the request stages and each
+# task's preflight, and no attempt
+ONLY_ENV = "AGENTCOMPASS_ONLY_PREFLIGHT"
 
 
 class Targets:
@@ -81,6 +86,26 @@ class Targets:
         last = stage(LAST_ATTEMPT_STAGE)
         return [layout.file_in(self.attempt_dir(req, s, a), last) for s, a in self.attempt_paths(req)]
 
+    # -- the task stages (preflight): only with execution.preflight on ---------------------------
+
+    def task_files(self, req: RunRequest, segments) -> list[str]:
+        """The task stages' file of each task of ``segments``; none when preflight is off."""
+        if req.execution.preflight is None:
+            return []
+        run = self._run(req)
+        return [layout.task_file(run, segment, s) for s in TASK_STAGES for segment in segments]
+
+    def preflight_input(self, w) -> dict[str, str]:
+        """The prepare rule's input: its task's preflight file, with preflight on (``{}`` otherwise)."""
+        self.inv.begin()
+        req = self.inv.request(w)
+        files = self.task_files(req, [w.task])
+        return {s.name: f for s, f in zip(TASK_STAGES, files)}
+
+    def slice_task_files(self, req: RunRequest, attempts) -> list[str]:
+        """The task stages' files of the tasks of a slice of attempts, each once."""
+        return self.task_files(req, list(dict.fromkeys(segment for segment, _ in attempts)))
+
     # -- shards: a large request built in slices (agentcompass.pipeline.shards) ------------------
 
     def shard_count(self, req: RunRequest) -> int:
@@ -130,7 +155,12 @@ class Targets:
         settled = self.fingerprints.settled(req)
         targets = [f for s in of_scope(REQUEST, SUMMARY) if not (settled and s.checkpoint)
                    for f in layout.files_in(run, s)]
+        if os.environ.get(ONLY_ENV):
+            return [f for s in of_scope(REQUEST) if not (settled and s.checkpoint) for f in layout.files_in(run, s)] \
+                + self.slice_task_files(req, self.attempt_paths(req))
         count = self.shard_count(req)
+        # each task's preflight is built by this run, never by a shard's inner one
+        targets += self.slice_task_files(req, self.attempt_paths(req))
         if count:
             return targets + [str(self.shard_file(req, k)) for k in range(count)]
         return targets + self.attempt_files(req, self.attempt_paths(req))

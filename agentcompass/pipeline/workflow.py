@@ -36,12 +36,13 @@ from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
 
-from agentcompass.stages import ATTEMPT, REQUEST, RULES, SHARD, STAGES, SUMMARY, of_scope, stage
+from agentcompass.stages import ATTEMPT, REQUEST, RULES, SHARD, STAGES, SUMMARY, TASK, of_scope, stage
 
 from . import engine, forkserver, lifecycle, locks, pacing, progress, reading, recovery, shards
 from .engine import WorkflowError
 from .events import Emitter
 from .fingerprints import ATTEMPT_STAGES, AttemptFingerprints, Fingerprints
+from .preflight import TaskFingerprints
 from .invocation import Invocation
 from .jobs import Jobs
 from .resources import CAPS_ENV, Resources
@@ -83,6 +84,7 @@ class EvaluationWorkflow:
         self.params_of = Fingerprints(self.inv)
         self.targets = Targets(self.inv, self.params_of)
         self.attempt_params = AttemptFingerprints(self.inv, self.params_of, self.targets)
+        self.task_params = TaskFingerprints(self.inv, self.params_of, self.targets)
         self.shards = Shards(self.inv, self.targets)
         self.resources = Resources(self.inv)
         self.events = Emitter(self.inv, self.targets)
@@ -148,6 +150,8 @@ class EvaluationWorkflow:
             return {s.params[0]: self.attempt_params.param(s)}
         if s.scope == SHARD:
             return {s.params[0]: self.attempt_params.shard, s.params[1]: self.shards.generation}
+        if s.scope == TASK:
+            return {s.params[0]: self.task_params.param(s)}
         return {param: self.params_of.param(s, i) for i, param in enumerate(s.params)}
 
     # -- the first call of a DAG build, the start and the end of a run ---------------------
@@ -217,20 +221,19 @@ class EvaluationWorkflow:
         except (OSError, ValueError, KeyError):
             return []
         attempts = [(s, a) for s in segments for a in range(1, req.execution.attempts + 1)]
+        outputs = [] if self.inv.inner is not None else self._task_outputs(req, run, segments)
         size = self.inv.runtime.shard_size
         if self.inv.inner is not None:
             index = self.inv.inner[2]
             attempts = attempts[index * size:(index + 1) * size]
         elif size and (len(attempts) > size or engine.on_cluster(self.inv.snakemake)):
             shard = of_scope(SHARD)[0]
-            outputs = []
             for index in range(-(-len(attempts) // size)):
                 w = _Wildcards(ns=req.namespace, run_id=req.run_id, shard=str(index))
                 params = _params(w, *self.params(shard.name).values())
                 outputs += [recovery.Output(path, shard.name, params)
                             for path in layout.files_in(layout.shard_folder(run, index), shard)]
             return outputs
-        outputs = []
         getters = {s.name: tuple(self.params(s.name).values()) for s in ATTEMPT_STAGES}
         for segment, attempt in attempts:
             w = _Wildcards(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
@@ -238,6 +241,18 @@ class EvaluationWorkflow:
             for s in ATTEMPT_STAGES:
                 params = _params(w, *getters[s.name])
                 outputs += [recovery.Output(path, s.name, params) for path in layout.files_in(folder, s)]
+        return outputs
+
+    def _task_outputs(self, req, run, segments) -> list[recovery.Output]:
+        """Each task's preflight file, with preflight on (the outer run builds them, never a shard)."""
+        if req.execution.preflight is None:
+            return []
+        outputs = []
+        for s in of_scope(TASK):
+            getters = tuple(self.params(s.name).values())
+            for segment in segments:
+                w = _Wildcards(ns=req.namespace, run_id=req.run_id, task=segment)
+                outputs.append(recovery.Output(layout.task_file(run, segment, s), s.name, _params(w, *getters)))
         return outputs
 
     def start(self) -> None:

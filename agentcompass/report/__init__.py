@@ -69,7 +69,10 @@ def build(run_dir: str | Path) -> Path:
     out = folder(run.path)
     rows = list(results.rows(run))
     metrics = _read_json(Path(layout.metrics_file(run.path)))
-    summary, note = _summary(metrics, rows)
+    # with preflight, metrics.json counts the tasks that passed it: so do the figures (every attempt has its page)
+    quarantined = {q["task_id"] for q in ((metrics or {}).get("scored_on") or {}).get("quarantined", [])}
+    scored = [r for r in rows if r["task_id"] not in quarantined]
+    summary, note = _summary(metrics, scored)
     for leftover in out.glob(".*.tmp"):  # of a build that was killed
         leftover.unlink()
     table = _attempt_pages(rows, out / "data" / "attempts")
@@ -77,7 +80,7 @@ def build(run_dir: str | Path) -> Path:
     # says the folder is whole (and a killed build leaves no temporary file the workflow does not know).
     _write(out / "data" / "attempts.js", "window.AC_ATTEMPTS = " + _js(table) + ";\n")
     _write(out / "attempt.html", _attempt_page(run))
-    drawn = _charts(summary, rows)
+    drawn = _charts(summary, scored)
     for name, svg in drawn.items():
         write_text_atomic(out / name, _encodable(svg))
     return write_text_atomic(out / INDEX, _encodable(_index_page(run, rows, metrics, summary, note, drawn)))
@@ -378,6 +381,13 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
         _card("wall time per attempt (p50)", wall, wall_detail),
         "</div>",
     ]
+    scored_on = (metrics or {}).get("scored_on")
+    if scored_on:  # preflight: the tasks the figures are over, and those quarantined with their reason
+        quarantined = scored_on.get("quarantined") or []
+        parts.append(f'<p class="note" id="preflight">Scored on {scored_on["scored"]} of {scored_on["tasks"]} tasks '
+                     f'(preflight); {len(quarantined)} quarantined'
+                     + (": " + ", ".join(f"{_esc(q['task_id'])} ({_esc(q['reason'])})" for q in quarantined)
+                        if quarantined else "") + ".</p>")
     if metrics is not None and not note and metrics.get("metrics"):
         parts.append("<h3>Benchmark metrics (metrics.json)</h3>")
         parts.append(_kv([(k, "\u2013" if v is None else v) for k, v in sorted(metrics["metrics"].items())]))

@@ -177,7 +177,8 @@ def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> 
         model = from_dict(ModelSpec, deep_merge(defaults.get("model") or {}, body.get("model") or {}), f"requests.{name}.model")
         execution = from_dict(
             ExecutionSpec,
-            deep_merge(deep_merge(data.get("execution") or {}, defaults.get("execution") or {}), body.get("execution") or {}),
+            _preflight_shorthand(deep_merge(deep_merge(data.get("execution") or {}, defaults.get("execution") or {}),
+                                            body.get("execution") or {})),
             f"requests.{name}.execution",
         )
         runtime_fields = {}
@@ -204,9 +205,16 @@ def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> 
     return req
 
 
+def _preflight_shorthand(execution: dict) -> dict:
+    """``preflight: oracle`` is ``preflight: {mode: oracle}``."""
+    if isinstance(execution.get("preflight"), str):
+        return {**execution, "preflight": {"mode": execution["preflight"]}}
+    return execution
+
+
 def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) -> None:
     """Build every component config now, so a bad parameter fails before any job runs."""
-    from .base import HarnessFreeBenchmark
+    from .base import BaseBenchmark, HarnessFreeBenchmark
 
     benchmark = BENCHMARKS.get(req.benchmark.id)()
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and req.output.run_id is None:
@@ -232,6 +240,12 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
             raise _param_error(config, name, "harness", "harnesses", req.harness.id, exc, fail)
         _check_dependencies("harness", harness, harness_config, fail)
         needs_model = harness.requires_model
+    if req.execution.preflight is not None and (
+            req.harness.is_none or type(benchmark).reference_solution is BaseBenchmark.reference_solution):
+        raise fail("execution", f"execution.preflight runs each task's reference solution, and benchmark "
+                                f"{req.benchmark.id!r} has none (it does not define reference_solution"
+                                f"{', and runs without a harness' if req.harness.is_none else ''})",
+                   "leave execution.preflight unset for this benchmark, or give it a reference solution")
     if needs_model and req.model.is_none:
         raise fail("model", f"harness {req.harness.id!r} needs a model, but model.id is 'none'", "set model: {id: MODEL, base_url: URL, api_key: ${VAR}}")
     if needs_model and not req.model.base_url:

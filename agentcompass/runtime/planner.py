@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import cast
 
 from agentcompass.errors import AgentCompassError
 
 from .base import BaseBenchmark, BaseEnvironment, BaseHarness
-from .models import ExecutionPlan, HarnessPlan, NetworkPolicy, RunRequest, TaskSpec
+from .models import ExecutionPlan, ExecutionSpec, HarnessPlan, NetworkPolicy, RunRequest, TaskSpec
 from .models.request import EvaluationMode
 from .registry import Registry
 
@@ -72,7 +73,7 @@ class Planner:
             evaluation_network=policies["evaluation"],
             benchmark_plan=benchmark_plan,
             harness_plan=harness_plan,
-            execution=copy.deepcopy(req.execution),
+            execution=_attempt_execution(req),
         )
         # 6. Each allowed, matching Recipe in registry insertion order.
         allowed = set(req.execution.enabled_recipes)
@@ -128,5 +129,11 @@ class Planner:
             evaluation_network=None,
             benchmark_plan=self.benchmark.plan_class(),
             harness_plan=HarnessPlan(harness_id=self.harness.id if self.harness else "none"),
-            execution=copy.deepcopy(req.execution),
+            execution=_attempt_execution(req),
         )
+
+
+def _attempt_execution(req: RunRequest) -> ExecutionSpec:
+    """The request's execution settings as an attempt's plan holds them: the preflight is the
+    request's, run once per task, and never part of an attempt's plan."""
+    return dataclasses.replace(copy.deepcopy(req.execution), preflight=None)

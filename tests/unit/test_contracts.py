@@ -28,6 +28,9 @@ from agentcompass.runtime.models import (
     Orchestration,
     OrchestrationResult,
     OutputSpec,
+    PreflightSpec,
+    Quarantined,
+    ScoredOn,
     PreparedTask,
     RequestOutcome,
     ResolvedRuntimeOptions,
@@ -242,6 +245,11 @@ EXAMPLES = {
             RequestOutcome(name="b", key="default/b", state="planned"),
         ]
     ),
+    "PreflightSpec": PreflightSpec(mode="oracle", runs=3),
+    "Quarantined": Quarantined(task_id="../x", reason="preflight_failed", error=None),
+    "ScoredOn": ScoredOn(tasks=3, scored=1, skipped=0, quarantined=[
+        Quarantined(task_id="a", reason="preflight_failed", error="the reference script exited with status 1"),
+        Quarantined(task_id="b", reason="preflight_flaky")]),
     "OrchestratedRun": OrchestratedRun(key="ns/run-1", index=0, name="req", request=_request()),
     "Orchestration": Orchestration(
         runs=[OrchestratedRun(key="ns/run-1", index=0, name="req", request=_request())],

@@ -21,11 +21,11 @@ from conftest import ROOT, clean_env
 
 from agentcompass import layout
 from agentcompass.pipeline.files import AttemptStarted
-from agentcompass.stages import ATTEMPT, REQUEST, SHARD, STAGES, STARTING_STAGES, SUMMARY, stage
+from agentcompass.stages import ATTEMPT, REQUEST, SHARD, STAGES, STARTING_STAGES, SUMMARY, TASK, stage
 
 RESULTS = "results"
 FOLDER = {REQUEST: layout.RUN_PATTERN, SUMMARY: layout.RUN_PATTERN, ATTEMPT: layout.ATTEMPT_PATTERN,
-          SHARD: layout.SHARD_PATTERN}
+          SHARD: layout.SHARD_PATTERN, TASK: layout.PREFLIGHT_PATTERN}
 ENTRY = "        EVAL.build(rule, wildcards, input, output, params, threads, resources, log)\n"
 
 PROBE = """
@@ -117,5 +117,5 @@ def test_the_rules_folder_holds_a_rule_file_per_stage_and_nothing_else():
 
 def test_an_unknown_stage_is_named_with_the_stages_there_are():
     with pytest.raises(KeyError, match="the stages are request, tasks"):
-        stage("preflight")
+        stage("usage")
     assert isinstance(Path(layout.file_in("x", "evaluate", "plan")), Path)

@@ -17,11 +17,12 @@ from .request import (
     ModelSpec,
     NetworkPolicy,
     OutputSpec,
+    PreflightSpec,
     RunMetadata,
     RunRequest,
     RunRuntimeSpec,
 )
-from .result import FailureClass, MetricResult, MetricStats, MetricSummary, RunResult, Spread, TaskStatus
+from .result import FailureClass, MetricResult, Quarantined, ScoredOn, MetricStats, MetricSummary, RunResult, Spread, TaskStatus
 from .task import (
     BenchmarkPlan,
     ExecutionPlan,
@@ -36,7 +37,7 @@ __all__ = [
     "BenchmarkPlan", "BenchmarkSpec", "Contract", "ContractError", "EnvironmentSpec",
     "ExecutionPlan", "ExecutionSpec", "FailureClass", "HarnessPlan", "HarnessSpec", "MetricResult",
     "MetricStats", "MetricSummary", "ModelPricing", "ModelSpec", "NetworkPolicy", "OrchestratedRun", "Orchestration", "OrchestrationResult",
-    "OutputSpec", "PreparedTask", "RequestOutcome", "ResolvedRuntimeOptions", "RunMetadata",
-    "RunRequest", "RunResult", "RunRuntimeSpec", "TaskInput", "TaskOutput", "TaskSpec",
+    "OutputSpec", "PreflightSpec", "PreparedTask", "RequestOutcome", "ResolvedRuntimeOptions", "RunMetadata",
+    "Quarantined", "RunRequest", "RunResult", "RunRuntimeSpec", "ScoredOn", "TaskInput", "TaskOutput", "TaskSpec",
     "Spread", "TaskStatus",
 ]

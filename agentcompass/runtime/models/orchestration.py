@@ -92,6 +92,8 @@ class RequestOutcome(Contract):
     done: int = 0
     total: int = 0
     reason: str | None = None
+    # metrics.json's scored_on, with execution.preflight: the tasks scored and those quarantined
+    scored_on: dict[str, Any] | None = None
 
 
 # The CLI's exit status for an orchestration's outcomes (docs/reuse.md, Exit status).

@@ -187,6 +187,23 @@ class EnvironmentSpec(Contract):
 
 
 @dataclass
+class PreflightSpec(Contract):
+    """The preflight stage: each task's reference solution run ``runs`` times before any attempt of it.
+
+    A task whose preflight did not pass (or whose runs disagree) is quarantined: its attempts
+    open no environment and call no model.
+    """
+
+    mode: Literal["oracle"] = "oracle"
+    runs: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.runs < 1:
+            raise ContractError("PreflightSpec.runs must be at least 1")
+
+
+@dataclass
 class ExecutionSpec(Contract):
     """Concurrency, attempts, Recipes, analysis, retention and the runtime retry policy."""
 
@@ -198,6 +215,8 @@ class ExecutionSpec(Contract):
     enabled_recipes: list[str] = field(default_factory=list)
     analyzers: list[str] = field(default_factory=list)
     retain_environments: Retention = "never"
+    # None: no preflight stage (the default: the request's jobs and files are as they were without it)
+    preflight: PreflightSpec | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

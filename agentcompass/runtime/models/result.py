@@ -149,6 +149,28 @@ class MetricSummary(Contract):
 
 
 @dataclass
+class Quarantined(Contract):
+    """A task left out of the metrics because its preflight did not pass."""
+
+    task_id: str
+    reason: str = field(metadata=_describe(
+        "preflight_failed: its reference solution did not pass; preflight_flaky: its runs disagreed."))
+    error: str | None = field(default=None, metadata=_describe("The preflight's error, if it had one."))
+
+
+@dataclass
+class ScoredOn(Contract):
+    """Which tasks a request's metrics are over, when preflight ran (execution.preflight)."""
+
+    tasks: int = field(metadata=_describe("Tasks of the request."))
+    scored: int = field(metadata=_describe("Tasks whose attempts the metrics count: those that passed preflight."))
+    quarantined: list[Quarantined] = field(default_factory=list, metadata=_describe(
+        "Tasks whose preflight did not pass, with the reason: their attempts ran nothing and count nowhere."))
+    skipped: int = field(default=0, metadata=_describe(
+        "Attempts of scored tasks that were skipped for another reason (status skipped)."))
+
+
+@dataclass
 class MetricResult(Contract):
     """Request-level metrics with counts by status."""
 
@@ -165,6 +187,9 @@ class MetricResult(Contract):
     summary: MetricSummary | None = field(default=None, metadata=_describe(
         "Accuracy with its 95% interval, pass@k, counts by status and error kind, tokens, latency, wall time "
         "and cost, overall and per category; the same for every Benchmark."))
+    # only with execution.preflight on: the metrics above are over the tasks that passed it
+    scored_on: ScoredOn | None = field(default=None, metadata=_describe(
+        "With preflight on: how many tasks the metrics are over, and the quarantined ones (with their reason)."))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -523,9 +523,19 @@ def overview(run: Run) -> dict[str, Any]:
         # a metrics.json of a version before the classes has none: its result files name none either
         "failures": dict(finished.get("failures") or {}),
         "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
+        # with execution.preflight: the tasks the accuracy is over, and those quarantined
+        "scored_on": _scored_on(run) if (run.request.get("execution") or {}).get("preflight") else None,
         "last_change": None if changed is None else
         datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
     }
+
+
+def _scored_on(run: Run) -> dict[str, Any] | None:
+    scored = (run.metrics() or {}).get("scored_on")
+    if not isinstance(scored, dict):
+        return None
+    return {"tasks": scored.get("tasks"), "scored": scored.get("scored"),
+            "quarantined": len(scored.get("quarantined") or [])}
 
 
 def summarized(run: Run) -> tuple[dict[str, Any], int] | None:

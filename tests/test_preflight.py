@@ -143,6 +143,13 @@ def test_only_the_task_that_passes_preflight_calls_the_model_and_is_scored(tmp_p
     assert "Scored on 1 of 5 tasks (preflight); 4 quarantined: broken-env (preflight_failed)" in report
     assert "does not count the attempts on disk" not in report
 
+    # runs says what the accuracy is over
+    listed = agentcompass(workdir, "runs")
+    assert listed.returncode == 0, listed.stderr
+    assert "1/5 tasks (4 quarantined)" in listed.stdout and "task=4" in listed.stdout, listed.stdout
+    [overview] = json.loads(agentcompass(workdir, "runs", "--json").stdout)
+    assert overview["scored_on"] == {"tasks": 5, "scored": 1, "quarantined": 4}
+
     shutil.copytree(run, workdir / "results" / "default" / "before")  # for compare, below
 
     # another model reruns the healthy task's attempt and no preflight: the files are untouched

@@ -175,9 +175,9 @@ def test_runs_lists_each_run_with_its_progress_and_cost(finished):
     assert text.returncode == 0, text.stderr
     header, line = text.stdout.splitlines()
     assert header.split()[:3] == ["namespace", "run", "id"]
-    assert line.split()[:9] == ["default", "priced", "example_exact_match", "chat", "scripted", "10/10", "2",
-                                "endpoint=2", "0.500"]
-    cost = line.split()[9]
+    assert line.split()[:10] == ["default", "priced", "example_exact_match", "chat", "scripted", "10/10", "2",
+                                 "endpoint=2", "0.500", "-"]  # scored on: without preflight, every task
+    cost = line.split()[10]
     assert cost.startswith("$") and float(cost[1:]) == pytest.approx(summary["cost_usd"], rel=1e-3)
 
 

@@ -303,6 +303,56 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
         assert r["provenance"]["slurm_job_id"] in (set(jobs) if key in done_before else set(jobs) | rerun_jobs)
 
 
+def preflight_config(workdir: Path, tasks: Path, base_url: str) -> Path:
+    """Three task folders, two of them broken, behind an oracle preflight, two attempts each."""
+    path = workdir / "eval.yaml"
+    path.write_text(yaml.safe_dump({
+        "requests": {"big": {
+            "benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
+            "harness": "tool_agent",
+            "model": {"id": "scripted", "base_url": base_url},
+            "environment": {"id": "host_process", "run_network": {"mode": "public"}},
+            "execution": {"attempts": 2, "preflight": "oracle"},
+        }},
+        "runtime": {"shard_size": SHARD_SIZE},
+    }))
+    return path
+
+
+def test_preflight_on_slurm_quarantines_the_broken_tasks_as_a_local_run_does(cluster, tmp_path: Path):
+    from test_preflight import model, task
+
+    tasks = tmp_path / "tasks"
+    task(tasks, "healthy")
+    task(tasks, "verifier-crash", test="#!/bin/sh\necho 'the verifier fell over' >&2\nexit 3\n")
+    task(tasks, "wrong-solution", solve="#!/bin/sh\necho 'Hello, world' > /app/hello.txt\n")
+    runs = {}
+    for where in ("local", "slurm"):
+        work = tmp_path / where
+        work.mkdir()
+        with ScriptedEndpoint(model) as endpoint:
+            config = preflight_config(work, tasks, endpoint.base_url)
+            if where == "local":
+                done = snakemake(work, "--configfile", str(config))
+                assert done.returncode == 0, done.stderr[-4000:]
+            else:
+                done = run_driver(slurm_argv(work, config), work, "run.log")
+                assert done.returncode == 0, done.output[-4000:]
+                # each task's preflight was a cluster job of its own, before the shard's job
+                assert len(slurm_job_ids(done.output)) == 3 + 1, done.output[-4000:]
+            calls = len(endpoint.requests)
+        metrics = json.loads((work / "results/default/big/metrics.json").read_text())
+        runs[where] = (scored(work), calls, metrics["scored_on"], metrics["metrics"])
+    local, slurm = runs["local"], runs["slurm"]
+    assert local[1] == 4  # the healthy task's two attempts, two steps each: no broken task called the model
+    assert local[2]["scored"] == 1 and sorted(q["task_id"] for q in local[2]["quarantined"]) == [
+        "verifier-crash", "wrong-solution"]
+    assert {k: v[0] for k, v in local[0].items()} == {
+        "healthy/1": "completed", "healthy/2": "completed", "verifier-crash/1": "skipped",
+        "verifier-crash/2": "skipped", "wrong-solution/1": "skipped", "wrong-solution/2": "skipped"}
+    assert slurm == local
+
+
 def test_a_slurm_driver_stopped_with_sigterm_cancels_its_jobs_and_the_next_run_continues(cluster, tmp_path: Path):
     work = tmp_path / "slurm"
     work.mkdir()

@@ -19,10 +19,17 @@ def _dollars(cost: float | None) -> str:
     return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4g}"
 
 
+def _scored(scored: dict | None) -> str:
+    """With preflight: the tasks scored of those listed, and how many were quarantined."""
+    if not scored:
+        return "-"
+    return f"{scored['scored']}/{scored['tasks']} tasks ({scored['quarantined']} quarantined)"
+
+
 def _runs_table(overviews: list[dict]) -> str:
     """One aligned line per run, under a header."""
     header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "failures by class",
-              "accuracy", "cost", "last change"]
+              "accuracy", "scored on", "cost", "last change"]
     lines = [header]
     for o in overviews:
         total = "?" if o["attempts_total"] is None else str(o["attempts_total"])
@@ -31,6 +38,7 @@ def _runs_table(overviews: list[dict]) -> str:
                       f"{o['attempts_done']}/{total}", str(o["errors"]),
                       " ".join(f"{display.visible(str(cls))}={n}" for cls, n in o["failures"].items()) or "-",
                       "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
+                      _scored(o.get("scored_on")),
                       _dollars(o["cost_usd"]), changed])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)

@@ -150,6 +150,13 @@ def test_only_the_task_that_passes_preflight_calls_the_model_and_is_scored(tmp_p
     [overview] = json.loads(agentcompass(workdir, "runs", "--json").stdout)
     assert overview["scored_on"] == {"tasks": 5, "scored": 1, "quarantined": 4}
 
+    # a quarantined attempt is skipped, not failed: retry leaves it to the preflight, and says so
+    retried = agentcompass(workdir, "retry", "-c", str(config(workdir, tasks, "http://127.0.0.1:9/v1")),
+                           "--only", "task")
+    assert retried.returncode == 0, retried.stderr
+    assert "not retried: they run by themselves once their task's preflight passes" in retried.stdout
+    assert "nothing to retry" in retried.stdout
+
     shutil.copytree(run, workdir / "results" / "default" / "before")  # for compare, below
 
     # another model reruns the healthy task's attempt and no preflight: the files are untouched

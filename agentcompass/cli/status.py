@@ -61,6 +61,9 @@ def cmd_retry(args) -> int:
                                                run.request, orchestration.runtime.shard_size, only)
     ]
     classes = "" if only is None else " of class " + ", ".join(c.value for c in FailureClass if c in only)
+    if only is not None and FailureClass.TASK in only:
+        _print("attempts quarantined by preflight (skipped, class task) are not retried: they run by themselves "
+               "once their task's preflight passes (fix the task, check it with `agentcompass check`, run again)")
     if not targets:
         _print(f"no attempt{classes} holds an error status: nothing to retry")
         return 0

@@ -1,0 +1,192 @@
+"""``swebench`` through the real workflow on the real Docker engine, graded by the real swebench package.
+
+A small SWE-bench-format instance set is built here (tests/swebench_kit.py:
+a git repository of a Python project with a bug, in an image made from a
+local base, its instances as swebench 5 describes them). The oracle
+resolves every instance; wrong answers are unresolved; each verdict is
+``get_eval_report`` run directly on the same log; a missing image is that
+attempt's infrastructure failure naming it and how to fetch it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import swebench_kit as kit
+from conftest import clean_env, snakemake
+from environments.envkit import require_docker
+
+pytest.importorskip("swebench", reason="the swebench extra is not installed (pip install 'agentcompass[swebench]')")
+
+PATCH_DRIVER = Path(__file__).parent / "drivers" / "patch_agent_workflow.py"
+GOOD = {"demo__calc-1": ("add", "demo_1776_calc-1"), "demo__calc-2": ("neg", "demo_1776_calc-2")}
+MISSING = "demo__calc-3"
+BAD = ["empty", "wrong", "delete-tests", "exit-early"]
+
+
+@pytest.fixture(scope="module")
+def instances(tmp_path_factory) -> dict:
+    """The instances (by id), their file, and the bad patches; the images built (removed after the module)."""
+    require_docker()
+    root = tmp_path_factory.mktemp("swebench")
+    base, made = kit.build_repo(root / "repo")
+    images = [kit.build_instance_image(root / "repo", image_id) for _, image_id in GOOD.values()]
+    rows = {iid: kit.instance(iid, base, made["instances"][key], image_id) for iid, (key, image_id) in GOOD.items()}
+    rows[MISSING] = kit.instance(MISSING, base, made["instances"]["add"], "demo_1776_calc-3")
+    for name in [*BAD, "gold"]:  # each bad patch an instance of its own, all in calc-1's image
+        rows[f"demo__calc-1-{name}"] = kit.instance(f"demo__calc-1-{name}", base, made["instances"]["add"],
+                                                     "demo_1776_calc-1")
+    path = root / "instances.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows.values()))
+    patches = {f"demo__calc-1-{name}": made["bad"][name] for name in BAD}
+    patches["demo__calc-1-gold"] = made["instances"]["add"]["patch"]
+    yield {"rows": rows, "path": path, "patches": patches}
+    subprocess.run(["docker", "rmi", "-f", *images], capture_output=True)
+
+
+def write_config(workdir: Path, instances: dict, harness, ids: list[str], name: str = "swe", **extra) -> Path:
+    config = {"requests": {name: {
+        "benchmark": {"id": "swebench", "params": {
+            "path": str(instances["path"]), "instance_ids": ids,
+            "image_namespace": kit.INSTANCE_NAMESPACE, "image_tag": kit.INSTANCE_TAG, "eval_timeout": 120}},
+        "harness": harness,
+        "model": {"id": "none"},
+        "environment": {"id": "docker"},
+        **extra,
+    }}}
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def attempt(workdir: Path, iid: str, name: str = "swe") -> Path:
+    return workdir / "results" / "default" / name / "attempts" / iid / "1"
+
+
+def result_of(workdir: Path, iid: str, name: str = "swe") -> dict:
+    return json.loads((attempt(workdir, iid, name) / "result.json").read_text())
+
+
+def graded_directly(tmp_path: Path, instance: dict, result: dict) -> dict:
+    """The package's report of the log the attempt kept, for the patch it applied."""
+    from swebench.harness.grading import get_eval_report
+    from swebench.harness.utils import make_test_spec
+
+    log = tmp_path / f"{instance['instance_id']}.log"
+    log.write_text(result["metadata"]["swebench"]["test_output"])
+    prediction = {"instance_id": instance["instance_id"], "model_name_or_path": "x", "model_patch": result["answer"]}
+    return get_eval_report(make_test_spec(instance), prediction, str(log), include_tests_status=True)[instance["instance_id"]]
+
+
+def test_the_oracle_resolves_every_instance_and_a_missing_image_is_infrastructure(instances, tmp_path, workdir):
+    ids = [*GOOD, MISSING]
+    done = snakemake(workdir, "--configfile", str(write_config(workdir, instances, "oracle", ids)))
+    assert done.returncode == 0, done.stderr[-4000:]
+    for iid in GOOD:
+        result = result_of(workdir, iid)
+        assert result["status"] == "completed", result["error"]
+        assert result["score"] == 1.0 and result["correct"] is True, result["metadata"]["swebench"]["report"]
+        verdict = result["metadata"]["swebench"]
+        assert verdict["report"] == graded_directly(tmp_path, instances["rows"][iid], result)
+        assert verdict["report"]["tests_status"]["FAIL_TO_PASS"]["success"] == json.loads(
+            instances["rows"][iid]["FAIL_TO_PASS"])
+        assert verdict["report"]["infra_failure"] is False
+        # the answer is the diff the oracle's gold patch left (a new file too, for calc-2)
+        assert result["answer"].strip() and "diff --git" in result["answer"]
+        plan = json.loads((attempt(workdir, iid) / "plan.json").read_text())
+        image = kit.local_image(GOOD[iid][1])
+        assert plan["task_environment"]["params"]["image"] == image
+        assert plan["evaluation_environment"]["params"]["image"] == image
+        assert plan["task_environment"]["params"]["workdir"] == "/testbed"
+        assert plan["run_network"]["mode"] == "none" and plan["evaluation_network"]["mode"] == "none"
+        assert plan["applied_recipes"] == ["swebench_verified"]
+        prepared = (attempt(workdir, iid) / "prepared.json").read_text()
+        row = instances["rows"][iid]
+        assert row["patch"] not in prepared and row["test_patch"] not in prepared  # ground truth never reaches the agent
+    missing = result_of(workdir, MISSING)
+    assert missing["status"] == "run_error" and missing["failure_class"] == "infrastructure", missing
+    assert kit.local_image("demo_1776_calc-3") in missing["error"] and "docker pull" in missing["error"]
+
+
+def test_wrong_answers_are_unresolved_exactly_as_the_package_grades_them(instances, tmp_path, workdir):
+    ids = sorted(instances["patches"])
+    config = write_config(workdir, instances, {"id": "test_patch_agent", "params": {"patches": instances["patches"]}}, ids)
+    done = subprocess.run([sys.executable, str(PATCH_DRIVER), str(workdir), str(config)], cwd=workdir,
+                          env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    for iid in ids:
+        result = result_of(workdir, iid)
+        assert result["status"] == "completed", (iid, result["error"])
+        report = result["metadata"]["swebench"]["report"]
+        assert report == graded_directly(tmp_path, instances["rows"][iid], result), iid
+        expected = iid.endswith("-gold")
+        assert result["correct"] is expected and result["score"] == float(expected), (iid, report)
+        assert report["resolved"] is expected
+    # what tells them apart: the empty and wrong patches ran the tests and failed test_add; the runner that
+    # exited early printed PASSED lines, but its exit status gave it away (no status map at all)
+    empty = result_of(workdir, "demo__calc-1-empty")
+    assert empty["answer"] == "" and empty["metadata"]["swebench"]["report"]["tests_status"]["FAIL_TO_PASS"]["failure"]
+    early = result_of(workdir, "demo__calc-1-exit-early")["metadata"]["swebench"]
+    assert "PASSED tests/test_calc.py::test_add" in early["test_output"]
+    assert early["report"]["patch_successfully_applied"] is False and "tests_status" not in early["report"]
+    deleted = result_of(workdir, "demo__calc-1-delete-tests")
+    assert "deleted file mode" in deleted["answer"]
+
+
+def test_a_scripted_tool_agent_that_edits_as_the_gold_patch_resolves_the_instance(instances, workdir):
+    from agentcompass.testing.endpoint import ScriptedEndpoint, tool_call_reply
+
+    def model(body):
+        step = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if step == 0:
+            assert "add(2, 3) returns -1" in body["messages"][-1]["content"]  # the problem statement
+            return tool_call_reply("bash", {"command": "sed -i 's/a - b/a + b/' calc.py && git diff --stat"},
+                                   call_id="c1")
+        return tool_call_reply("submit", {"answer": "fixed add"}, call_id="c2")
+
+    with ScriptedEndpoint(model) as endpoint:
+        path = write_config(workdir, instances, "tool_agent", ["demo__calc-1"], name="agent")
+        config = yaml.safe_load(path.read_text())
+        config["requests"]["agent"]["model"] = {"id": "scripted", "base_url": endpoint.base_url}
+        path.write_text(yaml.safe_dump(config))
+        done = snakemake(workdir, "--configfile", str(path))
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = result_of(workdir, "demo__calc-1", "agent")
+    assert result["status"] == "completed", result["error"]
+    assert result["score"] == 1.0 and result["correct"] is True, result["metadata"]["swebench"]["report"]
+    assert result["metadata"]["harness_answer"] == "fixed add"
+    assert "-    return a - b\n+    return a + b" in result["answer"]
+    assert "calc.py" in endpoint.requests[1].body["messages"][-1]["content"]  # the agent's command ran in /testbed
+
+
+def test_oracle_preflight_quarantines_the_instance_whose_image_is_missing(instances, workdir):
+    config = write_config(workdir, instances, {"id": "test_patch_agent", "params": {"patches": {}}},
+                          ["demo__calc-1", MISSING], name="vetted", execution={"preflight": "oracle"})
+    done = subprocess.run([sys.executable, str(PATCH_DRIVER), str(workdir), str(config)], cwd=workdir,
+                          env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    healthy, broken = result_of(workdir, "demo__calc-1", "vetted"), result_of(workdir, MISSING, "vetted")
+    assert healthy["status"] == "completed" and healthy["score"] == 0.0  # vetted, then the empty answer is graded
+    assert broken["status"] == "skipped" and broken["error_stage"] == "preflight", broken
+
+
+def test_without_the_extra_selecting_the_benchmark_fails_at_config_time_naming_it(instances, tmp_path, workdir):
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n\nclass _Block:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'swebench' or name.startswith('swebench.'):\n"
+        "            raise ModuleNotFoundError(name)\n\nsys.meta_path.insert(0, _Block())\n")
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
+    done = snakemake(workdir, "--configfile", str(write_config(workdir, instances, "oracle", ["demo__calc-1"])), env=env)
+    assert done.returncode != 0
+    assert "benchmark 'swebench' imports swebench (optional extra 'swebench')" in done.stderr, done.stderr[-3000:]
+    assert "pip install 'agentcompass[swebench]'" in done.stderr
+    assert not (workdir / "results" / "default" / "swe" / "attempts").exists()

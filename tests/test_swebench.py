@@ -51,11 +51,13 @@ def instances(tmp_path_factory) -> dict:
     subprocess.run(["docker", "rmi", "-f", *images], capture_output=True)
 
 
-def write_config(workdir: Path, instances: dict, harness, ids: list[str], name: str = "swe", **extra) -> Path:
+def write_config(workdir: Path, instances: dict, harness, ids: list[str], name: str = "swe", params: dict | None = None,
+                 **extra) -> Path:
     config = {"requests": {name: {
         "benchmark": {"id": "swebench", "params": {
             "path": str(instances["path"]), "instance_ids": ids,
-            "image_namespace": kit.INSTANCE_NAMESPACE, "image_tag": kit.INSTANCE_TAG, "eval_timeout": 120}},
+            "image_namespace": kit.INSTANCE_NAMESPACE, "image_tag": kit.INSTANCE_TAG, "eval_timeout": 120,
+            **(params or {})}},
         "harness": harness,
         "model": {"id": "none"},
         "environment": {"id": "docker"},
@@ -138,6 +140,21 @@ def test_wrong_answers_are_unresolved_exactly_as_the_package_grades_them(instanc
     assert early["report"]["patch_successfully_applied"] is False and "tests_status" not in early["report"]
     deleted = result_of(workdir, "demo__calc-1-delete-tests")
     assert "deleted file mode" in deleted["answer"]
+
+
+def test_a_diff_larger_than_max_patch_bytes_is_never_applied(instances, workdir):
+    """The diff is the agent's: beyond the limit it is not read into memory nor applied, and counts as no patch."""
+    gold = instances["patches"]["demo__calc-1-gold"]
+    config = write_config(workdir, instances, {"id": "test_patch_agent", "params": {"patches": instances["patches"]}},
+                          ["demo__calc-1-gold"], name="small", params={"max_patch_bytes": len(gold.encode()) - 1})
+    done = subprocess.run([sys.executable, str(PATCH_DRIVER), str(workdir), str(config)], cwd=workdir,
+                          env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = result_of(workdir, "demo__calc-1-gold", "small")
+    assert result["status"] == "completed" and result["score"] == 0.0 and result["answer"] is None, result
+    assert "more than max_patch_bytes" in result["metadata"]["model_patch"]["refused"]
+    assert result["metadata"]["swebench"]["report"]["patch_is_None"] is True
+    assert result["metadata"]["swebench"]["test_output"] == ""  # no container ran the tests
 
 
 def test_a_scripted_tool_agent_that_edits_as_the_gold_patch_resolves_the_instance(instances, workdir):

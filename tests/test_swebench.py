@@ -28,7 +28,12 @@ pytest.importorskip("swebench", reason="the swebench extra is not installed (pip
 PATCH_DRIVER = Path(__file__).parent / "drivers" / "patch_agent_workflow.py"
 GOOD = {"demo__calc-1": ("add", "demo_1776_calc-1"), "demo__calc-2": ("neg", "demo_1776_calc-2")}
 MISSING = "demo__calc-3"
+OOM = "demo__calc-1-oom"
 BAD = ["empty", "wrong", "delete-tests", "exit-early"]
+LINKED = "linked-diff"
+# an agent that changes nothing and leaves a process swapping the diff's file for a link to an endless device
+LINKER = ("mkdir -p /tmp/agentcompass-swebench; (i=0; while [ $i -lt 200000 ]; do "
+          "ln -sfn /dev/zero /tmp/agentcompass-swebench/model.patch; i=$((i+1)); done) >/dev/null 2>&1 &")
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +45,18 @@ def instances(tmp_path_factory) -> dict:
     images = [kit.build_instance_image(root / "repo", image_id) for _, image_id in GOOD.values()]
     rows = {iid: kit.instance(iid, base, made["instances"][key], image_id) for iid, (key, image_id) in GOOD.items()}
     rows[MISSING] = kit.instance(MISSING, base, made["instances"]["add"], "demo_1776_calc-3")
-    for name in [*BAD, "gold"]:  # each bad patch an instance of its own, all in calc-1's image
+    # its test runner fails as a machine without memory does: the package's verdict is a broken environment
+    oom = kit.instance(OOM, base, made["instances"]["add"], "demo_1776_calc-1")
+    oom["eval_script"] = oom["eval_script"].replace("python -m pytest", "echo 'Cannot allocate memory' >&2; false")
+    rows[OOM] = oom
+    for name in [*BAD, "gold", LINKED]:  # each bad patch an instance of its own, all in calc-1's image
         rows[f"demo__calc-1-{name}"] = kit.instance(f"demo__calc-1-{name}", base, made["instances"]["add"],
                                                      "demo_1776_calc-1")
     path = root / "instances.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows.values()))
     patches = {f"demo__calc-1-{name}": made["bad"][name] for name in BAD}
     patches["demo__calc-1-gold"] = made["instances"]["add"]["patch"]
-    yield {"rows": rows, "path": path, "patches": patches}
+    yield {"rows": rows, "path": path, "patches": patches, "scripts": {f"demo__calc-1-{LINKED}": LINKER}}
     subprocess.run(["docker", "rmi", "-f", *images], capture_output=True)
 
 
@@ -88,7 +97,7 @@ def graded_directly(tmp_path: Path, instance: dict, result: dict) -> dict:
 
 
 def test_the_oracle_resolves_every_instance_and_a_missing_image_is_infrastructure(instances, tmp_path, workdir):
-    ids = [*GOOD, MISSING]
+    ids = [*GOOD, MISSING, OOM]
     done = snakemake(workdir, "--configfile", str(write_config(workdir, instances, "oracle", ids)))
     assert done.returncode == 0, done.stderr[-4000:]
     for iid in GOOD:
@@ -112,20 +121,25 @@ def test_the_oracle_resolves_every_instance_and_a_missing_image_is_infrastructur
         prepared = (attempt(workdir, iid) / "prepared.json").read_text()
         row = instances["rows"][iid]
         assert row["patch"] not in prepared and row["test_patch"] not in prepared  # ground truth never reaches the agent
+    broken = result_of(workdir, OOM)
+    assert broken["status"] == "eval_error" and broken["failure_class"] == "infrastructure", broken
+    assert broken["metadata"]["swebench"]["report"]["infra_failure_reason"] == "out_of_memory"
+    assert broken["metadata"]["swebench"]["report"] == graded_directly(tmp_path, instances["rows"][OOM], broken)
     missing = result_of(workdir, MISSING)
     assert missing["status"] == "run_error" and missing["failure_class"] == "infrastructure", missing
     assert kit.local_image("demo_1776_calc-3") in missing["error"] and "docker pull" in missing["error"]
 
 
 def test_wrong_answers_are_unresolved_exactly_as_the_package_grades_them(instances, tmp_path, workdir):
-    ids = sorted(instances["patches"])
-    config = write_config(workdir, instances, {"id": "test_patch_agent", "params": {"patches": instances["patches"]}}, ids)
+    ids = sorted([*instances["patches"], *instances["scripts"]])
+    config = write_config(workdir, instances, {"id": "test_patch_agent", "params": {
+        "patches": instances["patches"], "scripts": instances["scripts"]}}, ids)
     done = subprocess.run([sys.executable, str(PATCH_DRIVER), str(workdir), str(config)], cwd=workdir,
                           env=clean_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     for iid in ids:
         result = result_of(workdir, iid)
-        assert result["status"] == "completed", (iid, result["error"])
+        assert result["status"] == "completed", (iid, result["error"], result["metadata"].get("model_patch"))
         report = result["metadata"]["swebench"]["report"]
         assert report == graded_directly(tmp_path, instances["rows"][iid], result), iid
         expected = iid.endswith("-gold")

@@ -344,6 +344,9 @@ async def _read_bounded(env, remote: str, limit: int) -> tuple[str | None, int]:
             await env.download(remote, local)
         except FileNotFoundError:
             return None, 0
+        except OSError as exc:  # beyond the session's copy limits (CopyLimitError), or nothing a file could hold
+            limits = getattr(exc, "limits", None)
+            return None, limits.size if limits is not None else 0
         try:
             fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
@@ -442,7 +445,9 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
         note = None
         if ran.ok:
             patch, size = await _read_bounded(env, PATCH_FILE, plan.max_patch_bytes + 1)
-            if patch is None:
+            if patch is None and size:
+                note = f"the diff is more than {size} bytes, more than max_patch_bytes ({plan.max_patch_bytes}): not applied"
+            elif patch is None:
                 note = "the diff was not a regular file"
             elif size > plan.max_patch_bytes:
                 note = f"the diff is {size} bytes, more than max_patch_bytes ({plan.max_patch_bytes}): not applied"

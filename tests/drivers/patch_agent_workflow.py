@@ -4,7 +4,7 @@
 
 The harness ``test_patch_agent`` (not an oracle, no model) writes
 ``params.patches[task_id]`` into its session and applies it with ``git apply``
-in the working directory (an empty patch changes nothing): a test plays an
+in the working directory (an empty patch changes nothing), then runs ``params.scripts[task_id]``: a test plays an
 agent whose answer is exactly that diff.
 """
 
@@ -20,6 +20,7 @@ from agentcompass.runtime.config import ComponentConfig, config_field
 @dataclass(slots=True)
 class PatchAgentConfig(ComponentConfig):
     patches: dict = config_field(default={}, description="The patch to apply, by task id.")
+    scripts: dict = config_field(default={}, description="A shell script to run after it, by task id.")
 
 
 @HARNESSES.register()
@@ -38,6 +39,9 @@ class PatchAgent(BaseHarness):
             ran = await env.exec(["git", "apply", "/tmp/agent.patch"])
             await env.exec(["rm", "-f", "/tmp/agent.patch"])
             status = ran.returncode
+        script = plan.params["scripts"].get(prepared.task_id)
+        if script:
+            await env.exec(["sh", "-c", script])
         return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer="done",
                          metadata={"apply_status": status})
 

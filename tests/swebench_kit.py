@@ -147,6 +147,10 @@ def base_image() -> str:
              "-c", 'CMD ["sh"]', archive.name, name],
             check=True, capture_output=True,
         )
+    for image in client.images.list(name=BASE_REPOSITORY):  # those of files this machine no longer has
+        for tag in image.tags:
+            if tag != name:
+                client.images.remove(tag)
     return name
 
 

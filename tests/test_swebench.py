@@ -11,7 +11,6 @@ attempt's infrastructure failure naming it and how to fetch it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +19,12 @@ import pytest
 import yaml
 
 import swebench_kit as kit
+from agentcompass.benchmarks.swebench import DEPENDENCY
+from agentcompass.testing.dependencies import needs
 from conftest import clean_env, snakemake
 from environments.envkit import require_docker
 
-pytest.importorskip("swebench", reason="the swebench extra is not installed (pip install 'agentcompass[swebench]')")
+pytestmark = needs(DEPENDENCY)
 
 PATCH_DRIVER = Path(__file__).parent / "drivers" / "patch_agent_workflow.py"
 GOOD = {"demo__calc-1": ("add", "demo_1776_calc-1"), "demo__calc-2": ("neg", "demo_1776_calc-2")}
@@ -206,18 +207,3 @@ def test_oracle_preflight_quarantines_the_instance_whose_image_is_missing(instan
     healthy, broken = result_of(workdir, "demo__calc-1", "vetted"), result_of(workdir, MISSING, "vetted")
     assert healthy["status"] == "completed" and healthy["score"] == 0.0  # vetted, then the empty answer is graded
     assert broken["status"] == "skipped" and broken["error_stage"] == "preflight", broken
-
-
-def test_without_the_extra_selecting_the_benchmark_fails_at_config_time_naming_it(instances, tmp_path, workdir):
-    blocker = tmp_path / "block"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(
-        "import sys\n\nclass _Block:\n    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'swebench' or name.startswith('swebench.'):\n"
-        "            raise ModuleNotFoundError(name)\n\nsys.meta_path.insert(0, _Block())\n")
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
-    done = snakemake(workdir, "--configfile", str(write_config(workdir, instances, "oracle", ["demo__calc-1"])), env=env)
-    assert done.returncode != 0
-    assert "benchmark 'swebench' imports swebench (optional extra 'swebench')" in done.stderr, done.stderr[-3000:]
-    assert "pip install 'agentcompass[swebench]'" in done.stderr
-    assert not (workdir / "results" / "default" / "swe" / "attempts").exists()

@@ -11,9 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import swebench_kit as kit  # noqa: E402
 
-pytest.importorskip("swebench", reason="the swebench extra is not installed (pip install 'agentcompass[swebench]')")
-
-from agentcompass.benchmarks.swebench import SwebenchBenchmark, SwebenchPlan, image_name  # noqa: E402
+from agentcompass.benchmarks.swebench import DEPENDENCY, SwebenchBenchmark, SwebenchPlan, image_name  # noqa: E402
+from agentcompass.testing.dependencies import needs  # noqa: E402
 from agentcompass.environments import DockerEnvironment  # noqa: E402
 from agentcompass.harnesses import OracleHarness  # noqa: E402
 from agentcompass.runtime import Planner  # noqa: E402
@@ -23,6 +22,8 @@ from agentcompass.runtime.models import (  # noqa: E402
 )
 from agentcompass.recipes.swebench_verified import SwebenchVerified  # noqa: E402
 from agentcompass.runtime.registry import Registry  # noqa: E402
+
+pytestmark = needs(DEPENDENCY)
 
 
 @pytest.fixture(scope="module")

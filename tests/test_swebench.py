@@ -110,6 +110,7 @@ def test_the_oracle_resolves_every_instance_and_a_missing_image_is_infrastructur
         assert verdict["report"]["tests_status"]["FAIL_TO_PASS"]["success"] == json.loads(
             instances["rows"][iid]["FAIL_TO_PASS"])
         assert verdict["report"]["infra_failure"] is False
+        assert verdict["test_statuses"]["tests/test_calc.py::test_mul"] == "PASSED"
         # the answer is the diff the oracle's gold patch left (a new file too, for calc-2)
         assert result["answer"].strip() and "diff --git" in result["answer"]
         plan = json.loads((attempt(workdir, iid) / "plan.json").read_text())

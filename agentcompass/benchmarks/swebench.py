@@ -35,6 +35,7 @@ import json
 import math
 import os
 import posixpath
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass
@@ -281,6 +282,9 @@ def load_instance(row: Any, where: str) -> TaskSpec:
     if missing:
         return TaskSpec(task_id=iid, load_error=f"swebench: instance {iid!r} ({where}) has no {', '.join(missing)}; "
                         "swebench 5 instances carry them (image, eval_script, log_parser, eval_type too)")
+    if not isinstance(row["base_commit"], str) or not re.fullmatch(r"[0-9a-f]{7,64}", row["base_commit"]):
+        return TaskSpec(task_id=iid, load_error=f"swebench: instance {iid!r} ({where}): base_commit "
+                        f"{str(row['base_commit'])[:80]!r} is not a commit id (hexadecimal)")
     from swebench.harness.constants import EvalType
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
@@ -470,16 +474,19 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
         log, applied, truncated = "", None, False
         if patch is not None:
             log, applied, truncated = await self._run_tests(env, plan, spec, patch)
-        from swebench.harness.grading import get_eval_report
+        from swebench.harness.grading import get_eval_report, get_logs_eval
 
         with tempfile.TemporaryDirectory(prefix="agentcompass-swebench-") as folder:
             log_path = Path(folder) / "test_output.txt"
             log_path.write_text(log, encoding="utf-8")
             report = get_eval_report(spec, prediction, str(log_path), include_tests_status=True)[task.task_id]
+            # every test the log parser found, by status (empty when the package found the log unusable)
+            statuses = get_logs_eval(spec, str(log_path))[0] if patch is not None else {}
         resolved = bool(report.get("resolved"))
         verdict = {
             "report": report,
             "resolved": resolved,
+            "test_statuses": statuses,
             "applied_with": applied,
             "log_truncated": truncated,
             "test_output": log,

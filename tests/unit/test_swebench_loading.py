@@ -79,12 +79,14 @@ def test_every_file_form_loads_the_same_tasks_and_keeps_the_ground_truth_apart(r
 def test_a_row_the_package_cannot_describe_fails_alone(rows, tmp_path):
     broken = {**rows[0], "instance_id": "demo__bad", "log_parser": "parse_log_nowhere"}
     partial = {k: v for k, v in rows[1].items() if k != "eval_script"} | {"instance_id": "demo__old"}
+    option = {**rows[0], "instance_id": "demo__option", "base_commit": "--output=/etc/passwd"}
     path = tmp_path / "i.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], broken, partial]))
+    path.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], broken, partial, option]))
     tasks = {t.task_id: t for t in load(path)}
     assert tasks["demo__calc-1"].load_error is None
     assert "log parser 'parse_log_nowhere'" in tasks["demo__bad"].load_error
     assert "has no eval_script" in tasks["demo__old"].load_error
+    assert "is not a commit id" in tasks["demo__option"].load_error  # never an option of git diff
 
 
 def test_a_missing_path_is_a_config_error(tmp_path):

@@ -233,6 +233,7 @@ def build_repo(folder: Path) -> tuple[str, dict]:
             "    print('PASSED tests/test_calc.py::test_add')\n    print('PASSED tests/test_calc.py::test_mul', flush=True)\n"
             "    os._exit(3)\n")})),
     }
+    bad["sleep"] = _diff(folder, w({"conftest.py": "import time\n\ntime.sleep(60)\n"}))
     return base, {"instances": patches, "bad": bad}
 
 

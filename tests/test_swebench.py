@@ -57,7 +57,9 @@ def instances(tmp_path_factory) -> dict:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows.values()))
     patches = {f"demo__calc-1-{name}": made["bad"][name] for name in BAD}
     patches["demo__calc-1-gold"] = made["instances"]["add"]["patch"]
-    yield {"rows": rows, "path": path, "patches": patches, "scripts": {f"demo__calc-1-{LINKED}": LINKER}}
+    # the gold fix, and a conftest that keeps the test runner busy for a minute
+    sleeper = made["instances"]["add"]["patch"] + made["bad"]["sleep"]
+    yield {"rows": rows, "path": path, "patches": patches, "sleeper": sleeper, "scripts": {f"demo__calc-1-{LINKED}": LINKER}}
     subprocess.run(["docker", "rmi", "-f", *images], capture_output=True)
 
 
@@ -171,6 +173,21 @@ def test_a_diff_larger_than_max_patch_bytes_is_never_applied(instances, workdir)
     assert "more than max_patch_bytes" in result["metadata"]["model_patch"]["refused"]
     assert result["metadata"]["swebench"]["report"]["patch_is_None"] is True
     assert result["metadata"]["swebench"]["test_output"] == ""  # no container ran the tests
+
+
+def test_tests_that_outrun_eval_timeout_are_graded_as_the_package_grades_a_timeout(instances, tmp_path, workdir):
+    sleeper = instances["sleeper"]
+    config = write_config(workdir, instances, {"id": "test_patch_agent", "params": {
+        "patches": {"demo__calc-1-gold": sleeper}}}, ["demo__calc-1-gold"], name="slow", params={"eval_timeout": 3})
+    done = subprocess.run([sys.executable, str(PATCH_DRIVER), str(workdir), str(config)], cwd=workdir,
+                          env=clean_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = result_of(workdir, "demo__calc-1-gold", "slow")
+    verdict = result["metadata"]["swebench"]
+    assert result["status"] == "completed" and result["score"] == 0.0, result
+    assert verdict["test_output"].endswith("Timeout error: 3 seconds exceeded.")
+    assert verdict["report"]["infra_failure_reason"] == "tests_timed_out" and verdict["report"]["infra_failure"] is False
+    assert verdict["report"] == graded_directly(tmp_path, instances["rows"]["demo__calc-1-gold"], result)
 
 
 def test_a_scripted_tool_agent_that_edits_as_the_gold_patch_resolves_the_instance(instances, workdir):

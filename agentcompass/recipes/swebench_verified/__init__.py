@@ -7,8 +7,9 @@ one naming the command that fetches it) with the repository's folder as the
 working directory (``workdir``, ``/testbed``); every phase that the user left
 unset has no network (``none``: the agent works, and the tests run, offline);
 the attempt's time limit (``execution.task_timeout``), when the user set none,
-is the Benchmark's ``agent_timeout`` hint. Every explicit user choice (an
-``image``, a ``workdir``, a phase's network, a timeout) is kept.
+is ``AGENT_TIMEOUT`` (the tests' own limit is the Benchmark's ``eval_timeout``).
+Every explicit user choice (an ``image``, a ``workdir``, a phase's network, a
+timeout) is kept.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -225,4 +226,27 @@ def test_harness_that_needs_a_model_refuses_model_none(workdir: Path):
     done = agentcompass(workdir, "run", "example_exact_match", "chat", "none")
     assert done.returncode != 0
     assert "needs a model" in done.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time_naming_it(tmp_path: Path):
+    """The extra's package is hidden from this Python (whether installed or not): no job runs."""
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n\nclass _Block:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'swebench' or name.startswith('swebench.'):\n"
+        "            raise ModuleNotFoundError(name)\n\nsys.meta_path.insert(0, _Block())\n")
+    instances = tmp_path / "instances.jsonl"
+    instances.write_text('{"instance_id": "a__b-1"}\n')
+    config = tmp_path / "swe.yaml"
+    config.write_text("requests:\n  swe: {benchmark: {id: swebench, params: {path: %s}}, harness: oracle, "
+                      "model: {id: none}, environment: {id: docker}}\n" % instances)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
+    done = snakemake(workdir, "--configfile", str(config), env=env)
+    assert done.returncode != 0
+    assert "benchmark 'swebench' imports swebench (optional extra 'swebench')" in done.stderr, done.stderr[-3000:]
+    assert "pip install 'agentcompass[swebench]'" in done.stderr
     assert not (workdir / "results").exists()

@@ -5,10 +5,11 @@ from .dataset import DatasetBenchmark
 from .example_exact_match import ExampleExactMatchBenchmark
 from .humaneval import HumanEvalBenchmark
 from .majority_vote import MajorityVoteBenchmark
+from .swebench import SwebenchBenchmark
 from .synthetic import SyntheticBenchmark
 from .task_dir import TaskDirBenchmark
 
 __all__ = [
     "BfclBenchmark", "DatasetBenchmark", "ExampleExactMatchBenchmark", "HumanEvalBenchmark", "MajorityVoteBenchmark",
-    "SyntheticBenchmark", "TaskDirBenchmark",
+    "SwebenchBenchmark", "SyntheticBenchmark", "TaskDirBenchmark",
 ]

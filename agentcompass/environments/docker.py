@@ -46,6 +46,7 @@ from agentcompass.runtime import (
 from agentcompass.runtime.base import (
     EnvironmentUnavailableError,
     ImageBuildError,
+    ImageMissingError,
     InfrastructureError,
     SandboxConnectionError,
     SandboxDiedError,
@@ -129,6 +130,11 @@ class DockerConfig(ComponentConfig):
         default="bridge",
         description="Docker network the container is on in a 'public' phase; a 'none' phase disconnects it "
         "from every network and a switch back reconnects it.",
+    )
+    missing_image_hint: str | None = config_field(
+        default=None,
+        description="What the error for an `image` that is not on the engine tells the user to do (the command "
+        "that pulls or builds it); a Recipe sets it for the images it names. null: a generic hint.",
     )
     keep: str = config_field(
         default="never",
@@ -275,9 +281,10 @@ def _image(client, config: DockerConfig) -> str:
     try:
         client.images.get(config.image)
     except docker.errors.ImageNotFound:
-        raise RuntimeError(
+        raise ImageMissingError(
             f"docker environment: image {config.image!r} is not on the engine, and nothing is pulled; "
-            "build it first (docker build, or docker import of a root filesystem) or set `dockerfile`"
+            + (config.missing_image_hint or "build it first (docker build, or docker import of a root filesystem) "
+               "or set `dockerfile`")
         ) from None
     return config.image
 

@@ -379,6 +379,8 @@ async def run_in(req: RunRequest, plan: ExecutionPlan, prepared: PreparedTask, f
         if prepared.input.workspace and saved_workspace.exists():
             await session.upload(saved_workspace, prepared.input.workspace)
         result = await asyncio.wait_for(call(session), plan.execution.task_timeout)
+        if not result.status.is_error:  # what the Benchmark takes from the session the agent left
+            result = await benchmark_for(req).after_run(prepared, result, session, req, plan.benchmark_plan)
         for name in prepared.output.files:
             if await session.exists(name):
                 await session.download(name, folder / layout.OUTPUTS / name)

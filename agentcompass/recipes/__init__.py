@@ -2,5 +2,6 @@
 
 from .task_environment_hints import TaskEnvironmentHints
 from .task_dockerfile import TaskDockerfile
+from .swebench_verified import SwebenchVerified
 
-__all__ = ["TaskDockerfile", "TaskEnvironmentHints"]
+__all__ = ["SwebenchVerified", "TaskDockerfile", "TaskEnvironmentHints"]

@@ -129,6 +129,20 @@ class BaseBenchmark(_Component, abc.ABC, Generic[PlanT]):
     ) -> RunResult:
         """Score ``result`` (the harness output) and return the evaluated copy."""
 
+    async def after_run(
+        self, prepared: PreparedTask, result: RunResult, env: "EnvironmentSession", req: RunRequest,
+        plan: BenchmarkPlan,
+    ) -> RunResult:
+        """In the run-phase session, right after the harness: take what evaluation needs from it.
+
+        For a Benchmark whose answer is the state the agent left (SWE-bench's
+        diff of the repository) rather than anything the harness returns.
+        Returns the (unscored) result, by default unchanged. What it reads in
+        ``env`` is the agent's doing: treat it as hostile data.
+        """
+        _ = prepared, env, req, plan
+        return result
+
     def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> Any:
         """The reference, handed only to a harness that declares itself an oracle.
 
@@ -392,6 +406,14 @@ class ImageBuildError(InfrastructureError):
     """
 
 
+class ImageMissingError(InfrastructureError):
+    """The sandbox's image is not on the engine (nothing is pulled): NOT retried.
+
+    It will be missing on every try; the message names the image and how to
+    fetch or build it.
+    """
+
+
 # Whether the run stage retries a fault, by its type; the most specific entry
 # in the exception's class hierarchy decides. Any other exception is the
 # attempt's own failure, never retried.
@@ -402,6 +424,7 @@ _RETRIED: dict[type[InfrastructureError], bool] = {
     SandboxEndedFromInsideError: False,
     SandboxConnectionError: True,
     ImageBuildError: False,
+    ImageMissingError: False,
 }
 
 

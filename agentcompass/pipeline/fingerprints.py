@@ -102,7 +102,8 @@ def plans_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
         "harness": req.harness.to_dict(),
         "environment": req.environment.to_dict(),
         "execution": execution,
-        "recipes": {rid: cls.version for rid, cls in RECIPES.items()},
+        # the built-in Recipes that may adapt this request's plans (a new one for another Benchmark is not)
+        "recipes": {rid: cls.version for rid, cls in RECIPES.items() if cls.may_adapt(req)},
         "recipe_dirs": req.metadata.recipe_dirs,
         "versions": component_versions(req),
         **extra.source, **extra.recompute,

@@ -467,6 +467,15 @@ class BaseEnvironment(_Component, abc.ABC):
 class BaseRecipe(_Component, abc.ABC):
     """A planning-time adapter of an ExecutionPlan. Never opens an Environment."""
 
+    # The Benchmark ids whose plans it may adapt (empty: any). The planner asks only those
+    # requests' plans, and only those requests' plans are rebuilt when it changes or is added.
+    benchmarks: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def may_adapt(cls, req: RunRequest) -> bool:
+        """Whether this Recipe may adapt any plan of ``req`` (its ``benchmarks``)."""
+        return not cls.benchmarks or req.benchmark.id in cls.benchmarks
+
     @abc.abstractmethod
     def matches(self, req: RunRequest, task: TaskSpec, plan: ExecutionPlan) -> bool: ...
 

@@ -80,7 +80,7 @@ class Planner:
         for recipe_id, recipe in self._recipe_instances.items():
             if allowed and recipe_id not in allowed:
                 continue
-            if not recipe.matches(req, task, plan):
+            if not recipe.may_adapt(req) or not recipe.matches(req, task, plan):
                 continue
             adapted = recipe.apply(plan, req, task)
             if not isinstance(adapted, ExecutionPlan) or adapted is plan:

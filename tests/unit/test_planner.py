@@ -152,6 +152,24 @@ def test_non_matching_recipe_is_skipped():
     assert "no" not in plan.task_environment.params
 
 
+def test_a_recipe_for_other_benchmarks_is_not_asked_and_not_in_the_plans_fingerprint():
+    from agentcompass.pipeline.fingerprints import Extra, plans_param
+    from agentcompass.stages import stage
+
+    elsewhere = recipe_class("elsewhere")
+    elsewhere.benchmarks = ("swebench",)
+    here = recipe_class("here")
+    here.benchmarks = ("example_exact_match",)
+    plan = make_planner(registry_of(elsewhere, here)).plan(make_request(), make_task(), 1)
+    assert plan.applied_recipes == ["here"] and [rid for rid, _ in CALLS] == ["here"]
+    # the built-in one for SWE-bench: in the fingerprint of a swebench request only
+    req = make_request()
+    recipes = plans_param(req, stage("plans"), Extra())[0]["recipes"]
+    assert "swebench_verified" not in recipes and "task_environment_hints" in recipes
+    req.benchmark.id = "swebench"
+    assert "swebench_verified" in plans_param(req, stage("plans"), Extra())[0]["recipes"]
+
+
 def test_enabled_recipes_is_a_whitelist():
     registry = registry_of(recipe_class("first"), recipe_class("second"), recipe_class("third"))
     plan = make_planner(registry).plan(make_request(enabled_recipes=["third", "first"]), make_task(), 1)

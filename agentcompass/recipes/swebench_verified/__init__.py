@@ -34,6 +34,7 @@ class SwebenchVerified(BaseRecipe):
     """On docker, runs a swebench instance in its image at /testbed, offline, under its time limits."""
 
     id = "swebench_verified"
+    benchmarks = ("swebench",)
 
     def matches(self, req: RunRequest, task: TaskSpec, plan: ExecutionPlan) -> bool:
         return plan.task_environment.id == "docker" and _swebench_plan(plan) is not None

@@ -57,7 +57,7 @@ from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
 from agentcompass._util.trees import confined
 
 from . import netns, transfer
-from .cgroups import check_limits
+from .cgroups import LimitsUnavailableError, check_limits
 from .leftovers import EXEC_VAR, CleanReport, label_selected, owner_alive, owner_token
 
 LABEL_ROOT = "agentcompass"
@@ -246,6 +246,42 @@ def _translated(fault: Callable[[Exception], Exception], fn: Callable, *args, **
         raise translated from exc
 
 
+# Each limit and the cgroup controller that enforces it.
+_LIMIT_CONTROLLERS = (("memory", "memory"), ("cpus", "cpu"), ("pids_limit", "pids"))
+
+
+def podman_host(client) -> dict | None:
+    """What a Podman engine says of its host (``security.rootless``, ``cgroupVersion``,
+    ``cgroupManager``, ``cgroupControllers``); None when the engine is Docker's."""
+    components = client.version().get("Components") or []
+    if not any(c.get("Name") == "Podman Engine" for c in components):
+        return None
+    api = client.api
+    # the libpod API beside the Docker-compatible one: its info says what the compatible one does not
+    response = api._get(f"{api.base_url}/v4.0.0/libpod/info")
+    api._raise_for_status(response)
+    return response.json()["host"]
+
+
+def _refuse_unenforced_limits(config: DockerConfig, host: dict | None) -> None:
+    """Refuse limits a Podman engine would accept and not enforce (rootless without delegated cgroups)."""
+    wanted = [(name, controller) for name, controller in _LIMIT_CONTROLLERS if getattr(config, name) is not None]
+    if host is None or not wanted:
+        return  # Docker enforces each limit it accepts
+    controllers = set(host.get("cgroupControllers") or [])
+    missing = [name for name, controller in wanted if controller not in controllers]
+    if not missing:
+        return
+    rootless = "rootless " if (host.get("security") or {}).get("rootless") else ""
+    raise LimitsUnavailableError(
+        f"docker environment: the engine at {_where()} is {rootless}Podman on cgroup {host.get('cgroupVersion')} "
+        f"with the {host.get('cgroupManager')} cgroup manager, which has no cgroup controller for "
+        f"{', '.join(missing)} (it would run the container without the limit): remove {', '.join(missing)} from "
+        "the environment's params, or run Podman as root, or rootless on cgroup v2 with the systemd cgroup "
+        "manager and the memory, cpu and pids controllers delegated to the user"
+    )
+
+
 _built: dict[tuple, str] = {}
 _build_lock = threading.Lock()
 
@@ -382,6 +418,23 @@ def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
     return bytes(streams[1]), bytes(streams[2])
 
 
+def _exec_failed(message: str) -> ExecResult:
+    """A command the engine could not start (no such program, no such user), as a shell reports it."""
+    missing = "unable to find user" not in message and ("not found" in message or "no such file" in message)
+    return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")
+
+
+def _not_started(refusal: str) -> ExecResult | None:
+    """Podman's refusal to start a command (``_refused``'s message), as the result Docker gives; None if
+    the refusal is about something else."""
+    _, _, message = refusal.partition("the engine refused starting a command: ")
+    lowered = message.lower()
+    if "unable to find user" in lowered or "executable file not found" in lowered or "no such file or directory" in lowered \
+            or "permission denied" in lowered:
+        return _exec_failed(message.strip())
+    return None
+
+
 def _write_input(sock: socket.socket, data: bytes) -> None:
     try:
         sock.sendall(data)
@@ -391,13 +444,21 @@ def _write_input(sock: socket.socket, data: bytes) -> None:
 
 
 class DockerSession(EnvironmentSession):
-    def __init__(self, client, container, config: DockerConfig, workdir: str, label: str) -> None:
+    def __init__(self, client, container, config: DockerConfig, workdir: str, label: str,
+                 podman: dict | None = None) -> None:
         self.client = client
         self.container = container
         self.config = config
         self.label = label
         self._workdir = workdir
         self._mode = "public"
+        # the name the engine gives the container's network: Podman calls its default network
+        # `podman`, whatever name (`bridge`) it was asked for
+        attached = list((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
+        self._network = config.network if config.network in attached or len(attached) != 1 else attached[0]
+        # rootless Podman's networks live in the user's namespaces: no address on them is reachable from
+        # here, so an endpoint is always relayed
+        self._unreachable = bool(((podman or {}).get("security") or {}).get("rootless"))
         self._netns_fd: int | None = None
         self._relays: dict[int, netns.TcpRelay] = {}
         self._socket_relays: list[netns.TcpRelay] = []
@@ -478,6 +539,8 @@ class DockerSession(EnvironmentSession):
                 return
         except docker.errors.APIError:
             pass  # "is not running"
+        except ValueError:
+            pass  # Podman answers a container that is going with an empty body
         deadline = time.monotonic() + _STREAM_GRACE_SECONDS
         while time.monotonic() < deadline:
             self._raise_if_dead()
@@ -503,7 +566,14 @@ class DockerSession(EnvironmentSession):
             environment={**(env or {}), EXEC_VAR: exec_id}, workdir=workdir, user=str(user) if user is not None else "",
         )
         eid = created["Id"]
-        attached = await self._call("starting a command", api.exec_start, eid, socket=True)
+        try:
+            attached = await self._call("starting a command", api.exec_start, eid, socket=True)
+        except RuntimeError as exc:
+            # Podman refuses to start a command it cannot run (Docker starts it and reports 126 or 127)
+            refused = _not_started(str(exc))
+            if refused is None:
+                raise
+            return refused
         sock: socket.socket = getattr(attached, "_sock", attached)
         if data is not None:
             threading.Thread(target=_write_input, args=(sock, data), name="agentcompass-docker-stdin", daemon=True).start()
@@ -523,9 +593,7 @@ class DockerSession(EnvironmentSession):
             await self._call("checking the container", self._raise_if_dying)
         if returncode == 126 and stdout.startswith((b"OCI runtime exec failed", b"unable to find user")):
             # the program could not start, or not as that user: report it as a shell (and host_process) would
-            message = stdout.decode(errors="replace").strip()
-            missing = "unable to find user" not in message and ("not found" in message or "no such file" in message)
-            return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")
+            return _exec_failed(stdout.decode(errors="replace").strip())
         return ExecResult(
             returncode=returncode if returncode is not None else 128 + signal.SIGKILL,
             stdout=stdout.decode(errors="replace"),
@@ -724,18 +792,19 @@ class DockerSession(EnvironmentSession):
                     raise netns.NetworkIsolationError(
                         f"docker environment: the container is still on networks {sorted(left)} after disconnecting"
                     )
-            elif self.config.network not in self._attached():
-                self.client.networks.get(self.config.network).connect(self.container)
+            elif self._network not in self._attached():
+                self.client.networks.get(self._network).connect(self.container)
 
         await self._call("switching networks", switch)
         self._mode = policy.mode
 
     async def endpoint(self, port: int) -> str:
-        """``IP:port`` on the container's network; under ``none``, a relay on the host's 127.0.0.1."""
-        if self._mode == "none":
+        """``IP:port`` on the container's network; under ``none`` (and on rootless Podman), a relay on the
+        host's 127.0.0.1."""
+        if self._mode == "none" or self._unreachable:
             return await self._call("opening a relay", self._relay_address, port)
         attached = await self._call("looking up the container's address", self._attached)
-        address = (attached.get(self.config.network) or {}).get("IPAddress")
+        address = (attached.get(self._network) or {}).get("IPAddress")
         if not address:
             raise RuntimeError(f"docker environment: the container has no address on network {self.config.network!r}")
         return f"{address}:{port}"
@@ -767,8 +836,10 @@ class DockerSession(EnvironmentSession):
         self.container.reload()
         pid = self.container.attrs["State"]["Pid"]
         try:
-            # the PID is the engine's: only a local engine's container process has our container's cgroup
-            local = self.container.id in Path(f"/proc/{pid}/cgroup").read_text()
+            # the PID is the engine's: only a local engine's container process has our container's cgroup,
+            # or, where the engine makes no cgroup per container (rootless Podman), its hostname
+            local = self.container.id in Path(f"/proc/{pid}/cgroup").read_text() or \
+                f"\0HOSTNAME={self.container.id[:12]}\0".encode() in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             local = False
         if not local or os.geteuid() != 0:
@@ -831,14 +902,14 @@ class DockerEnvironment(BaseEnvironment):
         config = self.build_config(spec)
         client = await _in_thread(_engine)
         try:
-            container, workdir = await _in_thread(
+            container, workdir, podman = await _in_thread(
                 _translated, functools.partial(_opening_fault, doing="starting a container"),
                 self._start, client, config, label,
             )
         except BaseException:
             client.close()
             raise
-        session = DockerSession(client, container, config, workdir, label)
+        session = DockerSession(client, container, config, workdir, label, podman)
         try:
             if network.mode == "none":
                 await session.set_network(network)
@@ -849,6 +920,8 @@ class DockerEnvironment(BaseEnvironment):
 
     @staticmethod
     def _start(client, config: DockerConfig, label: str):
+        podman = podman_host(client)
+        _refuse_unenforced_limits(config, podman)
         image = _image(client, config)
         workdir = config.workdir or client.images.get(image).attrs["Config"].get("WorkingDir") or "/workspace"
         name = f"agentcompass-{_NAME_UNSAFE.sub('_', label)[:100]}-{secrets.token_hex(3)}"
@@ -872,7 +945,7 @@ class DockerEnvironment(BaseEnvironment):
         except BaseException:
             container.remove(force=True, v=True)
             raise
-        return container, workdir
+        return container, workdir, podman
 
 
 def clean_containers(run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -174,7 +175,8 @@ def test_a_failed_image_build_is_an_image_build_error_and_not_retried(tmp_path):
     assert result["status"] == "run_error"
     assert result["retries_used"] == 0
     assert result["error"].startswith(f"ImageBuildError: docker environment: building '{context / 'Dockerfile'}' failed")
-    assert "returned a non-zero code: 3" in result["error"]
+    # Docker: "returned a non-zero code: 3"; Podman: "exit status 3"
+    assert re.search(r"(returned a non-zero code: |exit status )3\b", result["error"]), result["error"]
     assert "building the broken image" in result["error"]  # the end of the build log
     assert result["failure_class"] == "infrastructure"  # the image, not the agent
 

@@ -125,6 +125,12 @@ class DockerConfig(ComponentConfig):
     pids_limit: int | None = config_field(
         default=None, description="Most processes the container may hold at once (docker --pids-limit); null: no limit."
     )
+    docker_host: str | None = config_field(
+        default=None,
+        description="The engine's API socket, e.g. 'unix:///run/user/1000/podman/podman.sock' for a rootless "
+        "Podman (`podman system service`) or 'unix:///var/run/docker.sock'; null: DOCKER_HOST, else Docker's "
+        "default socket.",
+    )
     network: str = config_field(
         default="bridge",
         description="Docker network the container is on in a 'public' phase; a 'none' phase disconnects it "
@@ -181,19 +187,24 @@ def _in_thread(fn: Callable, *args, **kwargs) -> asyncio.Future:
     return future
 
 
-def _where() -> str:
-    return os.environ.get("DOCKER_HOST") or "the default socket"
+def _where(host: str | None = None) -> str:
+    return host or os.environ.get("DOCKER_HOST") or "the default socket"
 
 
-def _engine():
+def _engine(host: str | None = None):
     import docker
 
     try:
+        if host:
+            client = docker.DockerClient(base_url=host, timeout=120)
+            client.ping()
+            return client
         return docker.from_env(timeout=120)
-    except docker.errors.DockerException as exc:
+    except (docker.errors.DockerException, OSError) as exc:
         raise EnvironmentUnavailableError(
-            f"docker environment: no Docker engine answers at {_where()} ({exc}); start one "
-            "(e.g. .ci/docker-up.sh) and set DOCKER_HOST, or use the host_process environment"
+            f"docker environment: no Docker engine answers at {_where(host)} ({exc}); start one "
+            "(e.g. .ci/docker-up.sh, or `podman system service` for Podman) and set `docker_host` or "
+            "DOCKER_HOST, or use the host_process environment"
         ) from None
 
 
@@ -216,7 +227,7 @@ def _refused(exc: BaseException, doing: str) -> RuntimeError:
     return RuntimeError(f"docker environment: the engine refused {doing}: {getattr(exc, 'explanation', None) or exc}")
 
 
-def _opening_fault(exc: Exception, doing: str) -> Exception:
+def _opening_fault(exc: Exception, doing: str, host: str | None = None) -> Exception:
     """``exc``, raised while a session was being opened (``doing``), as the fault it is."""
     import docker
 
@@ -224,7 +235,7 @@ def _opening_fault(exc: Exception, doing: str) -> Exception:
         return exc
     if _lost_engine(exc):
         return EnvironmentUnavailableError(
-            f"docker environment: the Docker engine at {_where()} stopped answering while {doing} ({exc})"
+            f"docker environment: the Docker engine at {_where(host)} stopped answering while {doing} ({exc})"
         )
     if isinstance(exc, docker.errors.APIError):
         if exc.is_server_error():
@@ -274,7 +285,7 @@ def _refuse_unenforced_limits(config: DockerConfig, host: dict | None) -> None:
         return
     rootless = "rootless " if (host.get("security") or {}).get("rootless") else ""
     raise LimitsUnavailableError(
-        f"docker environment: the engine at {_where()} is {rootless}Podman on cgroup {host.get('cgroupVersion')} "
+        f"docker environment: the engine at {_where(config.docker_host)} is {rootless}Podman on cgroup {host.get('cgroupVersion')} "
         f"with the {host.get('cgroupManager')} cgroup manager, which has no cgroup controller for "
         f"{', '.join(missing)} (it would run the container without the limit): remove {', '.join(missing)} from "
         "the environment's params, or run Podman as root, or rootless on cgroup v2 with the systemd cgroup "
@@ -490,7 +501,8 @@ class DockerSession(EnvironmentSession):
             return exc
         if _lost_engine(exc):
             return SandboxConnectionError(
-                f"docker environment: the connection to the Docker engine at {_where()} dropped while {doing} ({exc})"
+                f"docker environment: the connection to the Docker engine at {_where(self.config.docker_host)} dropped "
+                f"while {doing} ({exc})"
             )
         if isinstance(exc, docker.errors.APIError):
             # a refusal because the container is gone (404) or stopped (409) is its death
@@ -513,7 +525,7 @@ class DockerSession(EnvironmentSession):
         except Exception as exc:
             if _lost_engine(exc):
                 raise SandboxConnectionError(
-                    f"docker environment: the Docker engine at {_where()} stopped answering ({exc})"
+                    f"docker environment: the Docker engine at {_where(self.config.docker_host)} stopped answering ({exc})"
                 ) from None
             raise
         if not state.get("Running"):
@@ -900,10 +912,10 @@ class DockerEnvironment(BaseEnvironment):
 
     async def open(self, spec: EnvironmentSpec, network: NetworkPolicy, label: str) -> DockerSession:
         config = self.build_config(spec)
-        client = await _in_thread(_engine)
+        client = await _in_thread(_engine, config.docker_host)
         try:
             container, workdir, podman = await _in_thread(
-                _translated, functools.partial(_opening_fault, doing="starting a container"),
+                _translated, functools.partial(_opening_fault, doing="starting a container", host=config.docker_host),
                 self._start, client, config, label,
             )
         except BaseException:
@@ -948,14 +960,33 @@ class DockerEnvironment(BaseEnvironment):
         return container, workdir, podman
 
 
+def _clean_hosts() -> list[str | None]:
+    """The engines ``agentcompass clean`` checks: DOCKER_HOST (else Docker's default socket), and the sockets
+    Podman's API service listens on by default (rootless, then as root) where they exist."""
+    hosts: list[str | None] = [None]
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    for path in (f"{runtime_dir}/podman/podman.sock", "/run/podman/podman.sock"):
+        host = f"unix://{path}"
+        if os.path.exists(path) and host not in hosts and host != os.environ.get("DOCKER_HOST"):
+            hosts.append(host)
+    return hosts
+
+
 def clean_containers(run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
-    """Remove agentcompass containers whose owner is gone (``include_live``: all, kept ones too)."""
+    """Remove agentcompass containers whose owner is gone (``include_live``: all, kept ones too), on each
+    engine of ``_clean_hosts`` (a run on Podman labels its containers as one on Docker does)."""
+    for host in _clean_hosts():
+        _clean_engine(host, run_id, include_live, dry_run, report)
+
+
+def _clean_engine(host: str | None, run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
     import docker
 
     try:
-        client = docker.from_env(timeout=30)
-    except docker.errors.DockerException as exc:
-        report.notes.append(f"no Docker engine answers ({exc}); containers were not checked")
+        client = docker.DockerClient(base_url=host, timeout=30) if host else docker.from_env(timeout=30)
+        client.ping()
+    except (docker.errors.DockerException, OSError) as exc:
+        report.notes.append(f"no engine answers at {_where(host)} ({exc}); its containers were not checked")
         return
     try:
         for container in client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}=1"}):

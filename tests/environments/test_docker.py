@@ -281,3 +281,16 @@ def test_clean_removes_the_containers_of_a_killed_run_and_spares_live_ones(engin
             proc.wait()
         clean("--run", f"other{run_id}")
     assert containers(engine, other_label) == []
+
+
+def test_docker_host_names_the_engine_whatever_docker_host_in_the_environment_says(monkeypatch, docker_provider):
+    from agentcompass.runtime.base import EnvironmentUnavailableError
+
+    host = os.environ.get("DOCKER_HOST")
+    if not host:
+        pytest.skip("the engine here is Docker's default socket: DOCKER_HOST is unset")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    # a Podman service's socket (or any engine's) named by the environment's params alone
+    assert docker_provider.run(lambda s: s.exec(["echo", "here"]), docker_host=host).stdout == "here\n"
+    with pytest.raises(EnvironmentUnavailableError, match="no Docker engine answers at unix:///nonexistent/podman.sock"):
+        docker_provider.run(lambda s: s.exec(["true"]), docker_host="unix:///nonexistent/podman.sock")

@@ -465,7 +465,7 @@ class DockerSession(EnvironmentSession):
         self._mode = "public"
         # the name the engine gives the container's network: Podman calls its default network
         # `podman`, whatever name (`bridge`) it was asked for
-        attached = list((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
+        attached = list(((getattr(container, "attrs", None) or {}).get("NetworkSettings") or {}).get("Networks") or {})
         self._network = config.network if config.network in attached or len(attached) != 1 else attached[0]
         # rootless Podman's networks live in the user's namespaces: no address on them is reachable from
         # here, so an endpoint is always relayed

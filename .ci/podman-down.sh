@@ -43,6 +43,11 @@ if [ "$(cat "$state/mode" 2>/dev/null)" = rootless ]; then
     for p in $pkill_pids; do kill -KILL "$p" 2>/dev/null; done
 fi
 
+subnet=$(cat "$state/subnet" 2>/dev/null || true)
+if [ -n "$subnet" ]; then
+    iptables -D FORWARD -s "$subnet" ! -d "$subnet" -m comment --comment agentcompass-podman-ci -j DROP 2>/dev/null
+    iptables -D FORWARD -d "$subnet" ! -s "$subnet" -m comment --comment agentcompass-podman-ci -j DROP 2>/dev/null
+fi
 # podman0 and the netavark chains exist only while a root service's containers are up; remove
 # what is left of them when no other podman uses them (a bridge without ports)
 if ip link show podman0 >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/podman0/brif 2>/dev/null)" ] \

@@ -172,6 +172,13 @@ if [ "$mode" = root ]; then
     # last: one idle container keeps it, so that a test's server on this machine can listen on
     # the bridge's address before any session starts
     pm run -d --name agentcompass-ci-bridge --network bridge "$image" sleep 2147483647 >/dev/null
+    # netavark turns ip_forward on and masquerades its subnet: as docker-up.sh's engine, the
+    # containers here reach this machine and each other, and nothing beyond it (podman-down
+    # removes these two rules and restores ip_forward)
+    subnet=$(pm network inspect podman --format '{{range .Subnets}}{{.Subnet}}{{end}}')
+    echo "$subnet" >"$state/subnet"
+    iptables -I FORWARD 1 -s "$subnet" ! -d "$subnet" -m comment --comment agentcompass-podman-ci -j DROP
+    iptables -I FORWARD 1 -d "$subnet" ! -s "$subnet" -m comment --comment agentcompass-podman-ci -j DROP
 fi
 
 cat >"$state/env" <<EOF

@@ -470,7 +470,7 @@ class DockerSession(EnvironmentSession):
         # rootless Podman's networks live in the user's namespaces: no address on them is reachable from
         # here, so an endpoint is always relayed
         self._unreachable = bool(((podman or {}).get("security") or {}).get("rootless"))
-        self._netns_fd: int | None = None
+        self._netns: netns.RootSockets | netns.UserNamespaceSockets | None = None
         self._relays: dict[int, netns.TcpRelay] = {}
         self._socket_relays: list[netns.TcpRelay] = []
         self._closed = False
@@ -823,10 +823,9 @@ class DockerSession(EnvironmentSession):
 
     def _relay_address(self, port: int) -> str:
         if port not in self._relays:
-            if self._netns_fd is None:
-                self._netns_fd = self._open_container_netns()
-            fd = self._netns_fd
-            self._relays[port] = netns.TcpRelay(lambda: netns.connect_in_netns(fd, port))
+            if self._netns is None:
+                self._netns = self._open_container_netns()
+            self._relays[port] = netns.TcpRelay(functools.partial(self._netns.connect, port))
         return self._relays[port].address
 
     async def expose_host_socket(self, socket_path: Path) -> str:
@@ -838,13 +837,13 @@ class DockerSession(EnvironmentSession):
         return await self._call("opening a relay", self._socket_relay_address, Path(socket_path))
 
     def _socket_relay_address(self, socket_path: Path) -> str:
-        if self._netns_fd is None:
-            self._netns_fd = self._open_container_netns()
-        relay = netns.TcpRelay(functools.partial(netns.connect_unix, str(socket_path)), netns.listen_in_netns(self._netns_fd))
+        if self._netns is None:
+            self._netns = self._open_container_netns()
+        relay = netns.TcpRelay(functools.partial(netns.connect_unix, str(socket_path)), self._netns.listen())
         self._socket_relays.append(relay)
         return relay.address
 
-    def _open_container_netns(self) -> int:
+    def _open_container_netns(self) -> netns.RootSockets | netns.UserNamespaceSockets:
         self.container.reload()
         pid = self.container.attrs["State"]["Pid"]
         try:
@@ -854,13 +853,16 @@ class DockerSession(EnvironmentSession):
                 f"\0HOSTNAME={self.container.id[:12]}\0".encode() in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             local = False
-        if not local or os.geteuid() != 0:
-            raise netns.NetworkIsolationError(
-                "docker environment: reaching a service in a container under network 'none', or exposing a "
-                "host socket (a model gateway) to it, needs the engine on this machine and root (the relay "
-                "joins the container's network namespace)"
-            )
-        return netns.open_netns(pid)
+        if local and os.geteuid() == 0:
+            return netns.RootSockets(netns.open_netns(pid))
+        if local and self._unreachable and os.stat(f"/proc/{pid}").st_uid == os.geteuid():
+            # rootless Podman run by this user: its user namespace is ours to join
+            return netns.UserNamespaceSockets(pid)
+        raise netns.NetworkIsolationError(
+            "docker environment: reaching a service in a container under network 'none', or exposing a "
+            "host socket (a model gateway) to it, needs the engine on this machine and root, or rootless "
+            "Podman run by the same user as agentcompass (the relay joins the container's network namespace)"
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -873,9 +875,9 @@ class DockerSession(EnvironmentSession):
             relay.close()
         self._relays.clear()
         self._socket_relays.clear()
-        if self._netns_fd is not None:
-            os.close(self._netns_fd)
-            self._netns_fd = None
+        if self._netns is not None:
+            self._netns.close()
+            self._netns = None
         keep = keeps(retain, self.config.keep, failed)
         try:
             await self._call("removing the container", self._finish, keep)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -294,3 +295,69 @@ def test_docker_host_names_the_engine_whatever_docker_host_in_the_environment_sa
     assert docker_provider.run(lambda s: s.exec(["echo", "here"]), docker_host=host).stdout == "here\n"
     with pytest.raises(EnvironmentUnavailableError, match="no Docker engine answers at unix:///nonexistent/podman.sock"):
         docker_provider.run(lambda s: s.exec(["true"]), docker_host="unix:///nonexistent/podman.sock")
+
+
+def test_rootless_podman_relays_serve_its_own_unprivileged_user(docker_provider):
+    """On a cluster node agentcompass runs as the user who runs rootless Podman, not as root: an
+    endpoint under 'none' and an exposed host socket (a model gateway) still work, made in the
+    container's network by a helper that joins the user's own namespaces; the container sees
+    only loopback."""
+    import json
+    import socket
+    import tempfile
+    import threading
+
+    from .test_conformance import fetch
+
+    host = os.environ.get("DOCKER_HOST", "")
+    if docker_engine() != "podman-rootless" or not host.startswith("unix://") or os.geteuid() != 0:
+        pytest.skip("needs rootless Podman at DOCKER_HOST and root here, to run the session as the user who runs it")
+    owner = os.stat(host.removeprefix("unix://"))
+
+    async def probe(s) -> dict:
+        await s.write_text("www/page.txt", "served\n")
+        await s.exec(["httpd", "-p", "8080", "-h", f"{s.workdir}/www"])
+        await s.set_network(NetworkPolicy(mode="none"))
+        page = await asyncio.to_thread(fetch, await s.endpoint(8080), "/page.txt")
+        links = await s.exec("ip -o link; ip route", shell=True)
+        folder = tempfile.mkdtemp()
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(f"{folder}/gateway.sock")
+        server.listen()
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            conn.sendall(b"gateway\n")
+            conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        address = await s.expose_host_socket(Path(f"{folder}/gateway.sock"))
+        reply = await s.exec(f"nc -w 3 {address.replace(':', ' ')} </dev/null", shell=True)
+        return {"page": page.decode(), "links": links.stdout, "gateway": reply.stdout, "euid": os.geteuid()}
+
+    # first as root (which also imports all it needs: after the switch the interpreter's own files may
+    # be out of the user's reach), then as the user
+    as_root = docker_provider.run(probe)
+    assert as_root["page"] == "served\n" and as_root["gateway"] == "gateway\n" and as_root["euid"] == 0
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(owner.st_gid)
+            os.setuid(owner.st_uid)
+            outcome = docker_provider.run(probe)
+        except BaseException as exc:
+            outcome = {"error": repr(exc)}
+        os.write(write, json.dumps(outcome).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        outcome = json.loads(pipe.read() or b'{"error": "the child reported nothing"}')
+    os.waitpid(child, 0)
+    assert "error" not in outcome, outcome
+    assert outcome["euid"] == owner.st_uid != 0
+    assert outcome["page"] == "served\n" and outcome["gateway"] == "gateway\n"
+    assert [line.split(":")[1].strip() for line in outcome["links"].splitlines() if ": " in line[:4]] == ["lo"], outcome
+    assert "default" not in outcome["links"]

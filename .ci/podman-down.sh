@@ -48,13 +48,20 @@ if [ -n "$subnet" ]; then
     iptables -D FORWARD -s "$subnet" ! -d "$subnet" -m comment --comment agentcompass-podman-ci -j DROP 2>/dev/null
     iptables -D FORWARD -d "$subnet" ! -s "$subnet" -m comment --comment agentcompass-podman-ci -j DROP 2>/dev/null
 fi
+# a conmon that still runs (a zombie one is gone already: its parent has not reaped it yet)
+live_conmon() {
+    for p in $(pgrep -x conmon); do
+        [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" = Z ] || return 0
+    done
+    return 1
+}
 # podman0 and the netavark chains exist only while a root service's containers are up; remove
 # what is left of them when no other podman uses them (a bridge without ports)
 if ip link show podman0 >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/podman0/brif 2>/dev/null)" ] \
-        && ! pgrep -x conmon >/dev/null; then
+        && ! live_conmon; then
     ip link delete podman0 2>/dev/null || say "could not remove the podman0 bridge"
 fi
-if ! pgrep -x conmon >/dev/null; then
+if ! live_conmon; then
     for table in filter nat; do
         for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^NETAVARK/ { print $2 }'); do
             iptables -t "$table" -S 2>/dev/null | awk -v c="$chain" '$1 == "-A" && $2 != c && / -j / && $0 ~ ("-j " c "( |$)")' \

@@ -361,3 +361,25 @@ def test_rootless_podman_relays_serve_its_own_unprivileged_user(docker_provider)
     assert outcome["page"] == "served\n" and outcome["gateway"] == "gateway\n"
     assert [line.split(":")[1].strip() for line in outcome["links"].splitlines() if ": " in line[:4]] == ["lo"], outcome
     assert "default" not in outcome["links"]
+
+
+def test_clean_finds_a_killed_runs_containers_on_podmans_own_socket_without_docker_host(engine, tmp_path):
+    """A run on rootless Podman (its socket at $XDG_RUNTIME_DIR/podman/podman.sock) killed outright:
+    `agentcompass clean` in a shell without DOCKER_HOST still finds and removes its container."""
+    if not docker_engine().startswith("podman") or not os.environ.get("DOCKER_HOST", "").startswith("unix://"):
+        pytest.skip(f"needs Podman's API socket at DOCKER_HOST (the engine here is {docker_engine()})")
+    label = f"podmanclean{time.time_ns()}-t-1-run"
+    (killed,) = start_owners(label)
+    killed.kill()
+    killed.wait()
+    assert containers(engine, label), "a killed run leaves its container behind"
+    runtime_dir = tmp_path / "run-user"
+    (runtime_dir / "podman").mkdir(parents=True)
+    (runtime_dir / "podman" / "podman.sock").symlink_to(os.environ["DOCKER_HOST"].removeprefix("unix://"))
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    env["XDG_RUNTIME_DIR"] = str(runtime_dir)
+    done = subprocess.run([sys.executable, "-m", "agentcompass.cli", "clean", "--run", label.split("-")[0]],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert label in done.stdout, done.stdout
+    assert containers(engine, label) == []

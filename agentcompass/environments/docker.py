@@ -606,6 +606,12 @@ class DockerSession(EnvironmentSession):
         if returncode == 126 and stdout.startswith((b"OCI runtime exec failed", b"unable to find user")):
             # the program could not start, or not as that user: report it as a shell (and host_process) would
             return _exec_failed(stdout.decode(errors="replace").strip())
+        if returncode == 126 and not stdout and not stderr and user is not None and not timed_out:
+            # Docker sometimes ends the stream before its refusal reaches it: whether the user exists
+            # decides (`true` as that user is refused too when it does not)
+            probe = await self._call("checking a user", self.container.exec_run, ["true"], user=str(user))
+            if probe.exit_code == 126:
+                return _exec_failed(probe.output.decode(errors="replace").strip() or f"unable to find user {user}")
         return ExecResult(
             returncode=returncode if returncode is not None else 128 + signal.SIGKILL,
             stdout=stdout.decode(errors="replace"),

@@ -483,3 +483,60 @@ def test_outside_slurm_there_is_no_job_id(tmp_path: Path):
     assert provenance.find_slurm_job_id({}, pid=99, proc=proc) is None  # a process gone meanwhile
     loop = fake_proc(tmp_path / "loop", {5: (6, {}), 6: (5, {})})
     assert provenance.find_slurm_job_id({}, pid=5, proc=loop) is None
+
+
+def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_locally(cluster, tmp_path: Path):
+    """A cluster node with no Docker daemon: the docker environment on rootless Podman's API socket
+    builds each shipped task folder's Dockerfile (FROM local/busybox:latest, nothing pulled), in a
+    cluster job, with the same verdicts as the same run on this machine."""
+    from environments.envkit import docker_engine, require_docker
+
+    from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
+
+    require_docker()
+    if docker_engine() != "podman-rootless":
+        pytest.skip(f"DOCKER_HOST names {docker_engine()}, not rootless Podman: .ci/run runs this test with "
+                    "DOCKER_HOST at the rootless Podman that .ci/podman-up.sh --rootless starts")
+    shipped = sorted(p.name for p in SHIPPED_TASKS.iterdir() if (p / "task.toml").is_file())
+
+    def write(workdir: Path) -> Path:
+        path = workdir / "tasks.yaml"
+        path.write_text(yaml.safe_dump({
+            "requests": {"big": {
+                "benchmark": {"id": "task_dir"}, "harness": "oracle", "model": {"id": "none"},
+                "environment": {"id": "docker"},
+            }},
+            "runtime": {"shard_size": SHARD_SIZE},
+        }))
+        return path
+
+    def verdicts(workdir: Path) -> dict[str, tuple]:
+        return {k.split("/")[0]: (r["status"], r["score"], r["correct"], r["error"]) for k, r in results(workdir).items()}
+
+    local = tmp_path / "local"
+    local.mkdir()
+    done = snakemake(local, "--configfile", str(write(local)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert verdicts(local) == {task: ("completed", 1.0, True, None) for task in shipped}
+
+    work = tmp_path / "slurm"
+    work.mkdir()
+    started = time.monotonic()
+    done = run_driver(slurm_argv(work, write(work)), work, "run.log")
+    assert done.returncode == 0, done.output[-4000:]
+    submitted = slurm_job_ids(done.output)
+    print(f"SLURM run of {len(shipped)} task folders on rootless Podman: {time.monotonic() - started:.1f} s, "
+          f"SLURM jobs {submitted}")
+    assert verdicts(work) == verdicts(local)
+    records = shard_records(work)
+    assert len(records) == 1 and submitted == [records[0]["slurm_job_id"]]
+    for r in results(work).values():
+        assert r["provenance"]["slurm_job_id"] == records[0]["slurm_job_id"]
+    # the task images were built on the rootless engine, and no container of the runs is left on it
+    import docker
+
+    client = docker.from_env()
+    try:
+        assert client.containers.list(all=True, filters={"label": "agentcompass=1"}) == []
+    finally:
+        client.close()

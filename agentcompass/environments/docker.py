@@ -58,7 +58,7 @@ from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
 from agentcompass._util.trees import confined
 
 from . import netns, transfer
-from .cgroups import check_limits
+from .cgroups import LimitsUnavailableError, check_limits
 from .leftovers import EXEC_VAR, CleanReport, label_selected, owner_alive, owner_token
 
 LABEL_ROOT = "agentcompass"
@@ -126,6 +126,12 @@ class DockerConfig(ComponentConfig):
     pids_limit: int | None = config_field(
         default=None, description="Most processes the container may hold at once (docker --pids-limit); null: no limit."
     )
+    docker_host: str | None = config_field(
+        default=None,
+        description="The engine's API socket, e.g. 'unix:///run/user/1000/podman/podman.sock' for a rootless "
+        "Podman (`podman system service`) or 'unix:///var/run/docker.sock'; null: DOCKER_HOST, else Docker's "
+        "default socket.",
+    )
     network: str = config_field(
         default="bridge",
         description="Docker network the container is on in a 'public' phase; a 'none' phase disconnects it "
@@ -187,19 +193,24 @@ def _in_thread(fn: Callable, *args, **kwargs) -> asyncio.Future:
     return future
 
 
-def _where() -> str:
-    return os.environ.get("DOCKER_HOST") or "the default socket"
+def _where(host: str | None = None) -> str:
+    return host or os.environ.get("DOCKER_HOST") or "the default socket"
 
 
-def _engine():
+def _engine(host: str | None = None):
     import docker
 
     try:
+        if host:
+            client = docker.DockerClient(base_url=host, timeout=120)
+            client.ping()
+            return client
         return docker.from_env(timeout=120)
-    except docker.errors.DockerException as exc:
+    except (docker.errors.DockerException, OSError) as exc:
         raise EnvironmentUnavailableError(
-            f"docker environment: no Docker engine answers at {_where()} ({exc}); start one "
-            "(e.g. .ci/docker-up.sh) and set DOCKER_HOST, or use the host_process environment"
+            f"docker environment: no Docker engine answers at {_where(host)} ({exc}); start one "
+            "(e.g. .ci/docker-up.sh, or `podman system service` for Podman) and set `docker_host` or "
+            "DOCKER_HOST, or use the host_process environment"
         ) from None
 
 
@@ -222,7 +233,7 @@ def _refused(exc: BaseException, doing: str) -> RuntimeError:
     return RuntimeError(f"docker environment: the engine refused {doing}: {getattr(exc, 'explanation', None) or exc}")
 
 
-def _opening_fault(exc: Exception, doing: str) -> Exception:
+def _opening_fault(exc: Exception, doing: str, host: str | None = None) -> Exception:
     """``exc``, raised while a session was being opened (``doing``), as the fault it is."""
     import docker
 
@@ -230,7 +241,7 @@ def _opening_fault(exc: Exception, doing: str) -> Exception:
         return exc
     if _lost_engine(exc):
         return EnvironmentUnavailableError(
-            f"docker environment: the Docker engine at {_where()} stopped answering while {doing} ({exc})"
+            f"docker environment: the Docker engine at {_where(host)} stopped answering while {doing} ({exc})"
         )
     if isinstance(exc, docker.errors.APIError):
         if exc.is_server_error():
@@ -250,6 +261,42 @@ def _translated(fault: Callable[[Exception], Exception], fn: Callable, *args, **
         if translated is exc:
             raise
         raise translated from exc
+
+
+# Each limit and the cgroup controller that enforces it.
+_LIMIT_CONTROLLERS = (("memory", "memory"), ("cpus", "cpu"), ("pids_limit", "pids"))
+
+
+def podman_host(client) -> dict | None:
+    """What a Podman engine says of its host (``security.rootless``, ``cgroupVersion``,
+    ``cgroupManager``, ``cgroupControllers``); None when the engine is Docker's."""
+    components = client.version().get("Components") or []
+    if not any(c.get("Name") == "Podman Engine" for c in components):
+        return None
+    api = client.api
+    # the libpod API beside the Docker-compatible one: its info says what the compatible one does not
+    response = api._get(f"{api.base_url}/v4.0.0/libpod/info")
+    api._raise_for_status(response)
+    return response.json()["host"]
+
+
+def _refuse_unenforced_limits(config: DockerConfig, host: dict | None) -> None:
+    """Refuse limits a Podman engine would accept and not enforce (rootless without delegated cgroups)."""
+    wanted = [(name, controller) for name, controller in _LIMIT_CONTROLLERS if getattr(config, name) is not None]
+    if host is None or not wanted:
+        return  # Docker enforces each limit it accepts
+    controllers = set(host.get("cgroupControllers") or [])
+    missing = [name for name, controller in wanted if controller not in controllers]
+    if not missing:
+        return
+    rootless = "rootless " if (host.get("security") or {}).get("rootless") else ""
+    raise LimitsUnavailableError(
+        f"docker environment: the engine at {_where(config.docker_host)} is {rootless}Podman on cgroup {host.get('cgroupVersion')} "
+        f"with the {host.get('cgroupManager')} cgroup manager, which has no cgroup controller for "
+        f"{', '.join(missing)} (it would run the container without the limit): remove {', '.join(missing)} from "
+        "the environment's params, or run Podman as root, or rootless on cgroup v2 with the systemd cgroup "
+        "manager and the memory, cpu and pids controllers delegated to the user"
+    )
 
 
 _built: dict[tuple, str] = {}
@@ -389,6 +436,23 @@ def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
     return bytes(streams[1]), bytes(streams[2])
 
 
+def _exec_failed(message: str) -> ExecResult:
+    """A command the engine could not start (no such program, no such user), as a shell reports it."""
+    missing = "unable to find user" not in message and ("not found" in message or "no such file" in message)
+    return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")
+
+
+def _not_started(refusal: str) -> ExecResult | None:
+    """Podman's refusal to start a command (``_refused``'s message), as the result Docker gives; None if
+    the refusal is about something else."""
+    _, _, message = refusal.partition("the engine refused starting a command: ")
+    lowered = message.lower()
+    if "unable to find user" in lowered or "executable file not found" in lowered or "no such file or directory" in lowered \
+            or "permission denied" in lowered:
+        return _exec_failed(message.strip())
+    return None
+
+
 def _write_input(sock: socket.socket, data: bytes) -> None:
     try:
         sock.sendall(data)
@@ -398,14 +462,22 @@ def _write_input(sock: socket.socket, data: bytes) -> None:
 
 
 class DockerSession(EnvironmentSession):
-    def __init__(self, client, container, config: DockerConfig, workdir: str, label: str) -> None:
+    def __init__(self, client, container, config: DockerConfig, workdir: str, label: str,
+                 podman: dict | None = None) -> None:
         self.client = client
         self.container = container
         self.config = config
         self.label = label
         self._workdir = workdir
         self._mode = "public"
-        self._netns_fd: int | None = None
+        # the name the engine gives the container's network: Podman calls its default network
+        # `podman`, whatever name (`bridge`) it was asked for
+        attached = list(((getattr(container, "attrs", None) or {}).get("NetworkSettings") or {}).get("Networks") or {})
+        self._network = config.network if config.network in attached or len(attached) != 1 else attached[0]
+        # rootless Podman's networks live in the user's namespaces: no address on them is reachable from
+        # here, so an endpoint is always relayed
+        self._unreachable = bool(((podman or {}).get("security") or {}).get("rootless"))
+        self._netns: netns.RootSockets | netns.UserNamespaceSockets | None = None
         self._relays: dict[int, netns.TcpRelay] = {}
         self._socket_relays: list[netns.TcpRelay] = []
         self._closed = False
@@ -436,7 +508,8 @@ class DockerSession(EnvironmentSession):
             return exc
         if _lost_engine(exc):
             return SandboxConnectionError(
-                f"docker environment: the connection to the Docker engine at {_where()} dropped while {doing} ({exc})"
+                f"docker environment: the connection to the Docker engine at {_where(self.config.docker_host)} dropped "
+                f"while {doing} ({exc})"
             )
         if isinstance(exc, docker.errors.APIError):
             # a refusal because the container is gone (404) or stopped (409) is its death
@@ -459,7 +532,7 @@ class DockerSession(EnvironmentSession):
         except Exception as exc:
             if _lost_engine(exc):
                 raise SandboxConnectionError(
-                    f"docker environment: the Docker engine at {_where()} stopped answering ({exc})"
+                    f"docker environment: the Docker engine at {_where(self.config.docker_host)} stopped answering ({exc})"
                 ) from None
             raise
         if not state.get("Running"):
@@ -485,6 +558,8 @@ class DockerSession(EnvironmentSession):
                 return
         except docker.errors.APIError:
             pass  # "is not running"
+        except ValueError:
+            pass  # Podman answers a container that is going with an empty body
         deadline = time.monotonic() + _STREAM_GRACE_SECONDS
         while time.monotonic() < deadline:
             self._raise_if_dead()
@@ -510,7 +585,14 @@ class DockerSession(EnvironmentSession):
             environment={**(env or {}), EXEC_VAR: exec_id}, workdir=workdir, user=str(user) if user is not None else "",
         )
         eid = created["Id"]
-        attached = await self._call("starting a command", api.exec_start, eid, socket=True)
+        try:
+            attached = await self._call("starting a command", api.exec_start, eid, socket=True)
+        except RuntimeError as exc:
+            # Podman refuses to start a command it cannot run (Docker starts it and reports 126 or 127)
+            refused = _not_started(str(exc))
+            if refused is None:
+                raise
+            return refused
         sock: socket.socket = getattr(attached, "_sock", attached)
         if data is not None:
             threading.Thread(target=_write_input, args=(sock, data), name="agentcompass-docker-stdin", daemon=True).start()
@@ -530,9 +612,13 @@ class DockerSession(EnvironmentSession):
             await self._call("checking the container", self._raise_if_dying)
         if returncode == 126 and stdout.startswith((b"OCI runtime exec failed", b"unable to find user")):
             # the program could not start, or not as that user: report it as a shell (and host_process) would
-            message = stdout.decode(errors="replace").strip()
-            missing = "unable to find user" not in message and ("not found" in message or "no such file" in message)
-            return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")
+            return _exec_failed(stdout.decode(errors="replace").strip())
+        if returncode == 126 and not stdout and not stderr and user is not None and not timed_out:
+            # Docker sometimes ends the stream before its refusal reaches it: whether the user exists
+            # decides (`true` as that user is refused too when it does not)
+            probe = await self._call("checking a user", self.container.exec_run, ["true"], user=str(user))
+            if probe.exit_code == 126:
+                return _exec_failed(probe.output.decode(errors="replace").strip() or f"unable to find user {user}")
         return ExecResult(
             returncode=returncode if returncode is not None else 128 + signal.SIGKILL,
             stdout=stdout.decode(errors="replace"),
@@ -731,28 +817,28 @@ class DockerSession(EnvironmentSession):
                     raise netns.NetworkIsolationError(
                         f"docker environment: the container is still on networks {sorted(left)} after disconnecting"
                     )
-            elif self.config.network not in self._attached():
-                self.client.networks.get(self.config.network).connect(self.container)
+            elif self._network not in self._attached():
+                self.client.networks.get(self._network).connect(self.container)
 
         await self._call("switching networks", switch)
         self._mode = policy.mode
 
     async def endpoint(self, port: int) -> str:
-        """``IP:port`` on the container's network; under ``none``, a relay on the host's 127.0.0.1."""
-        if self._mode == "none":
+        """``IP:port`` on the container's network; under ``none`` (and on rootless Podman), a relay on the
+        host's 127.0.0.1."""
+        if self._mode == "none" or self._unreachable:
             return await self._call("opening a relay", self._relay_address, port)
         attached = await self._call("looking up the container's address", self._attached)
-        address = (attached.get(self.config.network) or {}).get("IPAddress")
+        address = (attached.get(self._network) or {}).get("IPAddress")
         if not address:
             raise RuntimeError(f"docker environment: the container has no address on network {self.config.network!r}")
         return f"{address}:{port}"
 
     def _relay_address(self, port: int) -> str:
         if port not in self._relays:
-            if self._netns_fd is None:
-                self._netns_fd = self._open_container_netns()
-            fd = self._netns_fd
-            self._relays[port] = netns.TcpRelay(lambda: netns.connect_in_netns(fd, port))
+            if self._netns is None:
+                self._netns = self._open_container_netns()
+            self._relays[port] = netns.TcpRelay(functools.partial(self._netns.connect, port))
         return self._relays[port].address
 
     async def expose_host_socket(self, socket_path: Path) -> str:
@@ -764,27 +850,32 @@ class DockerSession(EnvironmentSession):
         return await self._call("opening a relay", self._socket_relay_address, Path(socket_path))
 
     def _socket_relay_address(self, socket_path: Path) -> str:
-        if self._netns_fd is None:
-            self._netns_fd = self._open_container_netns()
-        relay = netns.TcpRelay(functools.partial(netns.connect_unix, str(socket_path)), netns.listen_in_netns(self._netns_fd))
+        if self._netns is None:
+            self._netns = self._open_container_netns()
+        relay = netns.TcpRelay(functools.partial(netns.connect_unix, str(socket_path)), self._netns.listen())
         self._socket_relays.append(relay)
         return relay.address
 
-    def _open_container_netns(self) -> int:
+    def _open_container_netns(self) -> netns.RootSockets | netns.UserNamespaceSockets:
         self.container.reload()
         pid = self.container.attrs["State"]["Pid"]
         try:
-            # the PID is the engine's: only a local engine's container process has our container's cgroup
-            local = self.container.id in Path(f"/proc/{pid}/cgroup").read_text()
+            # the PID is the engine's: only a local engine's container process has our container's cgroup,
+            # or, where the engine makes no cgroup per container (rootless Podman), its hostname
+            local = self.container.id in Path(f"/proc/{pid}/cgroup").read_text() or \
+                f"\0HOSTNAME={self.container.id[:12]}\0".encode() in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             local = False
-        if not local or os.geteuid() != 0:
-            raise netns.NetworkIsolationError(
-                "docker environment: reaching a service in a container under network 'none', or exposing a "
-                "host socket (a model gateway) to it, needs the engine on this machine and root (the relay "
-                "joins the container's network namespace)"
-            )
-        return netns.open_netns(pid)
+        if local and os.geteuid() == 0:
+            return netns.RootSockets(netns.open_netns(pid))
+        if local and self._unreachable and os.stat(f"/proc/{pid}").st_uid == os.geteuid():
+            # rootless Podman run by this user: its user namespace is ours to join
+            return netns.UserNamespaceSockets(pid)
+        raise netns.NetworkIsolationError(
+            "docker environment: reaching a service in a container under network 'none', or exposing a "
+            "host socket (a model gateway) to it, needs the engine on this machine and root, or rootless "
+            "Podman run by the same user as agentcompass (the relay joins the container's network namespace)"
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -797,9 +888,9 @@ class DockerSession(EnvironmentSession):
             relay.close()
         self._relays.clear()
         self._socket_relays.clear()
-        if self._netns_fd is not None:
-            os.close(self._netns_fd)
-            self._netns_fd = None
+        if self._netns is not None:
+            self._netns.close()
+            self._netns = None
         keep = keeps(retain, self.config.keep, failed)
         try:
             await self._call("removing the container", self._finish, keep)
@@ -836,16 +927,16 @@ class DockerEnvironment(BaseEnvironment):
 
     async def open(self, spec: EnvironmentSpec, network: NetworkPolicy, label: str) -> DockerSession:
         config = self.build_config(spec)
-        client = await _in_thread(_engine)
+        client = await _in_thread(_engine, config.docker_host)
         try:
-            container, workdir = await _in_thread(
-                _translated, functools.partial(_opening_fault, doing="starting a container"),
+            container, workdir, podman = await _in_thread(
+                _translated, functools.partial(_opening_fault, doing="starting a container", host=config.docker_host),
                 self._start, client, config, label,
             )
         except BaseException:
             client.close()
             raise
-        session = DockerSession(client, container, config, workdir, label)
+        session = DockerSession(client, container, config, workdir, label, podman)
         try:
             if network.mode == "none":
                 await session.set_network(network)
@@ -856,6 +947,8 @@ class DockerEnvironment(BaseEnvironment):
 
     @staticmethod
     def _start(client, config: DockerConfig, label: str):
+        podman = podman_host(client)
+        _refuse_unenforced_limits(config, podman)
         image = _image(client, config)
         workdir = config.workdir or client.images.get(image).attrs["Config"].get("WorkingDir") or "/workspace"
         name = f"agentcompass-{_NAME_UNSAFE.sub('_', label)[:100]}-{secrets.token_hex(3)}"
@@ -879,17 +972,36 @@ class DockerEnvironment(BaseEnvironment):
         except BaseException:
             container.remove(force=True, v=True)
             raise
-        return container, workdir
+        return container, workdir, podman
+
+
+def _clean_hosts() -> list[str | None]:
+    """The engines ``agentcompass clean`` checks: DOCKER_HOST (else Docker's default socket), and the sockets
+    Podman's API service listens on by default (rootless, then as root) where they exist."""
+    hosts: list[str | None] = [None]
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    for path in (f"{runtime_dir}/podman/podman.sock", "/run/podman/podman.sock"):
+        host = f"unix://{path}"
+        if os.path.exists(path) and host not in hosts and host != os.environ.get("DOCKER_HOST"):
+            hosts.append(host)
+    return hosts
 
 
 def clean_containers(run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
-    """Remove agentcompass containers whose owner is gone (``include_live``: all, kept ones too)."""
+    """Remove agentcompass containers whose owner is gone (``include_live``: all, kept ones too), on each
+    engine of ``_clean_hosts`` (a run on Podman labels its containers as one on Docker does)."""
+    for host in _clean_hosts():
+        _clean_engine(host, run_id, include_live, dry_run, report)
+
+
+def _clean_engine(host: str | None, run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
     import docker
 
     try:
-        client = docker.from_env(timeout=30)
-    except docker.errors.DockerException as exc:
-        report.notes.append(f"no Docker engine answers ({exc}); containers were not checked")
+        client = docker.DockerClient(base_url=host, timeout=30) if host else docker.from_env(timeout=30)
+        client.ping()
+    except (docker.errors.DockerException, OSError) as exc:
+        report.notes.append(f"no engine answers at {_where(host)} ({exc}); its containers were not checked")
         return
     try:
         for container in client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}=1"}):

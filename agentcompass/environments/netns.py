@@ -139,6 +139,101 @@ def listen_in_netns(ns_fd: int) -> socket.socket:
     return _made_in_netns(ns_fd, lambda: socket.create_server(("127.0.0.1", 0)))
 
 
+class RootSockets:
+    """Sockets made inside the network namespace ``fd`` by joining it from a thread (needs root)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def connect(self, port: int) -> socket.socket:
+        return connect_in_netns(self.fd, port)
+
+    def listen(self) -> socket.socket:
+        return listen_in_netns(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# The helper of UserNamespaceSockets, run in the namespaces it joined: on each request it makes a
+# socket there ("L": a listener on 127.0.0.1, "C<port>": a connection to 127.0.0.1:<port>) and sends
+# it back over the socket pair, or "-" and the error.
+_SOCKET_MAKER = r"""
+import socket, sys
+channel = socket.socket(fileno=int(sys.argv[1]))
+while request := channel.recv(64):
+    try:
+        if request == b"L":
+            made = socket.create_server(("127.0.0.1", 0))
+        else:
+            made = socket.create_connection(("127.0.0.1", int(request[1:])), timeout=10)
+            made.settimeout(None)
+    except (OSError, ValueError) as exc:
+        channel.sendall(b"-" + str(exc).encode()[:500])
+        continue
+    socket.send_fds(channel, [b"+"], [made.fileno()])
+    made.close()
+"""
+
+
+class UserNamespaceSockets:
+    """Sockets made inside the user and network namespaces of ``pid``, without root.
+
+    The owner of a user namespace (the user who runs rootless Podman) may join it, and then
+    its network namespace, from a single-threaded process: ``nsenter --user --net`` starts a
+    small helper there, which makes each socket in that network and hands it back over a
+    Unix socket pair. Nothing runs in the container.
+    """
+
+    def __init__(self, pid: int) -> None:
+        if not shutil.which("nsenter"):
+            raise NetworkIsolationError("joining a rootless container's network needs nsenter (util-linux)")
+        import sys
+
+        # this interpreter, or where this user may not run it (a Python under another user's home), the system's
+        python = sys.executable if os.access(sys.executable, os.X_OK) else (shutil.which("python3") or sys.executable)
+        ours, theirs = socket.socketpair()
+        try:
+            self._helper = subprocess.Popen(
+                ["nsenter", f"--target={pid}", "--user", "--net", "--preserve-credentials", "--",
+                 python, "-I", "-S", "-c", _SOCKET_MAKER, str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        finally:
+            theirs.close()
+        self._channel = ours
+        self._lock = threading.Lock()
+
+    def _make(self, request: bytes) -> socket.socket:
+        with self._lock:
+            self._channel.sendall(request)
+            message, fds, _, _ = socket.recv_fds(self._channel, 1024, 1)
+        if fds:
+            return socket.socket(fileno=fds[0])
+        if not message:
+            self._helper.wait()
+            error = (self._helper.stderr.read() if self._helper.stderr else b"").decode(errors="replace").strip()
+            raise NetworkIsolationError(f"could not join the container's namespaces with nsenter: {error}")
+        raise OSError(message[1:].decode(errors="replace"))
+
+    def connect(self, port: int) -> socket.socket:
+        return self._make(b"C%d" % port)
+
+    def listen(self) -> socket.socket:
+        return self._make(b"L")
+
+    def close(self) -> None:
+        self._channel.close()  # the helper's recv ends: it exits
+        try:
+            self._helper.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._helper.kill()
+            self._helper.wait()
+        if self._helper.stderr:
+            self._helper.stderr.close()
+
+
 def connect_unix(path: str) -> socket.socket:
     """A connection to the Unix socket at ``path`` (a file: it is the same in every network)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

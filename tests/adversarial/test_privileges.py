@@ -22,7 +22,7 @@ from conftest import snakemake
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments import bubblewrap
 from agentcompass.environments.bubblewrap import sandbox_support
-from environments.envkit import TEST_IMAGE, Provider, require_docker
+from environments.envkit import TEST_IMAGE, Provider, docker_engine, require_docker
 
 HOST_SHADOW = Path("/etc/shadow")
 
@@ -245,6 +245,9 @@ FORK_BOMB = (
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
 def test_a_fork_bomb_under_pids_limit_is_the_attempts_run_error_without_a_retry(provider, tmp_path, workdir):
     environment = environment_of(provider, tmp_path, pids_limit=64)
+    if provider == "docker" and docker_engine() == "podman-rootless":
+        pytest.skip("rootless Podman on cgroup v1 refuses pids_limit when a session opens "
+                    "(tests/environments/test_docker.py checks it): no limit to bomb against")
     results = run_solutions(tmp_path, workdir, environment, {"bomb": FORK_BOMB, "honest": HONEST})
     bomb = results["bomb"]
     assert bomb["status"] == "run_error" and bomb["retries_used"] == 0, bomb

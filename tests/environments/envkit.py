@@ -59,6 +59,23 @@ def docker_unavailable() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def docker_engine() -> str:
+    """Which engine answers at DOCKER_HOST: 'docker', 'podman-root' or 'podman-rootless'."""
+    import docker
+
+    from agentcompass.environments.docker import podman_host
+
+    client = docker.from_env(timeout=10)
+    try:
+        host = podman_host(client)
+    finally:
+        client.close()
+    if host is None:
+        return "docker"
+    return "podman-rootless" if host["security"]["rootless"] else "podman-root"
+
+
 def require_docker() -> None:
     reason = docker_unavailable()
     if reason:
@@ -113,6 +130,13 @@ class Provider:
             return "127.0.0.1"
         import docker
 
+        if docker_engine() == "podman-rootless":
+            # its bridge lives in the user's namespaces; a container reaches this machine through
+            # slirp4netns, at this machine's own address (the one of its default route)
+            route = subprocess.run(["ip", "-4", "-o", "route", "show", "default"], capture_output=True, text=True, check=True)
+            device = route.stdout.split(" dev ")[1].split()[0]
+            shown = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", device], capture_output=True, text=True, check=True)
+            return shown.stdout.split()[3].split("/")[0]
         client = docker.from_env()
         try:
             bridge = client.networks.get("bridge").attrs

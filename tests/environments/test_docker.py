@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from agentcompass.environments.docker import DockerConfig, DockerEnvironment
 from agentcompass.runtime.config import ConfigError, build_component_config
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 
-from .envkit import TEST_IMAGE, Provider, require_docker, unique_label
+from .envkit import TEST_IMAGE, Provider, docker_engine, require_docker, unique_label
 
 pytestmark = pytest.mark.usefixtures("engine")
 
@@ -57,7 +58,24 @@ def test_container_carries_labels_naming_the_run_attempt_and_owner(engine, docke
     assert containers(engine, label) == []
 
 
+def test_limits_an_engine_cannot_enforce_are_refused_when_the_session_opens(engine, docker_provider):
+    if docker_engine() != "podman-rootless":
+        pytest.skip(f"the engine here ({docker_engine()}) enforces memory, CPU and process limits")
+    from agentcompass.environments.cgroups import LimitsUnavailableError
+
+    label = unique_label("limits")
+    for limit in ({"memory": "64m"}, {"cpus": 0.5}, {"pids_limit": 16}):
+        name = next(iter(limit))
+        with pytest.raises(LimitsUnavailableError, match=f"rootless Podman .* no cgroup controller for {name} "):
+            asyncio.run(docker_provider.open(label=label, **limit))
+    assert containers(engine, label) == []  # refused before any container was made
+    # without limits the same engine runs the session
+    assert docker_provider.run(lambda s: s.exec(["echo", "fine"])).stdout == "fine\n"
+
+
 def test_memory_cpu_and_pids_limits_come_from_params(docker_provider):
+    if docker_engine() == "podman-rootless":
+        pytest.skip("rootless Podman on cgroup v1 refuses limits (the test above checks it)")
     async def body(s):
         limits = s.container.attrs["HostConfig"]
         cgroup = await s.exec(
@@ -193,7 +211,9 @@ def test_a_service_survives_network_switches_and_its_endpoint_is_looked_up_again
     seen = docker_provider.run(body)
     assert [page for _, _, page in seen] == [b"still here\n"] * 3
     # on the bridge the endpoint is the container's address; without a network, a relay on 127.0.0.1
-    assert not seen[0][1].startswith("127.") and seen[1][1].startswith("127.0.0.1:")
+    # (on rootless Podman always a relay: its bridge is not reachable from this machine)
+    relayed_on_the_bridge = docker_engine() == "podman-rootless"
+    assert seen[0][1].startswith("127.0.0.1:") == relayed_on_the_bridge and seen[1][1].startswith("127.0.0.1:")
 
 
 def test_container_opened_under_none_is_on_no_network_before_its_first_command(docker_provider):
@@ -262,3 +282,104 @@ def test_clean_removes_the_containers_of_a_killed_run_and_spares_live_ones(engin
             proc.wait()
         clean("--run", f"other{run_id}")
     assert containers(engine, other_label) == []
+
+
+def test_docker_host_names_the_engine_whatever_docker_host_in_the_environment_says(monkeypatch, docker_provider):
+    from agentcompass.runtime.base import EnvironmentUnavailableError
+
+    host = os.environ.get("DOCKER_HOST")
+    if not host:
+        pytest.skip("the engine here is Docker's default socket: DOCKER_HOST is unset")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    # a Podman service's socket (or any engine's) named by the environment's params alone
+    assert docker_provider.run(lambda s: s.exec(["echo", "here"]), docker_host=host).stdout == "here\n"
+    with pytest.raises(EnvironmentUnavailableError, match="no Docker engine answers at unix:///nonexistent/podman.sock"):
+        docker_provider.run(lambda s: s.exec(["true"]), docker_host="unix:///nonexistent/podman.sock")
+
+
+def test_rootless_podman_relays_serve_its_own_unprivileged_user(docker_provider):
+    """On a cluster node agentcompass runs as the user who runs rootless Podman, not as root: an
+    endpoint under 'none' and an exposed host socket (a model gateway) still work, made in the
+    container's network by a helper that joins the user's own namespaces; the container sees
+    only loopback."""
+    import json
+    import socket
+    import tempfile
+    import threading
+
+    from .test_conformance import fetch
+
+    host = os.environ.get("DOCKER_HOST", "")
+    if docker_engine() != "podman-rootless" or not host.startswith("unix://") or os.geteuid() != 0:
+        pytest.skip("needs rootless Podman at DOCKER_HOST and root here, to run the session as the user who runs it")
+    owner = os.stat(host.removeprefix("unix://"))
+
+    async def probe(s) -> dict:
+        await s.write_text("www/page.txt", "served\n")
+        await s.exec(["httpd", "-p", "8080", "-h", f"{s.workdir}/www"])
+        await s.set_network(NetworkPolicy(mode="none"))
+        page = await asyncio.to_thread(fetch, await s.endpoint(8080), "/page.txt")
+        links = await s.exec("ip -o link; ip route", shell=True)
+        folder = tempfile.mkdtemp()
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(f"{folder}/gateway.sock")
+        server.listen()
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            conn.sendall(b"gateway\n")
+            conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        address = await s.expose_host_socket(Path(f"{folder}/gateway.sock"))
+        reply = await s.exec(f"nc -w 3 {address.replace(':', ' ')} </dev/null", shell=True)
+        return {"page": page.decode(), "links": links.stdout, "gateway": reply.stdout, "euid": os.geteuid()}
+
+    # first as root (which also imports all it needs: after the switch the interpreter's own files may
+    # be out of the user's reach), then as the user
+    as_root = docker_provider.run(probe)
+    assert as_root["page"] == "served\n" and as_root["gateway"] == "gateway\n" and as_root["euid"] == 0
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(owner.st_gid)
+            os.setuid(owner.st_uid)
+            outcome = docker_provider.run(probe)
+        except BaseException as exc:
+            outcome = {"error": repr(exc)}
+        os.write(write, json.dumps(outcome).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        outcome = json.loads(pipe.read() or b'{"error": "the child reported nothing"}')
+    os.waitpid(child, 0)
+    assert "error" not in outcome, outcome
+    assert outcome["euid"] == owner.st_uid != 0
+    assert outcome["page"] == "served\n" and outcome["gateway"] == "gateway\n"
+    assert [line.split(":")[1].strip() for line in outcome["links"].splitlines() if ": " in line[:4]] == ["lo"], outcome
+    assert "default" not in outcome["links"]
+
+
+def test_clean_finds_a_killed_runs_containers_on_podmans_own_socket_without_docker_host(engine, tmp_path):
+    """A run on rootless Podman (its socket at $XDG_RUNTIME_DIR/podman/podman.sock) killed outright:
+    `agentcompass clean` in a shell without DOCKER_HOST still finds and removes its container."""
+    if not docker_engine().startswith("podman") or not os.environ.get("DOCKER_HOST", "").startswith("unix://"):
+        pytest.skip(f"needs Podman's API socket at DOCKER_HOST (the engine here is {docker_engine()})")
+    label = f"podmanclean{time.time_ns()}-t-1-run"
+    (killed,) = start_owners(label)
+    killed.kill()
+    killed.wait()
+    assert containers(engine, label), "a killed run leaves its container behind"
+    runtime_dir = tmp_path / "run-user"
+    (runtime_dir / "podman").mkdir(parents=True)
+    (runtime_dir / "podman" / "podman.sock").symlink_to(os.environ["DOCKER_HOST"].removeprefix("unix://"))
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    env["XDG_RUNTIME_DIR"] = str(runtime_dir)
+    done = subprocess.run([sys.executable, "-m", "agentcompass.cli", "clean", "--run", label.split("-")[0]],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert label in done.stdout, done.stdout
+    assert containers(engine, label) == []

@@ -274,7 +274,7 @@ def _parquet(path: Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
     except ImportError:
         raise ConfigError("dataset: reading .parquet needs pyarrow: pip install 'agentcompass[parquet]'") from None
-    return [_plain(row) for row in pq.read_table(path).to_pylist()]
+    return [json_value(row) for row in pq.read_table(path).to_pylist()]
 
 
 def _hf_disk(path: Path, split: str | None) -> list[dict[str, Any]]:
@@ -288,17 +288,17 @@ def _hf_disk(path: Path, split: str | None) -> list[dict[str, Any]]:
         if split is None or split not in loaded:
             raise ConfigError(f"dataset: {path} holds the splits {sorted(loaded)}; set split to one of them")
         loaded = loaded[split]
-    return [_plain(dict(row)) for row in loaded]
+    return [json_value(dict(row)) for row in loaded]
 
 
-def _plain(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """A row as JSON data (numpy arrays and scalars of Parquet become lists and numbers)."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_value(v) for v in value]
     if hasattr(value, "tolist"):
-        return _plain(value.tolist())
+        return json_value(value.tolist())
     return value
 
 

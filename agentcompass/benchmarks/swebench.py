@@ -44,6 +44,7 @@ from typing import Any
 
 from agentcompass._util import trees
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
+from agentcompass.benchmarks.dataset import json_value
 from agentcompass.errors import InfrastructureError
 from agentcompass.runtime import (
     BENCHMARKS,
@@ -227,7 +228,7 @@ def read_rows(path: Path, split: str | None) -> list[dict[str, Any]]:
 def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     import pandas
 
-    return [_plain(row) for row in pandas.read_parquet(path).to_dict(orient="records")]
+    return [json_value(row) for row in pandas.read_parquet(path).to_dict(orient="records")]
 
 
 def _disk_rows(path: Path, split: str | None) -> list[dict[str, Any]]:
@@ -243,18 +244,7 @@ def _disk_rows(path: Path, split: str | None) -> list[dict[str, Any]]:
         if chosen is None or chosen not in data:
             raise ValueError(f"swebench: {path} holds the splits {names}; set the benchmark param split to one")
         data = data[chosen]
-    return [_plain(dict(row)) for row in data]
-
-
-def _plain(value: Any) -> Any:
-    """A row as JSON holds it (Parquet gives arrays and numpy scalars)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ndarray":
-        return [_plain(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
-    return value
+    return [json_value(dict(row)) for row in data]
 
 
 def image_name(image: str, namespace: str | None, tag: str | None) -> str:

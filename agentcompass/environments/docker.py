@@ -442,10 +442,15 @@ def _exec_failed(message: str) -> ExecResult:
     return ExecResult(returncode=127 if missing else 126, stdout="", stderr=message + "\n")
 
 
-def _not_started(refusal: str) -> ExecResult | None:
-    """Podman's refusal to start a command (``_refused``'s message), as the result Docker gives; None if
-    the refusal is about something else."""
-    _, _, message = refusal.partition("the engine refused starting a command: ")
+def _not_started(refusal: RuntimeError) -> ExecResult | None:
+    """Podman's refusal to start a command (the engine's own answer, which ``_refused`` wrapped), as the
+    result Docker gives; None if the refusal is about something else."""
+    import docker
+
+    answer = refusal.__cause__
+    if not isinstance(answer, docker.errors.APIError):
+        return None
+    message = str(answer.explanation or answer)
     lowered = message.lower()
     if "unable to find user" in lowered or "executable file not found" in lowered or "no such file or directory" in lowered \
             or "permission denied" in lowered:
@@ -589,7 +594,7 @@ class DockerSession(EnvironmentSession):
             attached = await self._call("starting a command", api.exec_start, eid, socket=True)
         except RuntimeError as exc:
             # Podman refuses to start a command it cannot run (Docker starts it and reports 126 or 127)
-            refused = _not_started(str(exc))
+            refused = _not_started(exc)
             if refused is None:
                 raise
             return refused

@@ -18,6 +18,148 @@ SNAKEFILE = ROOT / "Snakefile"
 os.environ["AGENTCOMPASS_VALIDATE_WRITES"] = "1"
 
 
+# --- tiers: what a test needs or costs, set here from the fixtures it uses ----------------------
+#
+# A test is marked from the fixtures it requests (directly or through other fixtures) and from
+# the values of its parametrized fixtures, never by hand; only `slow` (with its reason) and
+# `smoke` are written on a test. The helpers below that start a workflow, and the fixtures that
+# need a service, fail a test that lacks the marker they imply, so the table cannot fall behind.
+
+TIERS = {
+    "e2e": "starts a real Snakemake workflow (snakemake, the CLI, the SDK): seconds each",
+    "docker": "needs a Docker engine, or Podman's Docker API, at DOCKER_HOST (.ci/docker-up.sh)",
+    "podman": "needs Podman's API service at DOCKER_HOST (.ci/podman-up.sh), not a Docker engine",
+    "slurm": "needs the SLURM cluster on PATH, named by AGENTCOMPASS_SLURM=1 (.ci/slurm-up.sh)",
+    "browser": "needs Chromium and the playwright package (apt-get install chromium)",
+    "slow": "over 60 s on its own; slow(reason=...) says why",
+    "smoke": "end to end once through each real part a newcomer has; in the default run",
+}
+# What `pytest` runs when given no path and no -m: the fast tier and the smoke set.
+DEFAULT_SELECTION = "smoke or not (e2e or docker or podman or slurm or browser or slow)"
+
+# fixture -> the tiers every test that requests it belongs to
+FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
+    "workdir": ("e2e",),  # the working folder of a real run
+    "needs_docker": ("docker",),
+    "needs_podman": ("docker", "podman"),
+    "cluster": ("slurm", "e2e"),
+    "browser": ("browser",),
+    # runs that a module's tests share, built once by a real workflow
+    "evaluated": ("e2e",),  # test_report, test_pipeline
+    "runs": ("e2e",),  # test_compare
+    "finished": ("e2e",),  # test_results
+    "oracle_plan": ("e2e",),  # test_plan_diff
+    "old_results": ("e2e",),  # test_old_results_reused
+    "flow": ("e2e",),  # unit/test_engine: a tiny workflow of its own
+    "records_flow": ("e2e",),  # unit/test_engine
+    "rules": ("e2e",),  # unit/test_stage_table: a dry run of the real workflow
+    "instances": ("e2e",),  # test_swebench
+    "agent_run": ("e2e",),  # browser/test_report
+    "big_run": ("e2e",),  # browser/test_report_large
+    "page_file": ("e2e",),  # browser/test_compare_page
+    # the guide's walkthrough (test_docs_snippets): its steps run in order in one folder, a few of
+    # them on Docker or the cluster (skipped without), so a selection takes all of them or none
+    "guide": ("e2e", "docker", "slurm"),
+}
+# a parametrized fixture whose value is one of these puts the test in that tier
+PARAM_TIERS = {"docker": ("docker",)}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+    # a plain `pytest` runs the default selection; a path, a test id or -m of your own runs what it names
+    if not config.option.markexpr and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.option.markexpr = DEFAULT_SELECTION
+
+
+def tiers_of(item: pytest.Item) -> set[str]:
+    found = set()
+    for name in getattr(item, "fixturenames", ()):
+        found.update(FIXTURE_TIERS.get(name, ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        for value in callspec.params.values():
+            if isinstance(value, str):
+                found.update(PARAM_TIERS.get(value, ()))
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in sorted(tiers_of(item)):
+            item.add_marker(name)
+        slow = item.get_closest_marker("slow")
+        if slow is not None and not slow.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: write why it is slow: @pytest.mark.slow(reason=...)")
+
+
+_RUNNING: list[pytest.Item] = []
+
+
+_BASETEMP: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _basetemp(tmp_path_factory) -> None:
+    _BASETEMP[:] = [tmp_path_factory.getbasetemp()]
+
+
+def _folders(base: Path | None) -> set[str]:
+    return set(os.listdir(base)) if base is not None and base.is_dir() else set()
+
+
+def _snakemake_ran_under(folder: Path, depth: int = 3) -> Path | None:
+    """A folder where Snakemake ran (it left ``.snakemake/log``), ``depth`` levels under ``folder`` at most."""
+    level = [folder]
+    for _ in range(depth + 1):
+        below = []
+        for path in level:
+            if (path / ".snakemake" / "log").is_dir():
+                return path
+            try:
+                below += [Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+        level = below
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    _RUNNING[:] = [item]
+    item.stash[_FOLDERS_BEFORE] = _folders(_BASETEMP[0] if _BASETEMP else None)
+    try:
+        return (yield)
+    finally:
+        _RUNNING.clear()
+
+
+_FOLDERS_BEFORE = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem):
+    result = yield
+    base = _BASETEMP[0] if _BASETEMP else None
+    if item.get_closest_marker("e2e") is None and base is not None:
+        for name in sorted(_folders(base) - item.stash.get(_FOLDERS_BEFORE, set())):
+            ran = _snakemake_ran_under(base / name)
+            if ran is not None:
+                pytest.fail(f"{item.nodeid} ran a Snakemake workflow (in {ran}) but is not marked 'e2e': request "
+                            "the `workdir` fixture, or add the fixture that runs it to FIXTURE_TIERS in "
+                            "tests/conftest.py", pytrace=False)
+    return result
+
+
+def require_tier(tier: str, what: str) -> None:
+    """Fail the running test when it does ``what`` (which needs ``tier``) without being in that tier."""
+    if _RUNNING and _RUNNING[0].get_closest_marker(tier) is None:
+        fixtures = sorted(name for name, tiers in FIXTURE_TIERS.items() if tier in tiers)
+        pytest.fail(f"{_RUNNING[0].nodeid} {what} but is not marked {tier!r}: request one of the fixtures "
+                    f"{fixtures} (or add the fixture it uses to FIXTURE_TIERS in tests/conftest.py)", pytrace=False)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
     env["AGENTCOMPASS_USER_CONFIG"] = ""  # never read the developer's own user config
@@ -27,11 +169,14 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def snakemake(workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``snakemake`` as a user runs it, on this repository's Snakefile, in ``workdir``."""
+    require_tier("e2e", "runs a Snakemake workflow")
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", "2", *args]
     return subprocess.run(cmd, cwd=workdir, env=env or clean_env(), capture_output=True, text=True, timeout=600)
 
 
 def agentcompass(workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The ``agentcompass`` command, in ``workdir``: a process of its own, seconds each."""
+    require_tier("e2e", "runs the agentcompass command")
     cmd = [sys.executable, "-m", "agentcompass.cli", *args]
     return subprocess.run(cmd, cwd=workdir, env=env or clean_env(), capture_output=True, text=True, timeout=600)
 
@@ -95,6 +240,26 @@ def files_holding(secret: str, *roots: Path) -> tuple[list[Path], int]:
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
+    """The working folder of a real workflow run (the test is in the e2e tier)."""
     path = tmp_path / "work"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="session")
+def needs_docker() -> None:
+    """A Docker engine (or Podman's Docker API) answers at DOCKER_HOST with the test image; else skip, saying why."""
+    from environments.envkit import require_docker
+
+    require_docker()
+
+
+@pytest.fixture(scope="session")
+def needs_podman(needs_docker) -> str:
+    """Podman's API service answers at DOCKER_HOST (root or rootless); else skip. Its mode."""
+    from environments.envkit import docker_engine
+
+    engine = docker_engine()
+    if not engine.startswith("podman"):
+        pytest.skip(f"needs Podman's API service (.ci/podman-up.sh); DOCKER_HOST is a {engine} engine")
+    return engine

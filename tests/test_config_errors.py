@@ -229,7 +229,7 @@ def test_harness_that_needs_a_model_refuses_model_none(workdir: Path):
     assert not (workdir / "results").exists()
 
 
-def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time_naming_it(tmp_path: Path):
+def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time_naming_it(tmp_path: Path, workdir: Path):
     """The extra's package is hidden from this Python (whether installed or not): no job runs."""
     blocker = tmp_path / "block"
     blocker.mkdir()
@@ -242,8 +242,6 @@ def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time
     config = tmp_path / "swe.yaml"
     config.write_text("requests:\n  swe: {benchmark: {id: swebench, params: {path: %s}}, harness: oracle, "
                       "model: {id: none}, environment: {id: docker}}\n" % instances)
-    workdir = tmp_path / "work"
-    workdir.mkdir()
     env = clean_env(PYTHONPATH=os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
     done = snakemake(workdir, "--configfile", str(config), env=env)
     assert done.returncode != 0

@@ -60,12 +60,12 @@ def test_wheel_carries_the_workflow(wheel):
     assert not (ROOT / "agentcompass" / "workflow").exists()
 
 
-def test_installed_package_runs_in_an_empty_folder(wheel, tmp_path):
+def test_installed_package_runs_in_an_empty_folder(wheel, workdir):
     """The wheel installed outside the clone: init and run in an empty folder use its own workflow files."""
-    site = tmp_path / "site"
+    site = workdir / "site"
     run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
-        tmp_path, clean_env())
-    project = tmp_path / "project"
+        workdir, clean_env())
+    project = workdir / "project"
     project.mkdir()
     # the installed copy first on the path: this environment gives only its dependencies
     env = clean_env(PYTHONPATH=str(site))
@@ -80,12 +80,12 @@ def test_installed_package_runs_in_an_empty_folder(wheel, tmp_path):
     assert accuracy(project) == 1.0
 
 
-def test_snakemake_module_from_init(tmp_path):
+def test_snakemake_module_from_init(workdir):
     """`agentcompass init` writes a Snakefile that uses the workflow as a Snakemake module; real
     snakemake in that folder builds the example request, and a rule of the user's own runs after it."""
-    project = tmp_path / "project"
+    project = workdir / "project"
     env = clean_env()
-    run([sys.executable, "-m", "agentcompass.cli", "init", str(project)], tmp_path, env)
+    run([sys.executable, "-m", "agentcompass.cli", "init", str(project)], workdir, env)
     snakefile = project / "Snakefile"
     # the guide's rule of one's own (docs/install.md)
     snakefile.write_text(snakefile.read_text() + f"""

@@ -90,10 +90,10 @@ def test_a_failed_stage_leaves_its_traceback_in_its_log_and_a_rerun_that_succeed
     assert list(attempts.glob("*/*/*.log")) == []  # Snakemake removed the failure's log before the rerun
 
 
-def test_two_fresh_runs_write_byte_identical_tasks_and_plans(tmp_path: Path):
+def test_two_fresh_runs_write_byte_identical_tasks_and_plans(workdir: Path):
     dirs = []
     for name in ("one", "two"):
-        d = tmp_path / name
+        d = workdir / name
         d.mkdir()
         assert snakemake(d).returncode == 0
         dirs.append(d)
@@ -189,6 +189,7 @@ def test_config_on_the_command_line_selects_tasks_and_attempts(workdir: Path):
     assert (workdir / RUN / "attempts/capital-japan/2/result.json").exists()
 
 
+@pytest.mark.e2e  # Snakemake's linter, on the real workflow
 def test_snakemake_lint_is_clean():
     done = snakemake(ROOT, "--lint")
     assert done.returncode == 0

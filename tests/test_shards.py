@@ -54,8 +54,8 @@ def without_times(metrics: dict) -> dict:
     return metrics
 
 
-def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing(tmp_path: Path):
-    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing(workdir: Path):
+    whole, sharded = workdir / "whole", workdir / "sharded"
     whole.mkdir()
     sharded.mkdir()
     assert build(whole, write_config(whole, 0))["evaluate"] == 15
@@ -111,14 +111,14 @@ def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing
     assert jobs_run(snakemake(sharded, "--configfile", str(config)).stderr) == {}
 
 
-def test_a_dry_run_shows_the_shard_jobs_without_running_them(tmp_path: Path):
-    config = write_config(tmp_path, 4)
-    plans = snakemake(tmp_path, "results/default/big/plans.json", "--configfile", str(config))
+def test_a_dry_run_shows_the_shard_jobs_without_running_them(workdir: Path):
+    config = write_config(workdir, 4)
+    plans = snakemake(workdir, "results/default/big/plans.json", "--configfile", str(config))
     assert plans.returncode == 0, plans.stderr[-2000:]
-    dry = snakemake(tmp_path, "--configfile", str(config), "--dry-run")
+    dry = snakemake(workdir, "--configfile", str(config), "--dry-run")
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert dry.stdout.count("rule shard:") + dry.stderr.count("rule shard:") == 4
-    assert not list(tmp_path.glob("results/default/big/attempts/*/*/result.json"))
+    assert not list(workdir.glob("results/default/big/attempts/*/*/result.json"))
 
 
 def test_a_shards_generation_moves_when_a_folder_of_its_slice_changes(tmp_path: Path):

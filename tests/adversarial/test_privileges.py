@@ -144,8 +144,7 @@ def test_every_root_only_path_of_the_bound_folders_is_empty_in_the_sandbox():
     assert checked.stdout == "checked\n", checked.stdout
 
 
-def test_nothing_of_the_host_is_mounted_in_a_container(canaries):
-    require_docker()
+def test_nothing_of_the_host_is_mounted_in_a_container(needs_docker, canaries):
     secret, file, _, _ = canaries
 
     async def body(s):

@@ -16,14 +16,13 @@ from agentcompass.environments.docker import DockerConfig, DockerEnvironment
 from agentcompass.runtime.config import ConfigError, build_component_config
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 
-from .envkit import TEST_IMAGE, Provider, docker_engine, require_docker, unique_label
+from .envkit import TEST_IMAGE, Provider, docker_engine, unique_label
 
 pytestmark = pytest.mark.usefixtures("engine")
 
 
 @pytest.fixture
-def engine():
-    require_docker()
+def engine(needs_docker):
     import docker
 
     client = docker.from_env()

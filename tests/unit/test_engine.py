@@ -378,13 +378,13 @@ rule make:
 """
 
 
-def test_accept_periodic_names_lets_a_name_ending_in_a_repeated_run_build(tmp_path: Path):
-    (tmp_path / "Snakefile").write_text(PERIODIC_SNAKEFILE)
-    refused = snakemake(tmp_path, "--cores", "1")
+def test_accept_periodic_names_lets_a_name_ending_in_a_repeated_run_build(workdir: Path):
+    (workdir / "Snakefile").write_text(PERIODIC_SNAKEFILE)
+    refused = snakemake(workdir, "--cores", "1")
     assert refused.returncode != 0 and "PeriodicWildcardError" in refused.stderr, refused.stderr[-3000:]
-    done = snakemake(tmp_path, "--cores", "1", "--config", "accept=1")
+    done = snakemake(workdir, "--cores", "1", "--config", "accept=1")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "out" / ("task-" + "0" * 25 + ".txt")).exists()
+    assert (workdir / "out" / ("task-" + "0" * 25 + ".txt")).exists()
 
 
 # A Snakefile used as a module of another: Snakemake keeps only the main Snakefile's onstart/onsuccess/onerror.
@@ -419,22 +419,22 @@ use rule * from inner
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["ok", "failed"])
-def test_run_handlers_as_module_gives_the_handlers_to_the_main_workflow(tmp_path: Path, fail: bool):
-    (tmp_path / "inner.smk").write_text(INNER_SNAKEFILE)
-    (tmp_path / "Snakefile").write_text(MAIN_SNAKEFILE)
-    done = snakemake(tmp_path, "--cores", "1", *(["--config", "fail=1"] if fail else []))
+def test_run_handlers_as_module_gives_the_handlers_to_the_main_workflow(workdir: Path, fail: bool):
+    (workdir / "inner.smk").write_text(INNER_SNAKEFILE)
+    (workdir / "Snakefile").write_text(MAIN_SNAKEFILE)
+    done = snakemake(workdir, "--cores", "1", *(["--config", "fail=1"] if fail else []))
     assert (done.returncode != 0) is fail, done.stderr[-3000:]
-    assert not (tmp_path / "own-onstart").exists()  # what Snakemake does with a module's onstart
-    assert (tmp_path / "started").read_text() == "yes"
-    assert (tmp_path / "finished").read_text() == str(not fail)
+    assert not (workdir / "own-onstart").exists()  # what Snakemake does with a module's onstart
+    assert (workdir / "started").read_text() == "yes"
+    assert (workdir / "finished").read_text() == str(not fail)
 
 
-def test_run_handlers_as_module_leaves_a_main_snakefile_alone(tmp_path: Path):
-    (tmp_path / "Snakefile").write_text(INNER_SNAKEFILE)
-    done = snakemake(tmp_path, "--cores", "1")
+def test_run_handlers_as_module_leaves_a_main_snakefile_alone(workdir: Path):
+    (workdir / "Snakefile").write_text(INNER_SNAKEFILE)
+    done = snakemake(workdir, "--cores", "1")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "own-onstart").read_text() == "ran"
-    assert not (tmp_path / "started").exists() and not (tmp_path / "finished").exists()
+    assert (workdir / "own-onstart").read_text() == "ran"
+    assert not (workdir / "started").exists() and not (workdir / "finished").exists()
 
 
 # --- reading records as agentcompass status does: relative, absolute and long paths ---------------
@@ -658,23 +658,23 @@ Path("told.json").write_text(json.dumps(told))
 
 
 @pytest.mark.parametrize("cut", [True, False], ids=["cut", "plain"])
-def test_a_job_that_recorded_its_outputs_is_booked_without_a_second_record_or_an_empty_log(tmp_path: Path,
+def test_a_job_that_recorded_its_outputs_is_booked_without_a_second_record_or_an_empty_log(workdir: Path,
                                                                                            cut: bool):
-    (tmp_path / "Snakefile").write_text(BOOKKEEPING_SNAKEFILE)
-    done = snakemake(tmp_path, "--cores", "1", *(["--config", "cut=1"] if cut else []))
+    (workdir / "Snakefile").write_text(BOOKKEEPING_SNAKEFILE)
+    done = snakemake(workdir, "--cores", "1", *(["--config", "cut=1"] if cut else []))
     assert done.returncode == 0, done.stderr[-3000:]
-    records = engine.Records.open(tmp_path)
+    records = engine.Records.open(workdir)
     a, b = (records.persistence.metadata(engine._iofile(p)) for p in ("a.txt", "b.txt"))
     # Snakemake's own record carries the job's hash; the job's record (written by write_finished) does not
     assert (a.job_hash is None) is cut and b.job_hash is not None
     assert tuple(a.params) == records.params_of(["x"]) and a.rule == "a"
     assert not records.incomplete(["a.txt", "b.txt"])
     # the log a job did not write: none for rule a once cut, Snakemake's empty one otherwise
-    assert (tmp_path / "a.log").exists() is not cut and (tmp_path / "b.log").read_text() == ""
+    assert (workdir / "a.log").exists() is not cut and (workdir / "b.log").read_text() == ""
     # resources are evaluated as before, from signatures told once
-    assert (tmp_path / "a.txt").read_text() == "5"
-    assert json.loads((tmp_path / "told.json").read_text()) >= (1 if cut else 0)
-    again = snakemake(tmp_path, "--cores", "1", "-n", *(["--config", "cut=1"] if cut else []))
+    assert (workdir / "a.txt").read_text() == "5"
+    assert json.loads((workdir / "told.json").read_text()) >= (1 if cut else 0)
+    again = snakemake(workdir, "--cores", "1", "-n", *(["--config", "cut=1"] if cut else []))
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
 
 

@@ -25,7 +25,7 @@ os.environ["AGENTCOMPASS_VALIDATE_WRITES"] = "1"
 # `smoke` are written on a test. The helpers below that start a workflow, and the fixtures that
 # need a service, fail a test that lacks the marker they imply, so the table cannot fall behind.
 
-TIERS = {
+MARKERS = {
     "e2e": "starts a real Snakemake workflow (snakemake, the CLI, the SDK): seconds each",
     "docker": "needs a Docker engine, or Podman's Docker API, at DOCKER_HOST (.ci/docker-up.sh)",
     "podman": "needs Podman's API service at DOCKER_HOST (.ci/podman-up.sh), not a Docker engine",
@@ -34,10 +34,12 @@ TIERS = {
     "slow": "over 60 s on its own; slow(reason=...) says why",
     "smoke": "end to end once through each real part a newcomer has; in the default run",
 }
-# What `pytest` runs when given no path and no -m: the fast tier and the smoke set.
-DEFAULT_SELECTION = "smoke or not (e2e or docker or podman or slurm or browser or slow)"
+# The markers that take a test out of the default run, in the order that picks a test's own tier.
+TIER_ORDER = ("podman", "browser", "slurm", "docker", "e2e", "slow")
+# What `pytest` runs when given no path, no -m and no --tier: the fast tier and the smoke set.
+DEFAULT_SELECTION = "smoke or not (" + " or ".join(TIER_ORDER) + ")"
 
-# fixture -> the tiers every test that requests it belongs to
+# fixture -> the markers of every test that requests it
 FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "workdir": ("e2e",),  # the working folder of a real run
     "needs_docker": ("docker",),
@@ -65,15 +67,25 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
 PARAM_TIERS = {"docker": ("docker",)}
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tier", action="append", default=[], metavar="NAME[,NAME]",
+                     help="run the tests whose own tier is NAME: default (what a plain `pytest` runs), "
+                          + ", ".join(TIER_ORDER) + "; each test is in exactly one")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    for name, meaning in TIERS.items():
+    for name, meaning in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
-    # a plain `pytest` runs the default selection; a path, a test id or -m of your own runs what it names
-    if not config.option.markexpr and config.args_source != pytest.Config.ArgsSource.ARGS:
+    # a plain `pytest` runs the default selection; a path, a test id, -m or --tier runs what it names
+    if (not config.option.markexpr and not config.option.tier
+            and config.args_source != pytest.Config.ArgsSource.ARGS):
         config.option.markexpr = DEFAULT_SELECTION
+    if hasattr(config.option, "loadscopereorder"):
+        # pytest-xdist hands out modules in the order pytest_collection_modifyitems leaves them
+        config.option.loadscopereorder = False
 
 
-def tiers_of(item: pytest.Item) -> set[str]:
+def markers_from_fixtures(item: pytest.Item) -> set[str]:
     found = set()
     for name in getattr(item, "fixturenames", ()):
         found.update(FIXTURE_TIERS.get(name, ()))
@@ -85,13 +97,38 @@ def tiers_of(item: pytest.Item) -> set[str]:
     return found
 
 
+def tier_of(item: pytest.Item) -> str:
+    """A test's own tier: `default` when a plain `pytest` runs it, else the first of TIER_ORDER it has."""
+    names = {mark.name for mark in item.iter_markers()}
+    if "smoke" in names or not names & set(TIER_ORDER):
+        return "default"
+    return next(tier for tier in TIER_ORDER if tier in names)
+
+
+# What a test costs, roughly, by its own tier (seconds): modules are handed to workers the
+# costliest first, so that the last one to finish is a short one.
+COST = {"default": 0.2, "e2e": 10, "docker": 6, "slurm": 20, "browser": 20, "podman": 6, "slow": 60}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        for name in sorted(tiers_of(item)):
+        for name in sorted(markers_from_fixtures(item)):
             item.add_marker(name)
         slow = item.get_closest_marker("slow")
         if slow is not None and not slow.kwargs.get("reason"):
             raise pytest.UsageError(f"{item.nodeid}: write why it is slow: @pytest.mark.slow(reason=...)")
+    wanted = {name.strip() for value in config.option.tier for name in value.split(",") if name.strip()}
+    if wanted:
+        unknown = wanted - {"default", *TIER_ORDER}
+        if unknown:
+            raise pytest.UsageError(f"--tier {', '.join(sorted(unknown))}: the tiers are default, "
+                                    + ", ".join(TIER_ORDER))
+        config.hook.pytest_deselected(items=[item for item in items if tier_of(item) not in wanted])
+        items[:] = [item for item in items if tier_of(item) in wanted]
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[item.nodeid.split("::")[0]] = cost.get(item.nodeid.split("::")[0], 0) + COST[tier_of(item)]
+    items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a module keeps its order
 
 
 _RUNNING: list[pytest.Item] = []

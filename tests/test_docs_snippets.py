@@ -197,11 +197,11 @@ def run_snippet(snippet: Snippet, cwd: Path, env: dict[str, str], port: int, log
 
 
 def commands(text: str) -> list[list[str]]:
-    """A shell block's commands, each as words: lines joined, comments dropped, split at && and ;."""
+    """A shell block's commands, each as words: lines joined, comments dropped, split at &&, || and ;."""
     joined = re.sub(r"\\\n\s*", " ", text)
     found = []
     for line in joined.splitlines():
-        for part in re.split(r"&&|;", line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""):
+        for part in re.split(r"&&|\|\||;", line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""):
             try:
                 words = [w for w in shlex.split(part) if w not in ("--quiet", "-q")]
             except ValueError:  # a quoted ';' cut a command of .ci/run in two: not one the guide names

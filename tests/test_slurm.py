@@ -485,15 +485,15 @@ def test_outside_slurm_there_is_no_job_id(tmp_path: Path):
     assert provenance.find_slurm_job_id({}, pid=5, proc=loop) is None
 
 
-def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_locally(cluster, tmp_path: Path):
+def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_locally(cluster, needs_podman,
+                                                                                       tmp_path: Path):
     """A cluster node with no Docker daemon: the docker environment on rootless Podman's API socket
     builds each shipped task folder's Dockerfile (FROM local/busybox:latest, nothing pulled), in a
     cluster job, with the same verdicts as the same run on this machine."""
-    from environments.envkit import docker_engine, require_docker
+    from environments.envkit import docker_engine
 
     from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 
-    require_docker()
     if docker_engine() != "podman-rootless":
         pytest.skip(f"DOCKER_HOST names {docker_engine()}, not rootless Podman: .ci/run runs this test with "
                     "DOCKER_HOST at the rootless Podman that .ci/podman-up.sh --rootless starts")

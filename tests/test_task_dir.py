@@ -61,7 +61,8 @@ def copy_tasks(tmp_path: Path) -> Path:
     return target
 
 
-@pytest.mark.parametrize("provider", ["host_process", "docker"])
+# host_process: the smoke set's sandbox (every verifier runs under network 'none')
+@pytest.mark.parametrize("provider", [pytest.param("host_process", marks=pytest.mark.smoke), "docker"])
 def test_oracle_passes_every_shipped_task(provider, workdir: Path):
     config = write_config(workdir, "oracle", environment_of(provider))
     done = snakemake(workdir, "--configfile", str(config))

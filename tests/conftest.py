@@ -300,3 +300,28 @@ def needs_podman(needs_docker) -> str:
     if not engine.startswith("podman"):
         pytest.skip(f"needs Podman's API service (.ci/podman-up.sh); DOCKER_HOST is a {engine} engine")
     return engine
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch) -> Path:
+    """A scratch folder as the current directory, for a command or a Snakefile run in this process to
+    refuse bad input in: no user config, no SNAKEMAKE variables (``clean_env``), and no way into
+    Snakemake (a refusal comes first). A Snakefile that loads sets up its run's logging: not this
+    process's."""
+    from agentcompass import sdk
+    from agentcompass._util import logs
+    from agentcompass.pipeline import engine
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTCOMPASS_USER_CONFIG", "")
+    monkeypatch.delenv("AGENTCOMPASS_TEST_UNSET", raising=False)
+    for name in [n for n in os.environ if n.startswith("SNAKEMAKE")]:
+        monkeypatch.delenv(name)
+
+    def started(*args, **kwargs):
+        raise AssertionError("the input was accepted: Snakemake was about to start")
+
+    monkeypatch.setattr(sdk, "build", started)
+    monkeypatch.setattr(logs, "configure", lambda level: None)
+    monkeypatch.setattr(engine, "set_console_level", lambda level: None)
+    return tmp_path

@@ -17,33 +17,11 @@ from types import SimpleNamespace
 import pytest
 
 from agentcompass import cli, sdk
-from agentcompass._util import logs
 from agentcompass.errors import AgentCompassError, ConfigError
-from agentcompass.pipeline import engine
 from agentcompass.pipeline.workflow import EvaluationWorkflow
 from conftest import SNAKEFILE, agentcompass, clean_env, snakemake
 
 PREFIX = "agentcompass: invalid run config: "
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch) -> Path:
-    """A scratch folder as the current directory, as a user's command has it: no user config,
-    no SNAKEMAKE variables (``clean_env``), and no way into Snakemake (a refusal comes first). A
-    Snakefile that loads sets up its run's logging: not this process's."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AGENTCOMPASS_USER_CONFIG", "")
-    monkeypatch.delenv("AGENTCOMPASS_TEST_UNSET", raising=False)
-    for name in [n for n in os.environ if n.startswith("SNAKEMAKE")]:
-        monkeypatch.delenv(name)
-
-    def started(*args, **kwargs):
-        raise AssertionError("the input was accepted: Snakemake was about to start")
-
-    monkeypatch.setattr(sdk, "build", started)
-    monkeypatch.setattr(logs, "configure", lambda level: None)
-    monkeypatch.setattr(engine, "set_console_level", lambda level: None)
-    return tmp_path
 
 
 def snakefile_loads(folder: Path, *args: str) -> EvaluationWorkflow:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcompass import cli, sdk
+from agentcompass import cli
 from agentcompass._util.jsonio import not_unicode
 from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, malformed
 from conftest import agentcompass
@@ -33,20 +33,6 @@ def _dataset(folder: Path, rows: list[dict] | list[str], name: str = "data.jsonl
     path = folder / name
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch) -> Path:
-    """A scratch folder as the current directory, with no user config; the refusal comes before
-    Snakemake would start (the command's way into it fails the test)."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AGENTCOMPASS_USER_CONFIG", "")
-
-    def started(*args, **kwargs):
-        raise AssertionError("the input was accepted: Snakemake was about to start")
-
-    monkeypatch.setattr(sdk, "build", started)
-    return tmp_path
 
 
 def run_here(capsys, *argv: str) -> tuple[int, str]:

@@ -119,16 +119,16 @@ def test_init_writes_nothing_over_a_project(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get(OPT_IN) != "1", reason=f"downloads the dependencies: set {OPT_IN}=1 (CI does)")
-def test_clean_venv_install(tmp_path):
+def test_clean_venv_install(workdir):
     """pip installs the wheel and its dependencies into a new virtual environment; there
     `agentcompass init` + `agentcompass run` in an empty folder build the example request."""
-    sdist_wheel = tmp_path / "wheel"
+    sdist_wheel = workdir / "wheel"
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(sdist_wheel), str(ROOT)], ROOT, clean_env())
     (built,) = sdist_wheel.glob("agentcompass-*.whl")
-    env_dir = tmp_path / "venv"
+    env_dir = workdir / "venv"
     venv.create(env_dir, with_pip=True)
-    run([str(env_dir / "bin" / "pip"), "install", "--quiet", str(built)], tmp_path, clean_env())
-    project = tmp_path / "project"
+    run([str(env_dir / "bin" / "pip"), "install", "--quiet", str(built)], workdir, clean_env())
+    project = workdir / "project"
     project.mkdir()
     env = clean_env(PATH=f"{env_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("PYTHONPATH", None)

@@ -212,7 +212,7 @@ def test_check_prints_the_broken_and_flaky_tasks_and_fails(tmp_path: Path, workd
 
 
 
-def test_a_dockerfile_that_does_not_build_quarantines_its_task_on_docker(tmp_path: Path, workdir: Path):
+def test_a_dockerfile_that_does_not_build_quarantines_its_task_on_docker(needs_docker, tmp_path: Path, workdir: Path):
     """On docker the environment is the image the task's Dockerfile builds: one whose build fails is quarantined,
     and an edit that makes it build reruns that task's preflight alone."""
     environment = environment_of("docker")

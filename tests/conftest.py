@@ -65,6 +65,8 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "default_run_copy": ("e2e",),
     "cli_oracle_run": ("e2e",),
     "cli_oracle_run_copy": ("e2e",),
+    "built_chat_runs": ("e2e",),  # test_reuse
+    "chat_run": ("e2e",),  # test_reuse
     # the guide's walkthrough (test_docs_snippets): its steps run in order in one folder, a few of
     # them on Docker or the cluster (skipped without), so a selection takes all of them or none
     "guide": ("e2e", "docker", "slurm"),

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
@@ -59,6 +62,13 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "agent_run": ("e2e",),  # browser/test_report
     "big_run": ("e2e",),  # browser/test_report_large
     "page_file": ("e2e",),  # browser/test_compare_page
+    # runs built once a session, and copies of them (the end of this file)
+    "default_run": ("e2e",),
+    "default_run_copy": ("e2e",),
+    "cli_oracle_run": ("e2e",),
+    "cli_oracle_run_copy": ("e2e",),
+    "built_chat_runs": ("e2e",),  # test_reuse
+    "chat_run": ("e2e",),  # test_reuse
     # the guide's walkthrough (test_docs_snippets): its steps run in order in one folder, a few of
     # them on Docker or the cluster (skipped without), so a selection takes all of them or none
     "guide": ("e2e", "docker", "slurm"),
@@ -325,3 +335,89 @@ def here(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setattr(logs, "configure", lambda level: None)
     monkeypatch.setattr(engine, "set_console_level", lambda level: None)
     return tmp_path
+
+
+# --- runs built once a session -------------------------------------------------------------------
+#
+# A run that many tests read, or change and rerun, is built once for the whole session: by the
+# first test that needs it, in the temp folder every xdist worker shares (a file lock makes the
+# others wait for it), never in a test's own folder. A test that reads it takes the folder as it
+# is; a test that changes it or runs a workflow on it takes a copy in its `workdir` (`copy_run`),
+# whose file times and Snakemake records (.snakemake/) are the built folder's, so Snakemake judges
+# the copy as it would have judged the folder it was built in.
+
+
+def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``build(folder)`` filled, built once a session whatever the number of xdist workers."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's temp folder, above each worker's own
+    shared = root / "shared-runs"
+    shared.mkdir(exist_ok=True)
+    folder, built = shared / name, shared / f"{name}.built"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not built.exists():
+            if folder.exists():
+                shutil.rmtree(folder)  # a build that failed part way (its test failed): build it again
+            folder.mkdir()
+            build(folder)
+            built.touch()
+    return folder
+
+
+def copy_run(built: Path, workdir: Path, replace: dict[str, str] | None = None) -> Path:
+    """``built`` copied into ``workdir``: links kept as links, files with their modification times.
+
+    The files that name ``built`` (a config file's path in request.json and its record, a log) name
+    ``workdir`` instead, as a build in ``workdir`` would have written them, and likewise each key of
+    ``replace`` (a stand-in endpoint's address) its value; their modification times are kept.
+    """
+    shutil.copytree(built, workdir, symlinks=True, dirs_exist_ok=True)
+    pairs = [(str(built).encode(), str(workdir).encode())]
+    pairs += [(old.encode(), new.encode()) for old, new in (replace or {}).items()]
+    for path in regular_files(workdir):
+        data = path.read_bytes()
+        text = data
+        for old, new in pairs:
+            text = text.replace(old, new)
+        if text != data:
+            stamp = path.stat()
+            path.write_bytes(text)
+            os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    return workdir
+
+
+def _build_default_run(folder: Path) -> None:
+    done = snakemake(folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _build_cli_oracle_run(folder: Path) -> None:
+    done = agentcompass(folder, "run", "example_exact_match", "oracle", "none")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> Path:
+    """The project config's request (example-oracle: the oracle on example_exact_match, 5 attempts), as
+    ``snakemake`` with no argument builds it in an empty folder. Built once a session: never change it."""
+    return shared_run(tmp_path_factory, "default", _build_default_run)
+
+
+@pytest.fixture
+def default_run_copy(default_run: Path, workdir: Path) -> Path:
+    """``default_run`` copied into the test's ``workdir``: change it and rerun it there."""
+    return copy_run(default_run, workdir)
+
+
+@pytest.fixture(scope="session")
+def cli_oracle_run(tmp_path_factory) -> Path:
+    """``agentcompass run example_exact_match oracle none`` (its request example_exact_match-oracle-none)
+    in an empty folder. Built once a session: never change it."""
+    return shared_run(tmp_path_factory, "cli-oracle", _build_cli_oracle_run)
+
+
+@pytest.fixture
+def cli_oracle_run_copy(cli_oracle_run: Path, workdir: Path) -> Path:
+    """``cli_oracle_run`` copied into the test's ``workdir``: change it and rerun it there."""
+    return copy_run(cli_oracle_run, workdir)

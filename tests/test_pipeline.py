@@ -36,6 +36,7 @@ def test_default_evaluation_scores_oracle_accuracy_one(evaluated: Path):
         assert result["status"] == "completed" and result["correct"] is True
 
 
+@pytest.mark.smoke  # a real Snakemake run, and its reuse
 def test_second_run_runs_no_job(evaluated: Path):
     before = mtimes(evaluated / "results")
     again = snakemake(evaluated)

@@ -37,6 +37,7 @@ def attempts_data(report_dir: Path) -> dict:
     return json.loads(text[text.index("=") + 1:].rstrip().rstrip(";"))
 
 
+@pytest.mark.smoke  # the report of a real run
 def test_the_default_evaluation_writes_its_report(evaluated: Path):
     folder = evaluated / RUN / "report"
     index = (folder / "index.html").read_text()

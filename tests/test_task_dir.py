@@ -202,15 +202,17 @@ def test_a_reward_written_before_the_verifier_timed_out_is_no_verdict(tmp_path: 
     environment_of("host_process")
     tasks = copy_tasks(tmp_path)
     (tasks / "hello-file" / "tests" / "test.sh").write_text(
-        "#!/bin/sh\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\nsleep 120\n")
+        "#!/bin/sh\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\necho written\nsleep 120\n")
+    # writing the reward takes the verifier a few hundredths of a second
     config = write_config(workdir, "oracle", {"id": "host_process"},
-                          {"path": str(tasks), "task_ids": ["hello-file"], "verifier_timeout": 5})
+                          {"path": str(tasks), "task_ids": ["hello-file"], "verifier_timeout": 2})
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
     hello = results_of(workdir)["hello-file"]
     assert hello["status"] == "eval_error" and hello["score"] is None, hello
-    assert "timed out after 5.0 s): it did not finish, so no reward it wrote counts" in hello["error"], hello["error"]
+    assert "timed out after 2.0 s): it did not finish, so no reward it wrote counts" in hello["error"], hello["error"]
     assert hello["metadata"]["verifier"]["timed_out"] is True
+    assert hello["metadata"]["verifier"]["stdout"] == "written\n"  # the reward was there before the timeout
 
 
 def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_model_call(tmp_path: Path, workdir: Path):

@@ -186,22 +186,24 @@ def slow(body):
     return Reply(200, completion("Paris"), delay=0.4)
 
 
-def five_questions(url: str) -> dict:
-    return {"benchmark": "example_exact_match", "harness": "chat", "model": {"id": "scripted", "base_url": url}}
+def three_questions(url: str) -> dict:
+    """Three attempts, a model call each (the answer is right for the first only)."""
+    return {"benchmark": {"id": "example_exact_match", "params": {"limit": 3}}, "harness": "chat",
+            "model": {"id": "scripted", "base_url": url}}
 
 
 @pytest.fixture(scope="module")
 def uncapped(tmp_path_factory) -> ScriptedEndpoint:
-    """The endpoint of the five questions run once with no cap (the same for every way of setting one)."""
+    """The endpoint of the three questions run once with no cap (the same for every way of setting one)."""
     with ScriptedEndpoint(slow) as endpoint:
-        run_request(tmp_path_factory.mktemp("uncapped"), five_questions(endpoint.base_url), "--cores", "8")
+        run_request(tmp_path_factory.mktemp("uncapped"), three_questions(endpoint.base_url), "--cores", "8")
     return endpoint
 
 
 @pytest.mark.parametrize("how", ["command line", "profile"])
 def test_endpoint_resource_caps_model_calls_in_flight(how: str, uncapped: ScriptedEndpoint, workdir: Path,
                                                       tmp_path: Path):
-    assert len(uncapped.requests) == 5 and uncapped.max_in_flight > 1  # without a cap, calls overlap
+    assert len(uncapped.requests) == 3 and uncapped.max_in_flight > 1  # without a cap, calls overlap
 
     with ScriptedEndpoint(slow) as endpoint:
         name = endpoint_resource(endpoint.base_url)
@@ -213,13 +215,13 @@ def test_endpoint_resource_caps_model_calls_in_flight(how: str, uncapped: Script
             cap = ["--profile", str(profile)]
         else:
             cap = ["--resources", f"{name}=1"]
-        run = run_request(workdir, five_questions(endpoint.base_url), "--cores", "8", *cap)
-    assert len(endpoint.requests) == 5 and endpoint.max_in_flight == 1
-    assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 0.2
+        run = run_request(workdir, three_questions(endpoint.base_url), "--cores", "8", *cap)
+    assert len(endpoint.requests) == 3 and endpoint.max_in_flight == 1
+    assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == pytest.approx(1 / 3)
     # a prepare holds a unit too: attempts are prepared as the endpoint takes them, not all ahead of it
     changes = sorted((p.stat().st_mtime_ns, +1 if p.name == "prepared.json" else -1)
                      for p in run.glob("attempts/*/*/*.json") if p.name in ("prepared.json", "output.json"))
-    assert len(changes) == 10
+    assert len(changes) == 6
     waiting = [sum(step for _, step in changes[: i + 1]) for i in range(len(changes))]
     assert max(waiting) == 1, changes
 

@@ -103,7 +103,7 @@ rule a:
         # a twin of a.txt's record, made as a job makes it before its output appears
         engine.Records.of(workflow).write_finished(workflow, "a", output[0] + ".twin", input, log, params)
         if config.get("slow"):
-            open("a.sleeping", "w").close()  # its marker and the twin's record are written by now
+            open("a.sleeping", "w").close()  # running: the twin's record is written by now
             time.sleep(60)
         if config.get("fail"):
             raise RuntimeError("a failed")
@@ -240,13 +240,19 @@ def test_a_record_written_before_the_output_appears_is_the_one_snakemake_writes(
     assert records.record("never-built.txt") is None
 
 
+def marked(folder: Path) -> bool:
+    """Whether Snakemake has marked a job of the run in ``folder`` started: it does so just after handing
+    the job to its thread, so the job may be running before."""
+    return any(path.is_file() for path in (folder / ".snakemake" / "incomplete").rglob("*"))
+
+
 def test_incomplete_markers_of_a_killed_job_are_read_and_dropped(flow):
     flow = flow()
     proc = snakemake(flow, "--cores", "1", "--config", "slow=1", wait=False)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None and not (flow / "a.sleeping").exists():
+    while time.monotonic() < deadline and proc.poll() is None and not ((flow / "a.sleeping").exists() and marked(flow)):
         time.sleep(0.05)
-    assert (flow / "a.sleeping").exists(), proc.communicate()[0][-3000:]  # rule a's job is running
+    assert (flow / "a.sleeping").exists() and marked(flow), proc.communicate()[0][-3000:]  # rule a's job runs
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     records = engine.Records.open(flow)
@@ -472,7 +478,7 @@ LONG = "x" * 120 + "-" + "y" * 79  # a 200-byte path segment, as layout.task_seg
 PARAM = json.dumps({"stage": "1", "plan": "abc"}, sort_keys=True)
 
 RECORDS_SNAKEFILE = """
-import os, signal
+import os, signal, time
 from pathlib import Path
 
 onstart:
@@ -493,7 +499,11 @@ rule killed:
     params: depends={param!r}
     run:
         Path(output[0]).write_text("half")
-        # the run dies inside the job (a thread of it, or a process of its own): Snakemake's marker stays
+        # the run dies inside the job once Snakemake has marked it started (just after handing it to a
+        # thread, which may run it first): Snakemake's marker stays
+        deadline = time.monotonic() + 60
+        while not any(p.is_file() for p in Path(".snakemake/incomplete").rglob("*")) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(int(Path(".main-pid").read_text()), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 """

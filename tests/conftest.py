@@ -55,10 +55,11 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "finished": ("e2e",),  # test_results
     "oracle_plan": ("e2e",),  # test_plan_diff
     "old_results": ("e2e",),  # test_old_results_reused
-    "flow": ("e2e",),  # unit/test_engine: a tiny workflow of its own
+    "flow": ("e2e",),  # unit/test_engine: a tiny workflow of its own (and `plain`, its run)
     "records_flow": ("e2e",),  # unit/test_engine
     "rules": ("e2e",),  # unit/test_stage_table: a dry run of the real workflow
     "instances": ("e2e",),  # test_swebench
+    "uncapped": ("e2e",),  # test_models_pipeline
     "agent_run": ("e2e",),  # browser/test_report
     "big_run": ("e2e",),  # browser/test_report_large
     "page_file": ("e2e",),  # browser/test_compare_page

@@ -34,17 +34,18 @@ TASKS = 24
 class CountingModel:
     """Answers each task's prompt after a short delay and counts the calls per task."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, delays: tuple[float, float] = (0.05, 0.5)) -> None:
         self.calls: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
+        self.delays = delays
 
     def __call__(self, body) -> Reply:
         prompt = " ".join(str(m.get("content")) for m in body["messages"])
         task = re.search(r"Repeat the word (w\d+)\.", prompt).group(1)  # the synthetic task's own word
         with self.lock:
             self.calls[task] += 1
-            delay = self.rng.uniform(0.05, 0.5)
+            delay = self.rng.uniform(*self.delays)
         return Reply(200, completion(task), delay=delay)
 
 
@@ -125,41 +126,61 @@ def task_word(segment: str) -> str:
     return f"w{int(segment[1:])}"  # attempt folder t07 holds the task asking for w7
 
 
+# Each restart: how it is started, when it is killed, and what is killed. Every kind of kill point
+# is there at least once, at a random moment of its phase: start-up and planning ("early": 0.5 to
+# 4 s after the start), attempts running and being written and booked ("mid": once 1 to 4 more
+# attempts have finished), and evaluation, metrics and report ("end": once every attempt's
+# output.json exists); the CLI and a plain snakemake, the process alone and its whole process
+# group; with shards, before two of the kills one shard's inner run dies first while the outer
+# goes on.
+KILLS = [
+    ("cli", "early", "process", False),
+    ("snakemake", "early", "group", False),
+    ("cli", "mid", "group", True),
+    ("snakemake", "mid", "process", False),
+    ("cli", "mid", "process", True),
+    ("cli", "end", "group", False),
+]
+
+
 @pytest.mark.parametrize("shard_size", [0, 6], ids=["attempt-jobs", "shards-of-6"])
 def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(workdir: Path, shard_size: int):
     rng = random.Random(13 + shard_size)
-    model = CountingModel(seed=shard_size)
-    kills, recovered = collections.Counter(), 0
+    # a shard's inner run notices its outer run has died within a second or two and goes on until
+    # then: slower answers there, so that a kill of the outer run alone leaves work for the next
+    model = CountingModel(seed=shard_size, delays=(0.3, 1.2) if shard_size else (0.05, 0.5))
+    kills, recovered, moments = collections.Counter(), 0, []
     with ScriptedEndpoint(model) as endpoint:
         config = write_config(workdir, endpoint, shard_size)
         paid_for: dict[str, int] = {}  # task -> its calls when its output.json was first seen
-        for cycle in range(10):
-            plain = cycle % 4 == 3  # every fourth restart through plain snakemake, the same way
-            proc = start(plain_snakemake(config, workdir) if plain else cli(config), workdir)
-            victim = "cli" if not plain else "snakemake"
-            # most kills land once a few more attempts have finished (mid-run, outputs being
-            # written and booked); some at a random moment (start-up, planning, anywhere)
+        for starter, moment, how, inner_first in KILLS:
+            # on 2 cores (with shards: two inner runs of 1 job at a time), so that each kill finds work left
+            proc = start(plain_snakemake(config, workdir, 2) if starter == "snakemake" else cli(config, 2), workdir)
+            victim = "cli" if starter == "cli" else "snakemake"
             before = len(output_tasks(workdir, "crash"))
-            target = before + rng.randint(1, 5) if cycle % 3 else TASKS + 1
-            deadline = time.monotonic() + (30.0 if cycle % 3 else rng.uniform(0.5, 4.0))
+            target = {"early": TASKS + 1, "mid": before + rng.randint(1, 4), "end": TASKS}[moment]
+            deadline = time.monotonic() + (rng.uniform(0.5, 4.0) if moment == "early" else 30.0)
             while time.monotonic() < deadline and proc.poll() is None:
                 if len(output_tasks(workdir, "crash")) >= target:
                     time.sleep(rng.uniform(0.0, 0.3))
                     break
                 time.sleep(0.02)
+            moments.append(f"{moment} {before}->{len(output_tasks(workdir, 'crash'))}")
             if proc.poll() is None:
-                inner = inner_runs(proc) if shard_size else []
-                if inner and rng.random() < 0.4:
+                inner = inner_runs(proc) if shard_size and inner_first else []
+                if inner:
                     victim = "inner"
                     os.kill(rng.choice(inner), signal.SIGKILL)  # one shard's inner run dies; the outer goes on
                     time.sleep(rng.uniform(0.2, 1.5))
-                if rng.random() < 0.5:
+                if how == "group":
                     os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, as a lost terminal would
                     victim += "+group"
                 else:
                     proc.kill()
+            else:
+                victim += " (had ended)"
             out = proc.communicate(timeout=120)[0]
-            kills[victim] += 1
+            kills[f"{victim} {moment}"] += 1
             assert "--unlock" not in out and "--rerun-incomplete" not in out, out[-3000:]
             assert "Traceback" not in out, out[-3000:]
             recovered += out.count("a run here was interrupted")
@@ -175,7 +196,7 @@ def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(wo
     results = list((workdir / "results/default/crash/attempts").glob("*/1/result.json"))
     repeated = {task: (calls[task] - n) for task, n in paid_for.items() if calls[task] != n}
     problems = schema_errors(workdir)
-    print(f"\n{shard_size=}: kills {dict(kills)}; restarts that recovered a killed run's files {recovered}; "
+    print(f"\n{shard_size=}: kills {dict(kills)} (outputs before and at each: {moments}); restarts that recovered a killed run's files {recovered}; "
           f"attempts {len(results)}/{TASKS}; model calls {sum(calls.values())} for {TASKS} attempts; "
           f"attempts whose output.json existed before a kill {len(paid_for)}, called again {len(repeated)}; "
           f"invalid files {len(problems)}")
@@ -183,7 +204,7 @@ def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(wo
     assert problems == []  # 0 invalid files, no temporary files left
     assert repeated == {}  # 0 model calls repeated for attempts whose output.json existed
     assert all(json.loads(p.read_text())["status"] == "completed" for p in results)
-    assert sum(kills.values()) == 10
+    assert sum(kills.values()) == len(KILLS)
 
 
 @pytest.mark.parametrize("offset,shard_size,second", [

@@ -32,13 +32,18 @@ TASKS = 24
 
 
 class CountingModel:
-    """Answers each task's prompt after a short delay and counts the calls per task."""
+    """Answers each task's prompt after a short delay and counts the calls per task.
 
-    def __init__(self, seed: int, delays: tuple[float, float] = (0.05, 0.5)) -> None:
+    With ``free``, the calls after the first ``free`` wait until ``gate`` is set (two minutes at
+    most): a run cannot finish before the test lets it."""
+
+    def __init__(self, seed: int, delays: tuple[float, float] = (0.05, 0.5), free: int | None = None) -> None:
         self.calls: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
         self.delays = delays
+        self.free = free
+        self.gate = threading.Event()
 
     def __call__(self, body) -> Reply:
         prompt = " ".join(str(m.get("content")) for m in body["messages"])
@@ -46,16 +51,19 @@ class CountingModel:
         with self.lock:
             self.calls[task] += 1
             delay = self.rng.uniform(*self.delays)
+            held = self.free is not None and sum(self.calls.values()) > self.free
+        if held:
+            self.gate.wait(120)
         return Reply(200, completion(task), delay=delay)
 
 
-def write_config(workdir: Path, endpoint, shard_size: int, name: str = "crash") -> Path:
+def write_config(workdir: Path, endpoint, shard_size: int, name: str = "crash", tasks: int = TASKS) -> Path:
     path = workdir / f"{name}.yaml"
     path.write_text(json.dumps({
         "runtime": {"shard_size": shard_size, "progress": False},
         "requests": {name: {"benchmark": "synthetic", "harness": "chat",
                             "model": {"id": "scripted", "base_url": endpoint.base_url}}},
-        "benchmarks": {"synthetic": {"num_tasks": TASKS}},
+        "benchmarks": {"synthetic": {"num_tasks": tasks}},
     }))
     return path
 
@@ -207,33 +215,53 @@ def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(wo
     assert sum(kills.values()) == len(KILLS)
 
 
-@pytest.mark.parametrize("offset,shard_size,second", [
-    (0.0, 0, "cli"), (0.8, 0, "snakemake"), (2.5, 4, "cli"), (4.0, 4, "snakemake"),
-], ids=["together", "0.8s-plain", "2.5s-shards", "4s-shards-plain"])
-def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, offset: float, shard_size: int, second: str):
-    model = CountingModel(seed=1)
+def wait_for(condition, proc: subprocess.Popen, seconds: float = 120) -> None:
+    """Until ``condition()`` holds, ``proc`` has ended, or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None and not condition():
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("when,shard_size,second", [
+    (0.0, 0, "cli"), (0.8, 0, "snakemake"), ("a call", 4, "cli"), ("2 outputs", 4, "snakemake"),
+], ids=["together", "0.8s-plain", "attempt-running-shards", "attempts-done-shards-plain"])
+def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, when, shard_size: int, second: str):
+    # The second run starts together with the first, 0.8 s after it (the first starting up), once
+    # the first has an attempt waiting for the model, or once two of its attempts have finished.
+    # The first's other model calls wait until one of the two runs has ended (the one refused), so
+    # it is still at work when the second starts, on any machine: 8 tasks (2 shards) are enough.
+    model = CountingModel(seed=1, free=2 if when == "2 outputs" else 0)
+    tasks = 8
     with ScriptedEndpoint(model) as endpoint:
-        config = write_config(workdir, endpoint, shard_size, name="twice")
-        first = start(cli(config), workdir)
-        time.sleep(offset)
-        other = start(cli(config) if second == "cli" else plain_snakemake(config, workdir), workdir)
+        try:
+            config = write_config(workdir, endpoint, shard_size, name="twice", tasks=tasks)
+            first = start(cli(config), workdir)
+            if when == "a call":
+                wait_for(lambda: sum(model.calls.values()) >= 1, first)
+            elif when == "2 outputs":
+                wait_for(lambda: len(output_tasks(workdir, "twice")) >= 2, first)
+            else:
+                time.sleep(when)
+            other = start(cli(config) if second == "cli" else plain_snakemake(config, workdir), workdir)
+            wait_for(lambda: other.poll() is not None, first, seconds=240)
+        finally:
+            model.gate.set()
         out_first = first.communicate(timeout=300)[0]
         out_other = other.communicate(timeout=300)[0]
         codes = sorted([first.returncode, other.returncode])
-        # one run built everything; the other stopped at once naming it (or, started after
-        # the first had finished, found nothing to do)
+        # one run built everything; the other stopped at once naming it
         refused = out_first if first.returncode else out_other
-        if codes != [0, 0]:
-            assert "is being built by another run: pid" in refused and "Nothing was started here" in refused, refused[-3000:]
-            assert codes[1] in (1, 4)  # plain snakemake exits 1, the CLI 4
+        assert codes != [0, 0], (out_first[-1500:], out_other[-1500:])  # the first was at work: one was refused
+        assert "is being built by another run: pid" in refused and "Nothing was started here" in refused, refused[-3000:]
+        assert codes[1] in (1, 4)  # plain snakemake exits 1, the CLI 4
         # whichever stopped, the same command afterwards has nothing left to call the model for
         again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
         with model.lock:
             calls = dict(model.calls)
     results = list((workdir / "results/default/twice/attempts").glob("*/1/result.json"))
-    assert len(results) == TASKS and schema_errors(workdir) == []
-    assert calls == {f"w{i}": 1 for i in range(TASKS)}, (out_first[-1500:], out_other[-1500:])
+    assert len(results) == tasks and schema_errors(workdir) == []
+    assert calls == {f"w{i}": 1 for i in range(tasks)}, (out_first[-1500:], out_other[-1500:])
 
 
 def rerun_after_leftovers(workdir: Path, model: "CountingModel", name: str, segment: str,

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -264,54 +265,93 @@ def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, when, sh
     assert calls == {f"w{i}": 1 for i in range(tasks)}, (out_first[-1500:], out_other[-1500:])
 
 
-def rerun_after_leftovers(workdir: Path, model: "CountingModel", name: str, segment: str,
-                          deleted: tuple[str, ...], leftovers: tuple[str, ...]) -> tuple[Path, list[Path]]:
-    """Run a request, delete ``deleted`` of one attempt and plant half-written ``leftovers`` in its folder
-    (as a run stopped mid-write leaves them), run it again; the attempt's folder and the planted files."""
-    with ScriptedEndpoint(model) as endpoint:
-        config = write_config(workdir, endpoint, 0, name=name)
-        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
-        assert first.returncode == 0, first.stderr[-3000:]
-        attempt = workdir / f"results/default/{name}/attempts/{segment}/1"
-        assert (attempt / "trajectory.jsonl").is_file()
-        for file in deleted:
-            (attempt / file).unlink()
-        planted = [attempt / leftover for leftover in leftovers]
-        for path in planted:
-            path.write_text('{"half": ')
-        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
+class Built:
+    """A finished request of 8 tasks per ``shard_size``, built once for the module's tests that change
+    one attempt and run again, on a model endpoint that lives as long as the module: each test works
+    on a copy (``shutil.copytree`` with symlinks keeps Snakemake's records and the files' times)."""
+
+    name, tasks = "once", 8
+
+    def __init__(self, base: Path, endpoint, model: CountingModel) -> None:
+        self.base, self.endpoint, self.model = base, endpoint, model
+        self.runs: dict[int, tuple[Path, collections.Counter]] = {}
+
+    def calls(self) -> collections.Counter:
+        with self.model.lock:
+            return collections.Counter(self.model.calls)
+
+    def copy(self, shard_size: int, workdir: Path) -> tuple[Path, collections.Counter]:
+        """The request copied into ``workdir``: its config, and the model calls its one run made."""
+        if shard_size not in self.runs:
+            folder = self.base / f"shard-size-{shard_size}"
+            folder.mkdir()
+            config = write_config(folder, self.endpoint, shard_size, name=self.name, tasks=self.tasks)
+            before = self.calls()
+            first = subprocess.run(cli(config), cwd=folder, env=clean_env(), capture_output=True, text=True, timeout=300)
+            assert first.returncode == 0, first.stderr[-3000:]
+            self.runs[shard_size] = folder, self.calls() - before
+        folder, made = self.runs[shard_size]
+        shutil.copytree(folder, workdir, symlinks=True, dirs_exist_ok=True)
+        return workdir / f"{self.name}.yaml", collections.Counter(made)
+
+    def run_again(self, config: Path, made: collections.Counter) -> collections.Counter:
+        """The same command again in the copy; the model calls of the copy's two runs."""
+        before = self.calls()
+        again = subprocess.run(cli(config), cwd=config.parent, env=clean_env(), capture_output=True, text=True,
+                               timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
-    return attempt, planted
+        return made + (self.calls() - before)
 
 
-def test_a_rerun_attempt_removes_what_a_killed_write_of_its_trajectory_left(workdir: Path):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    model = CountingModel(seed=2)
+    with ScriptedEndpoint(model) as endpoint:
+        yield Built(tmp_path_factory.mktemp("built"), endpoint, model)
+
+
+def rerun_after_leftovers(workdir: Path, built: Built, segment: str, deleted: tuple[str, ...],
+                          leftovers: tuple[str, ...]) -> tuple[Path, list[Path], collections.Counter]:
+    """A copy of the finished request: delete ``deleted`` of one attempt and plant half-written ``leftovers``
+    in its folder (as a run stopped mid-write leaves them), run it again; the attempt's folder, the planted
+    files and the model calls of both runs."""
+    config, made = built.copy(0, workdir)
+    attempt = workdir / f"results/default/{built.name}/attempts/{segment}/1"
+    assert (attempt / "trajectory.jsonl").is_file()
+    for file in deleted:
+        (attempt / file).unlink()
+    planted = [attempt / leftover for leftover in leftovers]
+    for path in planted:
+        path.write_text('{"half": ')
+    return attempt, planted, built.run_again(config, made)
+
+
+def test_a_rerun_attempt_removes_what_a_killed_write_of_its_trajectory_left(workdir: Path, built: Built):
     """A run killed while rewriting trajectory.jsonl (after the scrub, before the rename) leaves
     ``.trajectory.jsonl.<pid>-<thread>.tmp``; the attempt's next run removes it with the old file."""
-    model = CountingModel(seed=2)
     # as if killed before output.json appeared
-    attempt, planted = rerun_after_leftovers(workdir, model, "leftover", "t03", ("output.json", "result.json"),
-                                             (".trajectory.jsonl.4242-1234.tmp",))
-    assert (attempt / "result.json").is_file() and model.calls["w3"] == 2
+    attempt, planted, calls = rerun_after_leftovers(workdir, built, "t3", ("output.json", "result.json"),
+                                                    (".trajectory.jsonl.4242-1234.tmp",))
+    assert (attempt / "result.json").is_file() and calls["w3"] == 2
     assert [p for p in planted if p.exists()] == []
     assert schema_errors(workdir) == []
 
 
-def test_a_job_removes_what_an_interrupted_write_of_its_outputs_left_unmarked(workdir: Path):
+def test_a_job_removes_what_an_interrupted_write_of_its_outputs_left_unmarked(workdir: Path, built: Built):
     """A run that stops (its parent died, Ctrl-C) while a job writes plan.json may end the job and drop
     its incomplete markers before the write's temporary file is renamed or removed: the next run's
     recovery, which reads the markers, never sees that file. The job that builds the output again
     removes it (found by the random kill test: ``.plan.json.<pid>-<thread>.tmp`` was left)."""
-    model = CountingModel(seed=3)
     # evaluate's outputs gone, as a stopped job leaves them
-    attempt, planted = rerun_after_leftovers(workdir, model, "unmarked", "t05", ("result.json", "plan.json"),
-                                             (".plan.json.4242-1234.tmp", ".result.json.4242-1234.tmp"))
-    assert (attempt / "result.json").is_file() and model.calls["w5"] == 1  # only evaluate ran again
+    attempt, planted, calls = rerun_after_leftovers(workdir, built, "t5", ("result.json", "plan.json"),
+                                                    (".plan.json.4242-1234.tmp", ".result.json.4242-1234.tmp"))
+    assert (attempt / "result.json").is_file() and calls["w5"] == 1  # only evaluate ran again
     assert [p for p in planted if p.exists()] == []
     assert schema_errors(workdir) == []
 
 
-@pytest.mark.parametrize("shard_size", [0, 6], ids=["attempt-jobs", "shards-of-6"])
-def test_an_output_a_killed_job_finished_but_never_booked_is_kept(workdir: Path, shard_size: int):
+@pytest.mark.parametrize("shard_size", [0, 4], ids=["attempt-jobs", "shards-of-4"])
+def test_an_output_a_killed_job_finished_but_never_booked_is_kept(workdir: Path, built: Built, shard_size: int):
     """A run killed after a run job renamed output.json into place, before Snakemake booked the job,
     leaves the file marked incomplete with its record written (``jobs``). The next run keeps it: it
     calls the model only for what is missing. A shard's inner run, whose targets are files, judged
@@ -319,26 +359,19 @@ def test_an_output_a_killed_job_finished_but_never_booked_is_kept(workdir: Path,
     kill test: the model called twice for one attempt)."""
     from agentcompass.pipeline import engine
 
-    model = CountingModel(seed=4)
-    name, segment = "unbooked", "t07"
-    with ScriptedEndpoint(model) as endpoint:
-        config = write_config(workdir, endpoint, shard_size, name=name)
-        first = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
-        assert first.returncode == 0, first.stderr[-3000:]
-        run = f"results/default/{name}"
-        attempt = workdir / run / "attempts" / segment / "1"
-        # as the kill leaves it: evaluate never ran, the shard never finished, output.json still marked
-        for file in ("result.json", "plan.json"):
-            (attempt / file).unlink()
-        (workdir / run / "shards/1/shard.json").unlink(missing_ok=True)
-        records = engine.Records.open(workdir)
-        output = f"{run}/attempts/{segment}/1/output.json"
-        records.persistence._mark_incomplete(engine._key(records.persistence, output), None)
-        assert records.incomplete([output]) == {output}
-        again = subprocess.run(cli(config), cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=300)
-        assert again.returncode == 0, again.stderr[-3000:]
-        with model.lock:
-            calls = dict(model.calls)
+    segment = "t7"  # with shards of 4: in the second shard
+    config, made = built.copy(shard_size, workdir)
+    run = f"results/default/{built.name}"
+    attempt = workdir / run / "attempts" / segment / "1"
+    # as the kill leaves it: evaluate never ran, the shard never finished, output.json still marked
+    for file in ("result.json", "plan.json"):
+        (attempt / file).unlink()
+    (workdir / run / "shards/1/shard.json").unlink(missing_ok=True)
+    records = engine.Records.open(workdir)
+    output = f"{run}/attempts/{segment}/1/output.json"
+    records.persistence._mark_incomplete(engine._key(records.persistence, output), None)
+    assert records.incomplete([output]) == {output}
+    calls = built.run_again(config, made)
     assert (attempt / "result.json").is_file() and schema_errors(workdir) == []
     assert engine.Records.open(workdir).incomplete([output]) == set()
-    assert calls == {f"w{i}": 1 for i in range(TASKS)}  # w7 not called again
+    assert calls == {f"w{i}": 1 for i in range(built.tasks)}  # w7 not called again

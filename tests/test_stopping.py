@@ -26,7 +26,9 @@ from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, t
 from conftest import clean_env
 
 DRIVER = Path(__file__).parent / "drivers" / "session_workflow.py"
-TASKS = 6
+# 4 attempts on 2 cores (with shards, two shards of 2, one attempt at a time in each): two running
+# when the stop comes and two that must not start
+TASKS = 4
 
 
 class SleepyAgent:
@@ -81,14 +83,14 @@ def wait_for(condition, seconds: float) -> bool:
 
 
 @pytest.mark.parametrize("how,shard_size", [
-    ("SIGTERM", 0), ("SIGTERM", 3), ("Ctrl-C", 0), ("Ctrl-C", 3),
+    ("SIGTERM", 0), ("SIGTERM", 2), ("Ctrl-C", 0), ("Ctrl-C", 2),
 ], ids=["sigterm", "sigterm-shards", "ctrl-c", "ctrl-c-shards"])
 def test_a_signal_stops_the_run_gracefully_and_the_next_run_continues(workdir: Path, how: str, shard_size: int):
     leftovers.clean("stop")  # an earlier failure's, so this run's are the ones counted
     agent = SleepyAgent()
     with ScriptedEndpoint(agent) as endpoint:
         config = agent_config(workdir, endpoint, shard_size)
-        proc = run_cli(workdir, config)
+        proc = run_cli(workdir, config, cores=2)
         # two agents are sleeping in their sandboxes (a namespace holder and a command each)
         assert wait_for(lambda: agent.commands >= 2 and len(left_behind("stop")) >= 2, 120), proc.stderr
         time.sleep(0.5)
@@ -106,33 +108,33 @@ def test_a_signal_stops_the_run_gracefully_and_the_next_run_continues(workdir: P
         assert len(results) < TASKS
 
         agent.quick = True  # the next run: the same command, and every attempt finishes
-        proc = run_cli(workdir, config)
+        proc = run_cli(workdir, config, cores=2)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
-        assert "stop: completed: 6 attempts" in out
+        assert f"stop: completed: {TASKS} attempts" in out
     assert left_behind("stop") == []
 
 
-def model_config(workdir: Path, endpoint, **extra) -> Path:
+def model_config(workdir: Path, endpoint, tasks: int, **extra) -> Path:
     runtime = {"progress": False, **extra.pop("runtime", {})}
     path = workdir / "eval.yaml"
     path.write_text(json.dumps({
         "runtime": runtime,
         "requests": {"paced": {"benchmark": "synthetic", "harness": "chat",
                                "model": {"id": "scripted", "base_url": endpoint.base_url}, **extra}},
-        "benchmarks": {"synthetic": {"num_tasks": 12}},
+        "benchmarks": {"synthetic": {"num_tasks": tasks}},
     }))
     return path
 
 
 def test_a_deadline_that_has_passed_starts_nothing_and_reports_no_old_metrics(workdir: Path):
     with ScriptedEndpoint(lambda body: completion("x")) as endpoint:
-        config = model_config(workdir, endpoint)
+        config = model_config(workdir, endpoint, 2)
         first = run_cli(workdir, config)
         assert first.wait(timeout=300) == 0  # an earlier, finished run: metrics.json exists
-        (workdir / "results/default/paced/attempts/t00/1/output.json").unlink()  # one attempt to redo
+        (workdir / "results/default/paced/attempts/t0/1/output.json").unlink()  # one attempt to redo
         calls = len(endpoint.requests)
-        config = model_config(workdir, endpoint, runtime={"deadline_seconds": 0.01})
+        config = model_config(workdir, endpoint, 2, runtime={"deadline_seconds": 0.01})
         proc = run_cli(workdir, config)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 3, err[-3000:]
@@ -141,30 +143,54 @@ def test_a_deadline_that_has_passed_starts_nothing_and_reports_no_old_metrics(wo
         assert len(endpoint.requests) == calls  # nothing started
 
 
+class StalledModel:
+    """Answers the first ``quick`` calls after 0.2 s and holds every later one until ``released`` (two
+    minutes at most): a run finishes some attempts, never all of them, before its deadline."""
+
+    def __init__(self, quick: int) -> None:
+        self.quick = quick
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.released = threading.Event()
+
+    def __call__(self, body) -> Reply:
+        with self.lock:
+            self.calls += 1
+            held = self.calls > self.quick
+        if held:
+            self.released.wait(120)
+        return Reply(200, completion("x"), delay=0.2)
+
+
 @pytest.mark.parametrize("shard_size", [0, 4], ids=["attempt-jobs", "shards-of-4"])
 def test_a_deadline_stops_the_run_and_its_shards_and_the_next_run_continues(workdir: Path, shard_size: int):
-    with ScriptedEndpoint(lambda body: Reply(200, completion("x"), delay=1.0)) as endpoint:
-        # 12 one-second attempts, 2 at a time: about 6 s of work, stopped after 4
-        config = model_config(workdir, endpoint, runtime={"deadline_seconds": 4, "shard_size": shard_size},
-                              execution={"task_concurrency": 2})
-        proc = run_cli(workdir, config, cores=4)
-        out, err = proc.communicate(timeout=300)
+    # 8 attempts, 2 at a time (with shards of 4: two shards, one at a time); 3 finish, the others wait
+    # for the model until the deadline stops the run 4 s after it started (its shard's inner run too)
+    model = StalledModel(quick=3)
+    with ScriptedEndpoint(model) as endpoint:
+        try:
+            config = model_config(workdir, endpoint, 8, runtime={"deadline_seconds": 4, "shard_size": shard_size},
+                                  execution={"task_concurrency": 2})
+            proc = run_cli(workdir, config, cores=4)
+            out, err = proc.communicate(timeout=300)
+        finally:
+            model.released.set()
         assert proc.returncode == 3, out + err[-3000:]
         assert "its deadline (runtime.deadline_seconds) was reached" in err
         done = len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json")))
-        assert done < 12
+        assert done < 8
         # its events: what it finished, attempts it cancelled started and never finished, and its outcome
         stopped = read_events(workdir / "results/default/paced")
         kinds = collections.Counter(e["event"] for e in stopped)
         assert kinds["attempt_finished"] == done and kinds["attempt_started"] >= done
         assert stopped[-1]["event"] == "request_finished" and stopped[-1]["outcome"]["state"] == "stopped"
-        config = model_config(workdir, endpoint, runtime={"shard_size": shard_size})
+        config = model_config(workdir, endpoint, 8, runtime={"shard_size": shard_size})
         proc = run_cli(workdir, config, cores=4)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
-        assert len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json"))) == 12
+        assert len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json"))) == 8
         after = read_events(workdir / "results/default/paced")[len(stopped):]
-        assert sum(e["event"] == "attempt_finished" for e in after) == 12 - done
+        assert sum(e["event"] == "attempt_finished" for e in after) == 8 - done
 
 
 def clock_config(workdir: Path, **runtime) -> Path:

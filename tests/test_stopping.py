@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -47,11 +48,18 @@ class SleepyAgent:
         return tool_call_reply("bash", {"command": "sleep 120"})
 
 
-def agent_config(workdir: Path, endpoint, shard_size: int, **runtime) -> Path:
+def own_run_id(kind: str) -> str:
+    """A run id no other test's run has, on this machine: the checks for what sessions left behind, and
+    the cleaning after, find sessions by run id across every process (another pytest worker, another
+    checkout's suite). No dash after ``kind``: ``clean(kind)`` takes the labels ``<kind>-...``."""
+    return f"{kind}{uuid.uuid4().hex[:8]}"
+
+
+def agent_config(workdir: Path, endpoint, shard_size: int, run_id: str, **runtime) -> Path:
     path = workdir / "stop.yaml"
     path.write_text(json.dumps({
         "runtime": {"shard_size": shard_size, "progress": False, "cleanup_grace_seconds": 5, **runtime},
-        "requests": {"stop": {
+        "requests": {run_id: {
             "benchmark": "synthetic", "harness": "tool_agent",
             "environment": {"id": "host_process", "run_network": "none"},
             "model": {"id": "scripted", "base_url": endpoint.base_url},
@@ -86,13 +94,14 @@ def wait_for(condition, seconds: float) -> bool:
     ("SIGTERM", 0), ("SIGTERM", 2), ("Ctrl-C", 0), ("Ctrl-C", 2),
 ], ids=["sigterm", "sigterm-shards", "ctrl-c", "ctrl-c-shards"])
 def test_a_signal_stops_the_run_gracefully_and_the_next_run_continues(workdir: Path, how: str, shard_size: int):
-    leftovers.clean("stop")  # an earlier failure's, so this run's are the ones counted
+    run_id = own_run_id("stop")
+    leftovers.clean(run_id)  # an earlier failure's, so this run's are the ones counted
     agent = SleepyAgent()
     with ScriptedEndpoint(agent) as endpoint:
-        config = agent_config(workdir, endpoint, shard_size)
+        config = agent_config(workdir, endpoint, shard_size, run_id)
         proc = run_cli(workdir, config, cores=2)
         # two agents are sleeping in their sandboxes (a namespace holder and a command each)
-        assert wait_for(lambda: agent.commands >= 2 and len(left_behind("stop")) >= 2, 120), proc.stderr
+        assert wait_for(lambda: agent.commands >= 2 and len(left_behind(run_id)) >= 2, 120), proc.stderr
         time.sleep(0.5)
         if how == "SIGTERM":
             proc.send_signal(signal.SIGTERM)
@@ -103,16 +112,16 @@ def test_a_signal_stops_the_run_gracefully_and_the_next_run_continues(workdir: P
         name = "SIGTERM" if how == "SIGTERM" else "SIGINT"
         assert f"stopping because it received {name}" in err
         assert "stopped before it finished" in out and "metrics.json" not in out
-        assert left_behind("stop") == []  # no process, namespace holder or workspace
-        results = list((workdir / "results/default/stop/attempts").glob("*/1/result.json"))
+        assert left_behind(run_id) == []  # no process, namespace holder or workspace
+        results = list((workdir / f"results/default/{run_id}/attempts").glob("*/1/result.json"))
         assert len(results) < TASKS
 
         agent.quick = True  # the next run: the same command, and every attempt finishes
         proc = run_cli(workdir, config, cores=2)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
-        assert f"stop: completed: {TASKS} attempts" in out
-    assert left_behind("stop") == []
+        assert f"{run_id}: completed: {TASKS} attempts" in out
+    assert left_behind(run_id) == []
 
 
 def model_config(workdir: Path, endpoint, tasks: int, **extra) -> Path:
@@ -220,10 +229,11 @@ def test_environment_open_rate_spaces_the_session_opens(workdir: Path):
 
 
 def test_cleanup_grace_bounds_how_long_a_stopping_run_waits_for_its_sandboxes(workdir: Path):
+    run_id = own_run_id("slow")
     config = workdir / "slow.yaml"
     config.write_text(json.dumps({
         "runtime": {"progress": False, "deadline_seconds": 3, "cleanup_grace_seconds": 1},
-        "requests": {"slow": {"benchmark": "synthetic", "harness": {"id": "test_session_clock", "params": {"hold": 300}},
+        "requests": {run_id: {"benchmark": "synthetic", "harness": {"id": "test_session_clock", "params": {"hold": 300}},
                               "environment": {"id": "test_slow_close", "params": {"close_seconds": 300}},
                               "model": {"id": "none"}}},
         "benchmarks": {"synthetic": {"num_tasks": 2}},
@@ -233,4 +243,4 @@ def test_cleanup_grace_bounds_how_long_a_stopping_run_waits_for_its_sandboxes(wo
     assert done.returncode != 0
     assert time.monotonic() - started < 200
     assert re.search(r"did not close within runtime.cleanup_grace_seconds \(1(\.0)? s\)", done.stderr), done.stderr[-3000:]
-    leftovers.clean("slow")  # what the slow sessions left behind
+    leftovers.clean(run_id)  # what the slow sessions left behind

@@ -35,15 +35,16 @@ TASKS = 24
 class CountingModel:
     """Answers each task's prompt after a short delay and counts the calls per task.
 
-    With ``free``, the calls after the first ``free`` wait until ``gate`` is set (two minutes at
-    most): a run cannot finish before the test lets it."""
+    With ``hold``, every call waits until ``gate`` is set (two minutes at most): a run cannot finish
+    before the test lets it."""
 
-    def __init__(self, seed: int, free: int | None = None) -> None:
+    def __init__(self, seed: int, hold: bool = False) -> None:
         self.calls: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
-        self.free = free
         self.gate = threading.Event()
+        if not hold:
+            self.gate.set()
 
     def __call__(self, body) -> Reply:
         prompt = " ".join(str(m.get("content")) for m in body["messages"])
@@ -51,9 +52,7 @@ class CountingModel:
         with self.lock:
             self.calls[task] += 1
             delay = self.rng.uniform(0.05, 0.5)
-            held = self.free is not None and sum(self.calls.values()) > self.free
-        if held:
-            self.gate.wait(120)
+        self.gate.wait(120)
         return Reply(200, completion(task), delay=delay)
 
 
@@ -215,33 +214,26 @@ def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(wo
     assert sum(kills.values()) == len(KILLS)
 
 
-def wait_for(condition, proc: subprocess.Popen, seconds: float = 120) -> None:
+def wait_for(condition, proc: subprocess.Popen, seconds: float) -> None:
     """Until ``condition()`` holds, ``proc`` has ended, or ``seconds`` have passed."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and proc.poll() is None and not condition():
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("when,shard_size,second", [
-    (0.0, 0, "cli"), (0.8, 0, "snakemake"), ("a call", 4, "cli"), ("2 outputs", 4, "snakemake"),
-], ids=["together", "0.8s-plain", "attempt-running-shards", "attempts-done-shards-plain"])
-def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, when, shard_size: int, second: str):
-    # The second run starts together with the first, 0.8 s after it (the first starting up), once
-    # the first has an attempt waiting for the model, or once two of its attempts have finished.
-    # The first's other model calls wait until one of the two runs has ended (the one refused), so
-    # it is still at work when the second starts, on any machine: 8 tasks (2 shards) are enough.
-    model = CountingModel(seed=1, free=2 if when == "2 outputs" else 0)
+@pytest.mark.parametrize("offset,shard_size,second", [
+    (0.0, 0, "cli"), (0.8, 0, "snakemake"), (2.5, 4, "cli"), (4.0, 4, "snakemake"),
+], ids=["together", "0.8s-plain", "2.5s-shards", "4s-shards-plain"])
+def test_two_runs_at_once_never_work_on_the_same_attempt(workdir: Path, offset: float, shard_size: int, second: str):
+    # the model holds every call until one of the two runs has ended (the one refused): the first is
+    # still at work when the second starts, on any machine, and 8 tasks (2 shards) are enough
+    model = CountingModel(seed=1, hold=True)
     tasks = 8
     with ScriptedEndpoint(model) as endpoint:
         try:
             config = write_config(workdir, endpoint, shard_size, name="twice", tasks=tasks)
             first = start(cli(config), workdir)
-            if when == "a call":
-                wait_for(lambda: sum(model.calls.values()) >= 1, first)
-            elif when == "2 outputs":
-                wait_for(lambda: len(output_tasks(workdir, "twice")) >= 2, first)
-            else:
-                time.sleep(when)
+            time.sleep(offset)
             other = start(cli(config) if second == "cli" else plain_snakemake(config, workdir), workdir)
             wait_for(lambda: other.poll() is not None, first, seconds=240)
         finally:

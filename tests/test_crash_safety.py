@@ -135,14 +135,15 @@ def task_word(segment: str) -> str:
 
 # Each restart: how it is started, when it is killed, and what is killed. Every kind of kill point
 # is there at least once, at a random moment of its phase: start-up and planning ("early": 0.5 to
-# 4 s after the start), attempts running and being written and booked ("mid": once 1 to 4 more
-# attempts have finished), and evaluation, metrics and report ("end": once every attempt's
-# output.json exists); the CLI and a plain snakemake, the process alone and its whole process
-# group; with shards, before two of the kills one shard's inner run dies first while the outer
-# goes on. The last kill is of the process alone: the final run starts while the shards' inner
-# runs may still be working, as after any such kill. On 2 cores (with shards: two inner runs of one
-# job at a time) and, with shards, in slices of 3, so that each kill finds work left: a shard's
-# inner run whose outer run was killed alone goes on to the end of its slice.
+# 4 s after the start, or as the run's first attempt finishes if that is sooner), attempts running
+# and being written and booked ("mid": once 1 to 4 more attempts have finished), and evaluation,
+# metrics and report ("end": once every attempt's output.json exists); the CLI and a plain
+# snakemake, the process alone and its whole process group; with shards, before two of the kills
+# one shard's inner run dies first while the outer goes on. The last kill is of the process alone:
+# the final run starts while the shards' inner runs may still be working, as after any such kill.
+# On 2 cores (with shards: two inner runs of one job at a time) and, with shards, in slices of 3,
+# so that each kill finds work left: a shard's inner run whose outer run was killed alone goes on
+# to the end of its slice.
 KILLS = [
     ("cli", "early", "process", False),
     ("snakemake", "early", "group", False),
@@ -165,7 +166,7 @@ def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(wo
             proc = start(plain_snakemake(config, workdir, 2) if starter == "snakemake" else cli(config, 2), workdir)
             victim = "cli" if starter == "cli" else "snakemake"
             before = len(output_tasks(workdir, "crash"))
-            target = {"early": TASKS + 1, "mid": before + rng.randint(1, 4), "end": TASKS}[moment]
+            target = {"early": before + 1, "mid": before + rng.randint(1, 4), "end": TASKS}[moment]
             deadline = time.monotonic() + (rng.uniform(0.5, 4.0) if moment == "early" else 30.0)
             while time.monotonic() < deadline and proc.poll() is None:
                 if len(output_tasks(workdir, "crash")) >= target:
@@ -203,7 +204,8 @@ def test_runs_killed_at_random_moments_lose_nothing_and_pay_for_nothing_twice(wo
     results = list((workdir / "results/default/crash/attempts").glob("*/1/result.json"))
     repeated = {task: (calls[task] - n) for task, n in paid_for.items() if calls[task] != n}
     problems = schema_errors(workdir)
-    print(f"\n{shard_size=}: kills {dict(kills)} (outputs before and at each: {moments}); restarts that recovered a killed run's files {recovered}; "
+    print(f"\n{shard_size=}: kills {dict(kills)} (outputs before and at each: {moments}); "
+          f"restarts that recovered a killed run's files {recovered}; "
           f"attempts {len(results)}/{TASKS}; model calls {sum(calls.values())} for {TASKS} attempts; "
           f"attempts whose output.json existed before a kill {len(paid_for)}, called again {len(repeated)}; "
           f"invalid files {len(problems)}")

@@ -261,7 +261,12 @@ def clone(tmp_path_factory, guide):
     return folder, env
 
 
-@pytest.mark.parametrize("snippet", STEPS, ids=[s.id for s in STEPS])
+INSTALLS = pytest.mark.slow(reason="installs agentcompass and its dependencies into a new virtual "
+                                   "environment from the package index, then runs an evaluation there")
+
+
+@pytest.mark.parametrize("snippet", [pytest.param(s, marks=INSTALLS) if s.mode == "package-index" else s for s in STEPS],
+                         ids=[s.id for s in STEPS])
 def test_snippet_runs(snippet: Snippet, guide, tmp_path, request):
     project, env, port, logs = guide
     if snippet.mode == "clone":

@@ -119,6 +119,7 @@ def test_init_writes_nothing_over_a_project(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get(OPT_IN) != "1", reason=f"downloads the dependencies: set {OPT_IN}=1 (CI does)")
+@pytest.mark.slow(reason="installs the wheel's dependencies into a new virtual environment from the package index")
 def test_clean_venv_install(workdir):
     """pip installs the wheel and its dependencies into a new virtual environment; there
     `agentcompass init` + `agentcompass run` in an empty folder build the example request."""

@@ -221,6 +221,7 @@ def local_run(workdir: Path) -> dict[str, tuple]:
     return local
 
 
+@pytest.mark.slow(reason="the same evaluation twice, local and on SLURM, each attempt one job on a 2-CPU cluster")
 def test_an_evaluation_on_slurm_equals_the_local_one_in_one_job_per_shard(cluster, tmp_path: Path):
     local = local_run(tmp_path / "local")
 

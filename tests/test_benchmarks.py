@@ -44,12 +44,12 @@ def test_humaneval_oracle_passes_all_164_problems(workdir: Path):
 
 
 def test_humaneval_empty_answers_score_zero_and_are_no_errors(workdir: Path):
-    done = agentcompass(workdir, "run", "humaneval", "fixed_answer", "none", "-H", "answer=", "-b", "limit=12",
+    done = agentcompass(workdir, "run", "humaneval", "fixed_answer", "none", "-H", "answer=", "-b", "limit=2",
                         "-b", "k_values=[1,2,10]", "--attempts", "2", "--cores", "8")
     assert done.returncode == 0, done.stderr[-3000:]
     run = workdir / "results/default/humaneval-fixed_answer-none"
     metrics = read(run / "metrics.json")
-    assert metrics["counts"] == {"completed": 24}
+    assert metrics["counts"] == {"completed": 4}
     # pass@10 needs 10 attempts per task: left out
     assert metrics["metrics"] == {"accuracy": 0.0, "mean_score": 0.0, "pass@1": 0.0, "pass@2": 0.0}
     result = read(run / "attempts/HumanEval%2F0/2/result.json")
@@ -58,11 +58,11 @@ def test_humaneval_empty_answers_score_zero_and_are_no_errors(workdir: Path):
 
 def test_humaneval_an_answer_that_ends_the_interpreter_scores_zero(workdir: Path):
     done = agentcompass(workdir, "run", "humaneval", "fixed_answer", "none", "-H", "answer=import sys; sys.exit(0)",
-                        "-b", "limit=3", "--cores", "2")
+                        "-b", "limit=1", "--cores", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     run = workdir / "results/default/humaneval-fixed_answer-none"
     metrics = read(run / "metrics.json")
-    assert metrics["counts"] == {"completed": 3}
+    assert metrics["counts"] == {"completed": 1}
     assert metrics["metrics"]["accuracy"] == metrics["metrics"]["pass@1"] == 0.0
     evidence = read(run / "attempts/HumanEval%2F0/1/result.json")["metadata"]["humaneval"]
     # the program ended with status 0 before check() ran: no token, no pass
@@ -72,7 +72,7 @@ def test_humaneval_an_answer_that_ends_the_interpreter_scores_zero(workdir: Path
 def test_humaneval_tests_and_solutions_never_reach_the_harness(workdir: Path):
     config = workdir / "probe.yaml"
     config.write_text(json.dumps({"requests": {"probe": {
-        "benchmark": {"id": "humaneval", "params": {"limit": 3}},
+        "benchmark": {"id": "humaneval", "params": {"limit": 1}},
         "harness": "test_sandbox_listing",
         "model": {"id": "none"},
     }}}))
@@ -80,7 +80,8 @@ def test_humaneval_tests_and_solutions_never_reach_the_harness(workdir: Path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     run = workdir / "results/default/probe"
-    problems = {p["task_id"]: p for p in load_problems()[:3]}
+    problems = {p["task_id"]: p for p in load_problems()[:1]}
+    assert len(attempts(run, "prepared.json")) == 1
     for prepared_path in attempts(run, "prepared.json"):
         prepared = read(prepared_path)
         problem = problems[prepared["task_id"]]
@@ -105,7 +106,7 @@ def first_ids(per_category: int) -> list[str]:
 
 @needs(bfcl.DEPENDENCY)
 def test_bfcl_oracle_scores_full_marks_in_every_supported_category(workdir: Path):
-    ids = first_ids(3)
+    ids = first_ids(1)
     done = agentcompass(workdir, "run", "bfcl", "oracle", "none", "-b", f"task_ids={json.dumps(ids)}", "--cores", "8")
     assert done.returncode == 0, done.stderr[-3000:]
     run = workdir / "results/default/bfcl-oracle-none"
@@ -122,7 +123,7 @@ def test_bfcl_oracle_scores_full_marks_in_every_supported_category(workdir: Path
 
 @needs(bfcl.DEPENDENCY)
 def test_bfcl_prepared_tasks_hold_the_question_and_tools_but_no_ground_truth(workdir: Path):
-    ids = first_ids(2)
+    ids = first_ids(1)
     done = agentcompass(workdir, "run", "bfcl", "fixed_answer", "none", "-b", f"task_ids={json.dumps(ids)}", "--cores", "8")
     assert done.returncode == 0, done.stderr[-3000:]
     run = workdir / "results/default/bfcl-fixed_answer-none"
@@ -190,19 +191,20 @@ class ArithmeticModel:
 def test_majority_vote_samples_the_model_and_submits_the_most_frequent_answer(workdir: Path):
     model = ArithmeticModel()
     env = clean_env(VOTE_KEY="sk-vote-secret-123")
+    tasks = 3  # the first three: two odd answers and an even one
     with ScriptedEndpoint(model) as endpoint:
         done = agentcompass(workdir, "run", "majority_vote", "none", "scripted", "--base-url", endpoint.base_url,
-                            "--api-key-env", "VOTE_KEY", "-b", "num_tasks=4", env=env)
+                            "--api-key-env", "VOTE_KEY", "-b", f"num_tasks={tasks}", env=env)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert len(endpoint.requests) == 4 * 5
+        assert len(endpoint.requests) == tasks * 5
         assert {r.headers["Authorization"] for r in endpoint.requests} == {"Bearer sk-vote-secret-123"}
     run = workdir / "results/default/majority_vote-none-scripted"
-    answers = [generate_question(i)[1] for i in range(4)]
+    answers = [generate_question(i)[1] for i in range(tasks)]
     metrics = read(run / "metrics.json")
     even = sum(a % 2 == 0 for a in answers)
-    assert 0 < even < 4  # the script has questions the vote gets right and questions it gets wrong
-    assert metrics["metrics"]["accuracy"] == even / 4
-    assert metrics["metrics"]["sample_accuracy"] == pytest.approx((3 * even + 2 * (4 - even)) / 20)
+    assert 0 < even < tasks  # the script has questions the vote gets right and questions it gets wrong
+    assert metrics["metrics"]["accuracy"] == even / tasks
+    assert metrics["metrics"]["sample_accuracy"] == pytest.approx((3 * even + 2 * (tasks - even)) / (tasks * 5))
     result = read(run / "attempts/arith-0/1/result.json")
     assert sorted(result["metadata"]["samples"]) == sorted([answers[0]] * (3 if answers[0] % 2 == 0 else 2)
                                                            + [answers[0] + 1] * (2 if answers[0] % 2 == 0 else 3))
@@ -215,13 +217,13 @@ def test_majority_vote_samples_the_model_and_submits_the_most_frequent_answer(wo
 def test_majority_vote_new_sample_count_reruns_the_runs_but_not_preparation(workdir: Path):
     model = ArithmeticModel()
     with ScriptedEndpoint(model) as endpoint:
-        args = ("run", "majority_vote", "none", "scripted", "--base-url", endpoint.base_url, "-b", "num_tasks=2")
+        args = ("run", "majority_vote", "none", "scripted", "--base-url", endpoint.base_url, "-b", "num_tasks=1")
         assert agentcompass(workdir, *args).returncode == 0
         model.calls.clear()
         again = agentcompass(workdir, *args, "-b", "samples=3")
         assert again.returncode == 0, again.stderr[-3000:]
         ran = jobs_run(again.stderr)
-        assert (ran.get("run"), ran.get("evaluate"), ran.get("prepare"), ran.get("tasks")) == (2, 2, None, None), ran
-        assert len(endpoint.requests) == 2 * 5 + 2 * 3
+        assert (ran.get("run"), ran.get("evaluate"), ran.get("prepare"), ran.get("tasks")) == (1, 1, None, None), ran
+        assert len(endpoint.requests) == 1 * 5 + 1 * 3
     result = read(workdir / "results/default/majority_vote-none-scripted/attempts/arith-0/1/result.json")
     assert len(result["metadata"]["samples"]) == 3

@@ -1,13 +1,58 @@
-"""Bad input stops before any job runs, with the file, the field and the fix."""
+"""Bad input stops before any job runs, with the file, the field and the fix.
+
+Each message is checked where its entry point builds it, in this process: the
+Snakefile's first line (``EvaluationWorkflow.from_snakemake``, given the config
+settings Snakemake's own command line makes of the same arguments), the
+command's ``main(argv)``, and the SDK's ``run_evaluation``. One end-to-end case
+per entry point shows that the message reaches the user of the real
+``snakemake``, the real ``agentcompass run`` and the SDK.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from conftest import agentcompass, clean_env, snakemake
+from agentcompass import cli, sdk
+from agentcompass.errors import AgentCompassError, ConfigError
+from agentcompass.pipeline.workflow import EvaluationWorkflow
+from conftest import SNAKEFILE, agentcompass, clean_env, snakemake
+
+PREFIX = "agentcompass: invalid run config: "
+
+
+def snakefile_loads(folder: Path, *args: str) -> EvaluationWorkflow:
+    """What the Snakefile's first line makes of ``snakemake *args`` run in ``folder``, in this process.
+
+    Snakemake reads the command line (and the workflow's profile) as its ``snakemake`` command
+    does and makes its config settings of it, reading each ``--configfile`` itself; then the
+    Snakefile's ``EvaluationWorkflow.from_snakemake`` loads and validates every config layer, and
+    on bad input prints the message and raises ``SystemExit(2)`` before any rule exists.
+    """
+    from snakemake.cli import parse_args, parse_config
+    from snakemake.settings.types import ConfigSettings
+
+    _, parsed = parse_args(["--snakefile", str(SNAKEFILE), "--directory", str(folder), "--cores", "2", *args])
+    settings = ConfigSettings(config=parse_config(parsed.config), configfiles=parsed.configfile,
+                              config_args=parsed.config, replace_workflow_config=parsed.replace_workflow_config)
+    return EvaluationWorkflow.from_snakemake(SimpleNamespace(config_settings=settings, basedir=str(SNAKEFILE.parent)))
+
+
+def snakefile_refuses(folder: Path, capsys, *args: str) -> tuple[int, str]:
+    """``snakefile_loads`` on bad input: its exit status and what it printed."""
+    with pytest.raises(SystemExit) as stop:
+        snakefile_loads(folder, *args)
+    return stop.value.code, capsys.readouterr().err
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    """``agentcompass *argv``, in this process: its exit status and its stderr."""
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().err
+
 
 GOOD = "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none}}\n"
 
@@ -105,22 +150,33 @@ BAD_FILES = {
 }
 
 
-def assert_refused(done, workdir: Path, source: str, field: str, problem: str) -> None:
-    assert done.returncode != 0
-    message = done.stderr
+def assert_refused(code: int, message: str, folder: Path, source: str, field: str, problem: str) -> None:
+    """Refused (exit status ``code``, printing ``message``) naming the source, the field, the problem
+    and the fix, with no traceback, no job and no results folder in ``folder``."""
+    assert code != 0
     assert source in message and field in message and problem in message and "Fix:" in message, message
     assert "Traceback" not in message, message
-    assert not (workdir / "results").exists()
+    assert not (folder / "results").exists()
     assert "Finished jobid" not in message
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FILES))
-def test_bad_configfile_is_refused_by_snakemake_before_any_job(workdir: Path, case: str):
+def test_bad_configfile_is_refused_by_the_snakefile_before_any_job(here: Path, capsys, case: str):
     text, field, problem = BAD_FILES[case]
+    path = here / "bad.yaml"
+    path.write_text(text)
+    code, message = snakefile_refuses(here, capsys, "--configfile", str(path))
+    assert_refused(code, message, here, str(path), field, problem)
+
+
+def test_snakemake_shows_the_refusal_of_a_bad_configfile(workdir: Path):
+    """End to end, the real ``snakemake``: the Snakefile's message reaches its stderr, before any job."""
+    text, field, problem = BAD_FILES["unknown component id"]
     path = workdir / "bad.yaml"
     path.write_text(text)
     done = snakemake(workdir, "--configfile", str(path), env=clean_env())
-    assert_refused(done, workdir, str(path), field, problem)
+    assert PREFIX + str(path) in done.stderr, done.stderr
+    assert_refused(done.returncode, done.stderr, workdir, str(path), field, problem)
 
 
 CLI_BAD_FILES = {
@@ -134,12 +190,35 @@ CLI_BAD_FILES = {
 
 
 @pytest.mark.parametrize("case", sorted(CLI_BAD_FILES))
-def test_bad_configfile_is_refused_by_the_cli_before_any_job(workdir: Path, case: str):
+def test_bad_configfile_is_refused_by_the_cli_before_any_job(here: Path, capsys, case: str):
     text, field, problem = CLI_BAD_FILES[case]
+    path = here / "bad.yaml"
+    path.write_text(text)
+    code, message = run_cli(capsys, "run", "example_exact_match", "oracle", "none", "--config", str(path))
+    assert_refused(code, message, here, str(path), field, problem)
+
+
+def test_the_cli_shows_the_refusal_of_a_bad_configfile(workdir: Path):
+    """End to end, the real ``agentcompass run``: the message reaches its stderr, status 2, before any job."""
+    text, field, problem = CLI_BAD_FILES["schema violation"]
     path = workdir / "bad.yaml"
     path.write_text(text)
     done = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "--config", str(path))
-    assert_refused(done, workdir, str(path), field, problem)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(PREFIX), done.stderr
+    assert_refused(done.returncode, done.stderr, workdir, str(path), field, problem)
+
+
+def test_the_sdk_raises_the_refusal_as_a_config_error_before_any_job(workdir: Path, monkeypatch):
+    """End to end, the SDK: the message is the typed error ``run_evaluation`` raises, before any job."""
+    monkeypatch.setenv("AGENTCOMPASS_USER_CONFIG", "")
+    with pytest.raises(ConfigError) as refused:
+        sdk.run_evaluation("example_exact_match", "oracle", "none", execution={"attempts": 0}, workdir=workdir)
+    assert isinstance(refused.value, AgentCompassError) and isinstance(refused.value, ValueError)
+    message = str(refused.value)
+    assert "the SDK call" in message and "execution.attempts" in message, message
+    assert "less than the minimum of 1" in message and "Fix:" in message, message
+    assert not (workdir / "results").exists()
 
 
 # Snakemake reads each --configfile itself before the Snakefile, and refuses these with its own
@@ -153,28 +232,34 @@ NOT_A_MAPPING = {
 
 
 @pytest.mark.parametrize("case", sorted(NOT_A_MAPPING))
-def test_a_config_file_that_is_not_a_mapping_is_refused_naming_it(workdir: Path, case: str):
+def test_a_config_file_that_is_not_a_mapping_is_refused_naming_it(here: Path, capsys, case: str):
+    from snakemake.exceptions import WorkflowError
+
     text, problem = NOT_A_MAPPING[case]
-    path = workdir / "bad.yaml"
+    path = here / "bad.yaml"
     path.write_text(text)
-    done = agentcompass(workdir, "run", "--config", str(path))
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("agentcompass: invalid run config: ")
-    assert_refused(done, workdir, str(path), "", problem)
-    plain = snakemake(workdir, "--configfile", str(path))
-    assert plain.returncode != 0 and "Traceback" not in plain.stderr
-    assert not (workdir / "results").exists()
+    code, message = run_cli(capsys, "run", "--config", str(path))
+    assert code == 2, message
+    assert message.startswith(PREFIX)
+    assert_refused(code, message, here, str(path), "", problem)
+    # plain snakemake: its own reading of the --configfile refuses it, a WorkflowError, which its
+    # command prints without a traceback (exit status 1), before the Snakefile is read
+    with pytest.raises(WorkflowError, match="keys at top level"):
+        snakefile_loads(here, "--configfile", str(path))
+    assert not (here / "results").exists()
 
 
 @pytest.mark.parametrize("command", ["run", "retry"])
 @pytest.mark.parametrize("cores", ["abc", "0", "-2"])
-def test_bad_cores_is_a_usage_error(workdir: Path, command: str, cores: str):
-    done = agentcompass(workdir, command, "example_exact_match", "oracle", "none", "--cores", cores)
-    assert done.returncode == 2
-    assert done.stderr.startswith("usage: agentcompass " + command), done.stderr
-    assert "argument --cores: must be a whole number of at least 1, or 'all'" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert not (workdir / "results").exists()
+def test_bad_cores_is_a_usage_error(here: Path, capsys, command: str, cores: str):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([command, "example_exact_match", "oracle", "none", "--cores", cores])
+    stderr = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert stderr.startswith("usage: agentcompass " + command), stderr
+    assert "argument --cores: must be a whole number of at least 1, or 'all'" in stderr
+    assert "Traceback" not in stderr
+    assert not (here / "results").exists()
 
 
 @pytest.mark.parametrize(
@@ -189,12 +274,12 @@ def test_bad_cores_is_a_usage_error(workdir: Path, command: str, cores: str):
         (["-b", "path=/nonexistent/tasks"], "benchmark.params.path", "does not exist"),
     ],
 )
-def test_bad_command_line_values_are_refused_before_any_job(workdir: Path, args: list, field: str, problem: str):
+def test_bad_command_line_values_are_refused_before_any_job(here: Path, capsys, args: list, field: str, problem: str):
     benchmark = "task_dir" if any("path=" in a for a in args) else "example_exact_match"
-    done = agentcompass(workdir, "run", benchmark, "oracle", "none", *args)
-    assert done.returncode == 2
-    assert done.stderr.startswith("agentcompass: invalid run config: ")
-    assert_refused(done, workdir, "", field, problem)
+    code, message = run_cli(capsys, "run", benchmark, "oracle", "none", *args)
+    assert code == 2
+    assert message.startswith(PREFIX)
+    assert_refused(code, message, here, "", field, problem)
 
 
 @pytest.mark.parametrize(
@@ -207,29 +292,31 @@ def test_bad_command_line_values_are_refused_before_any_job(workdir: Path, args:
         ("requests={r1: {benchmark: example_exact_match, harness: oracle, model: {id: 'x${HOME}'}}}", "requests.r1.model.id", "steers the workflow"),
     ],
 )
-def test_bad_config_override_is_refused_before_any_job(workdir: Path, override: str, field: str, problem: str):
-    done = snakemake(workdir, "--config", override)
+def test_bad_config_override_is_refused_before_any_job(here: Path, capsys, override: str, field: str, problem: str):
     if not field:  # params for a component no request selects are allowed
-        assert done.returncode == 0, done.stderr[-2000:]
+        evaluation = snakefile_loads(here, "--config", override)
+        assert [r.name for r in evaluation.orchestration.runs] == ["example-oracle"]  # the project config's
+        assert "Traceback" not in capsys.readouterr().err
         return
-    assert_refused(done, workdir, "--config", field, problem)
+    code, message = snakefile_refuses(here, capsys, "--config", override)
+    assert_refused(code, message, here, "--config", field, problem)
 
 
-def test_unknown_harness_in_cli_run_is_refused(workdir: Path):
-    done = agentcompass(workdir, "run", "example_exact_match", "no_such_harness", "none")
-    assert done.returncode != 0
-    assert "unknown harness id 'no_such_harness'" in done.stderr and "Fix:" in done.stderr
-    assert not (workdir / "results").exists()
+def test_unknown_harness_in_cli_run_is_refused(here: Path, capsys):
+    code, message = run_cli(capsys, "run", "example_exact_match", "no_such_harness", "none")
+    assert code != 0
+    assert "unknown harness id 'no_such_harness'" in message and "Fix:" in message
+    assert not (here / "results").exists()
 
 
-def test_harness_that_needs_a_model_refuses_model_none(workdir: Path):
-    done = agentcompass(workdir, "run", "example_exact_match", "chat", "none")
-    assert done.returncode != 0
-    assert "needs a model" in done.stderr
-    assert not (workdir / "results").exists()
+def test_harness_that_needs_a_model_refuses_model_none(here: Path, capsys):
+    code, message = run_cli(capsys, "run", "example_exact_match", "chat", "none")
+    assert code != 0
+    assert "needs a model" in message
+    assert not (here / "results").exists()
 
 
-def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time_naming_it(tmp_path: Path):
+def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time_naming_it(tmp_path: Path, workdir: Path):
     """The extra's package is hidden from this Python (whether installed or not): no job runs."""
     blocker = tmp_path / "block"
     blocker.mkdir()
@@ -242,8 +329,6 @@ def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time
     config = tmp_path / "swe.yaml"
     config.write_text("requests:\n  swe: {benchmark: {id: swebench, params: {path: %s}}, harness: oracle, "
                       "model: {id: none}, environment: {id: docker}}\n" % instances)
-    workdir = tmp_path / "work"
-    workdir.mkdir()
     env = clean_env(PYTHONPATH=os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
     done = snakemake(workdir, "--configfile", str(config), env=env)
     assert done.returncode != 0

@@ -187,18 +187,18 @@ def test_a_bad_row_is_an_error_naming_the_row(tmp_path: Path, rows, scorer, erro
     assert error in str(caught.value)
 
 
-def test_a_bad_mapping_stops_the_run_before_any_job(tmp_path: Path):
-    write_jsonl(tmp_path / "d.jsonl", ROWS)
-    (tmp_path / "eval.yaml").write_text(yaml.safe_dump({"requests": {"bad": {
+def test_a_bad_mapping_stops_the_run_before_any_job(workdir: Path):
+    write_jsonl(workdir / "d.jsonl", ROWS)
+    (workdir / "eval.yaml").write_text(yaml.safe_dump({"requests": {"bad": {
         "benchmark": {"id": "dataset", "params": {"path": "d.jsonl", "fields": {"input": "prompt", "target": "answer"}}},
         "harness": "oracle", "environment": "host_process", "model": {"id": "none"},
     }}}))
-    done = agentcompass(tmp_path, "run", "--config", "eval.yaml")
+    done = agentcompass(workdir, "run", "--config", "eval.yaml")
     assert done.returncode != 0
     assert ("eval.yaml: field 'requests.bad.benchmark.params.fields'" in done.stderr
             and "fields.input: d.jsonl has no column 'prompt'; its columns are ['qid', 'question', 'answer', 'topic']"
             in done.stderr), done.stderr[-2000:]
-    assert not (tmp_path / "results").exists()
+    assert not (workdir / "results").exists()
 
 
 def test_choices_are_lettered_in_the_prompt_and_a_text_target_becomes_its_letter(tmp_path: Path):
@@ -277,13 +277,11 @@ def test_no_text_answer_is_incorrect_without_asking_the_judge(tmp_path: Path):
 # --- end to end ---------------------------------------------------------------------
 
 
-def test_yaml_only_run_over_jsonl_graded_by_a_judge(tmp_path: Path):
+def test_yaml_only_run_over_jsonl_graded_by_a_judge(workdir: Path):
     """chat answers through one scripted endpoint, the judge grades through its own; every judge
     call is a line of the attempt's trajectory and counted in its usage; the judge's key never lands
     in a file. A new rubric regrades without asking the answering model again, replacing the judge's
     lines, and a cap on the judge's endpoint resource holds its calls to one at a time."""
-    workdir = tmp_path / "work"
-    workdir.mkdir()
     write_jsonl(workdir / "qa.jsonl", ROWS)
 
     def answer(body):

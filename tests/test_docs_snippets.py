@@ -197,11 +197,11 @@ def run_snippet(snippet: Snippet, cwd: Path, env: dict[str, str], port: int, log
 
 
 def commands(text: str) -> list[list[str]]:
-    """A shell block's commands, each as words: lines joined, comments dropped, split at && and ;."""
+    """A shell block's commands, each as words: lines joined, comments dropped, split at &&, || and ;."""
     joined = re.sub(r"\\\n\s*", " ", text)
     found = []
     for line in joined.splitlines():
-        for part in re.split(r"&&|;", line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""):
+        for part in re.split(r"&&|\|\||;", line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""):
             try:
                 words = [w for w in shlex.split(part) if w not in ("--quiet", "-q")]
             except ValueError:  # a quoted ';' cut a command of .ci/run in two: not one the guide names
@@ -261,7 +261,12 @@ def clone(tmp_path_factory, guide):
     return folder, env
 
 
-@pytest.mark.parametrize("snippet", STEPS, ids=[s.id for s in STEPS])
+INSTALLS = pytest.mark.slow(reason="installs agentcompass and its dependencies into a new virtual "
+                                   "environment from the package index, then runs an evaluation there")
+
+
+@pytest.mark.parametrize("snippet", [pytest.param(s, marks=INSTALLS) if s.mode == "package-index" else s for s in STEPS],
+                         ids=[s.id for s in STEPS])
 def test_snippet_runs(snippet: Snippet, guide, tmp_path, request):
     project, env, port, logs = guide
     if snippet.mode == "clone":

@@ -60,12 +60,12 @@ def test_wheel_carries_the_workflow(wheel):
     assert not (ROOT / "agentcompass" / "workflow").exists()
 
 
-def test_installed_package_runs_in_an_empty_folder(wheel, tmp_path):
+def test_installed_package_runs_in_an_empty_folder(wheel, workdir):
     """The wheel installed outside the clone: init and run in an empty folder use its own workflow files."""
-    site = tmp_path / "site"
+    site = workdir / "site"
     run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
-        tmp_path, clean_env())
-    project = tmp_path / "project"
+        workdir, clean_env())
+    project = workdir / "project"
     project.mkdir()
     # the installed copy first on the path: this environment gives only its dependencies
     env = clean_env(PYTHONPATH=str(site))
@@ -80,12 +80,12 @@ def test_installed_package_runs_in_an_empty_folder(wheel, tmp_path):
     assert accuracy(project) == 1.0
 
 
-def test_snakemake_module_from_init(tmp_path):
+def test_snakemake_module_from_init(workdir):
     """`agentcompass init` writes a Snakefile that uses the workflow as a Snakemake module; real
     snakemake in that folder builds the example request, and a rule of the user's own runs after it."""
-    project = tmp_path / "project"
+    project = workdir / "project"
     env = clean_env()
-    run([sys.executable, "-m", "agentcompass.cli", "init", str(project)], tmp_path, env)
+    run([sys.executable, "-m", "agentcompass.cli", "init", str(project)], workdir, env)
     snakefile = project / "Snakefile"
     # the guide's rule of one's own (docs/install.md)
     snakefile.write_text(snakefile.read_text() + f"""
@@ -119,16 +119,17 @@ def test_init_writes_nothing_over_a_project(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get(OPT_IN) != "1", reason=f"downloads the dependencies: set {OPT_IN}=1 (CI does)")
-def test_clean_venv_install(tmp_path):
+@pytest.mark.slow(reason="installs the wheel's dependencies into a new virtual environment from the package index")
+def test_clean_venv_install(workdir):
     """pip installs the wheel and its dependencies into a new virtual environment; there
     `agentcompass init` + `agentcompass run` in an empty folder build the example request."""
-    sdist_wheel = tmp_path / "wheel"
+    sdist_wheel = workdir / "wheel"
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(sdist_wheel), str(ROOT)], ROOT, clean_env())
     (built,) = sdist_wheel.glob("agentcompass-*.whl")
-    env_dir = tmp_path / "venv"
+    env_dir = workdir / "venv"
     venv.create(env_dir, with_pip=True)
-    run([str(env_dir / "bin" / "pip"), "install", "--quiet", str(built)], tmp_path, clean_env())
-    project = tmp_path / "project"
+    run([str(env_dir / "bin" / "pip"), "install", "--quiet", str(built)], workdir, clean_env())
+    project = workdir / "project"
     project.mkdir()
     env = clean_env(PATH=f"{env_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("PYTHONPATH", None)

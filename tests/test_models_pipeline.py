@@ -182,20 +182,29 @@ def test_tool_agent_stops_at_its_step_limit_without_an_answer(workdir: Path):
     assert len(endpoint.requests) == 3
 
 
+def slow(body):
+    return Reply(200, completion("Paris"), delay=0.4)
+
+
+def three_questions(url: str) -> dict:
+    """Three attempts, a model call each (the answer is right for the first only)."""
+    return {"benchmark": {"id": "example_exact_match", "params": {"limit": 3}}, "harness": "chat",
+            "model": {"id": "scripted", "base_url": url}}
+
+
+@pytest.fixture(scope="module")
+def uncapped(tmp_path_factory) -> ScriptedEndpoint:
+    """The endpoint of the three questions run once with no cap (the same for every way of setting one)."""
+    with ScriptedEndpoint(slow) as endpoint:
+        run_request(tmp_path_factory.mktemp("uncapped"), three_questions(endpoint.base_url), "--cores", "8")
+    return endpoint
+
+
 @pytest.mark.parametrize("how", ["command line", "profile"])
-def test_endpoint_resource_caps_model_calls_in_flight(how: str, workdir: Path, tmp_path: Path):
-    def slow(body):
-        return Reply(200, completion("Paris"), delay=0.4)
+def test_endpoint_resource_caps_model_calls_in_flight(how: str, uncapped: ScriptedEndpoint, workdir: Path,
+                                                      tmp_path: Path):
+    assert len(uncapped.requests) == 3 and uncapped.max_in_flight > 1  # without a cap, calls overlap
 
-    request = lambda url: {  # noqa: E731
-        "benchmark": "example_exact_match", "harness": "chat", "model": {"id": "scripted", "base_url": url},
-    }
-    with ScriptedEndpoint(slow) as open_endpoint:
-        run_request(workdir, request(open_endpoint.base_url), "--cores", "8")
-    assert len(open_endpoint.requests) == 5 and open_endpoint.max_in_flight > 1  # without a cap, calls overlap
-
-    capped_dir = tmp_path / "capped"
-    capped_dir.mkdir()
     with ScriptedEndpoint(slow) as endpoint:
         name = endpoint_resource(endpoint.base_url)
         assert name.startswith("model_endpoint_127_0_0_1_")
@@ -206,13 +215,13 @@ def test_endpoint_resource_caps_model_calls_in_flight(how: str, workdir: Path, t
             cap = ["--profile", str(profile)]
         else:
             cap = ["--resources", f"{name}=1"]
-        run = run_request(capped_dir, request(endpoint.base_url), "--cores", "8", *cap)
-    assert len(endpoint.requests) == 5 and endpoint.max_in_flight == 1
-    assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 0.2
+        run = run_request(workdir, three_questions(endpoint.base_url), "--cores", "8", *cap)
+    assert len(endpoint.requests) == 3 and endpoint.max_in_flight == 1
+    assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == pytest.approx(1 / 3)
     # a prepare holds a unit too: attempts are prepared as the endpoint takes them, not all ahead of it
     changes = sorted((p.stat().st_mtime_ns, +1 if p.name == "prepared.json" else -1)
                      for p in run.glob("attempts/*/*/*.json") if p.name in ("prepared.json", "output.json"))
-    assert len(changes) == 10
+    assert len(changes) == 6
     waiting = [sum(step for _, step in changes[: i + 1]) for i in range(len(changes))]
     assert max(waiting) == 1, changes
 

@@ -100,9 +100,8 @@ def test_arguments_after_the_double_dash_reach_snakemake_as_it_reads_them(workdi
     assert whole.returncode == 0 and "completed: 5 attempts" in whole.stdout
 
 
-def test_a_bad_config_reports_no_earlier_result(workdir: Path):
-    first = agentcompass(workdir, "run", "example_exact_match", "oracle", "none")
-    assert first.returncode == 0
+def test_a_bad_config_reports_no_earlier_result(cli_oracle_run_copy: Path):
+    workdir = cli_oracle_run_copy  # an earlier result: `agentcompass run example_exact_match oracle none`, built once a session
     bad = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "-b", "no_such_param=1")
     assert bad.returncode == 2 and "invalid run config" in bad.stderr and bad.stdout == ""
 

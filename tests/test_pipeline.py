@@ -16,11 +16,9 @@ TASK_IDS = ["capital-france", "capital-japan", "largest-planet", "water-formula"
 
 
 @pytest.fixture
-def evaluated(workdir: Path) -> Path:
-    """The default evaluation, run once in a fresh directory."""
-    done = snakemake(workdir)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return workdir
+def evaluated(default_run_copy: Path) -> Path:
+    """The default evaluation, built in a fresh directory once a session (conftest.default_run), copied here."""
+    return default_run_copy
 
 
 def mtimes(root: Path) -> dict[str, int]:
@@ -38,6 +36,7 @@ def test_default_evaluation_scores_oracle_accuracy_one(evaluated: Path):
         assert result["status"] == "completed" and result["correct"] is True
 
 
+@pytest.mark.smoke  # a real Snakemake run, and its reuse
 def test_second_run_runs_no_job(evaluated: Path):
     before = mtimes(evaluated / "results")
     again = snakemake(evaluated)
@@ -90,10 +89,10 @@ def test_a_failed_stage_leaves_its_traceback_in_its_log_and_a_rerun_that_succeed
     assert list(attempts.glob("*/*/*.log")) == []  # Snakemake removed the failure's log before the rerun
 
 
-def test_two_fresh_runs_write_byte_identical_tasks_and_plans(tmp_path: Path):
+def test_two_fresh_runs_write_byte_identical_tasks_and_plans(workdir: Path):
     dirs = []
     for name in ("one", "two"):
-        d = tmp_path / name
+        d = workdir / name
         d.mkdir()
         assert snakemake(d).returncode == 0
         dirs.append(d)
@@ -189,6 +188,7 @@ def test_config_on_the_command_line_selects_tasks_and_attempts(workdir: Path):
     assert (workdir / RUN / "attempts/capital-japan/2/result.json").exists()
 
 
+@pytest.mark.e2e  # Snakemake's linter, on the real workflow
 def test_snakemake_lint_is_clean():
     done = snakemake(ROOT, "--lint")
     assert done.returncode == 0

@@ -116,13 +116,10 @@ def test_the_text_names_each_field_under_its_stage_and_each_rerun_with_its_reaso
     assert found["kind"] == "attempt" and found["reruns"] == {"run": 1, "evaluate": 1}
 
 
-@pytest.fixture(scope="module")
-def oracle_plan(tmp_path_factory) -> dict:
-    """A real plan.json, of the oracle on example_exact_match."""
-    workdir = tmp_path_factory.mktemp("oracle")
-    done = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "-b", "limit=1")
-    assert done.returncode == 0, done.stderr[-3000:]
-    [plan] = workdir.glob("results/default/*/attempts/*/1/plan.json")
+@pytest.fixture
+def oracle_plan(default_run: Path) -> dict:
+    """A real plan.json, of the oracle on example_exact_match (the default evaluation, built once a session)."""
+    [plan] = default_run.glob("results/default/*/attempts/capital-france/1/plan.json")
     return json.loads(plan.read_text())
 
 

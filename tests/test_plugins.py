@@ -1,15 +1,20 @@
-"""Plug-ins and declared dependencies: a real package, pip-installed into this venv, used by the real CLI and Snakemake."""
+"""Plug-ins and declared dependencies: a real package, pip-installed, used by the real CLI and Snakemake.
+
+Each plug-in is installed into a folder of its own that only the processes of the tests asking for it
+have on their path (PYTHONPATH): never into the venv, where a broken plug-in would break every test
+running beside them.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import zipfile
-from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
@@ -20,7 +25,7 @@ from agentcompass.harnesses.mini_swe_agent import MiniSweAgentConfig, MiniSweAge
 from agentcompass.plugins import PluginError, _load, load_components
 from agentcompass.runtime.dependencies import DependencySpec, missing_dependencies
 from agentcompass.runtime.registry import BENCHMARKS
-from conftest import agentcompass
+from conftest import agentcompass, clean_env
 
 TINY = "agentcompass-tiny-plugin"
 BROKEN = "agentcompass-broken-plugin"
@@ -99,29 +104,29 @@ def _digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def installed(folder: Path, name: str, files: dict[str, str], entry_points: str) -> Iterator[None]:
-    """The plug-in installed into this venv by pip (no network), then uninstalled."""
-    done = pip("install", "--no-deps", "--no-index", str(wheel(folder, name, files, entry_points)))
+def installed(folder: Path, name: str, files: dict[str, str], entry_points: str) -> dict[str, str]:
+    """The plug-in installed by pip (no network) into ``folder/site``, and the environment of a process that
+    sees it there beside this venv's packages."""
+    site = folder / "site"
+    done = pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheel(folder, name, files, entry_points)))
     assert done.returncode == 0, done.stdout + done.stderr
-    try:
-        yield
-    finally:
-        gone = pip("uninstall", "-y", name)
-        assert gone.returncode == 0, gone.stdout + gone.stderr
+    return clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
 
 
 @pytest.fixture(scope="module")
-def tiny_plugin(tmp_path_factory) -> Iterator[None]:
-    yield from installed(tmp_path_factory.mktemp("tiny-plugin"), TINY, TINY_FILES, TINY_ENTRY_POINTS)
+def tiny_plugin(tmp_path_factory) -> dict[str, str]:
+    """The environment of a process that has the tiny plug-in installed."""
+    return installed(tmp_path_factory.mktemp("tiny-plugin"), TINY, TINY_FILES, TINY_ENTRY_POINTS)
 
 
 @pytest.fixture
-def broken_plugin(tmp_path) -> Iterator[None]:
-    yield from installed(tmp_path, BROKEN, BROKEN_FILES, BROKEN_ENTRY_POINTS)
+def broken_plugin(tmp_path) -> dict[str, str]:
+    """The environment of a process that has the broken plug-in installed."""
+    return installed(tmp_path, BROKEN, BROKEN_FILES, BROKEN_ENTRY_POINTS)
 
 
 def test_list_shows_each_component_with_its_package(tiny_plugin, workdir: Path):
-    done = agentcompass(workdir, "list", "benchmark")
+    done = agentcompass(workdir, "list", "benchmark", env=tiny_plugin)
     assert done.returncode == 0, done.stderr
     rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines() if line.strip()}
     assert rows["plugin_tiny"] == TINY
@@ -130,7 +135,7 @@ def test_list_shows_each_component_with_its_package(tiny_plugin, workdir: Path):
 
 
 def test_a_plugin_benchmark_runs_through_snakemake(tiny_plugin, workdir: Path):
-    done = agentcompass(workdir, "run", "plugin_tiny", "oracle", "none", "--cores", "1")
+    done = agentcompass(workdir, "run", "plugin_tiny", "oracle", "none", "--cores", "1", env=tiny_plugin)
     assert done.returncode == 0, done.stdout + done.stderr
     run = workdir / "results/default/plugin_tiny-oracle-none"
     (result,) = run.glob("attempts/*/*/result.json")
@@ -139,7 +144,7 @@ def test_a_plugin_benchmark_runs_through_snakemake(tiny_plugin, workdir: Path):
 
 
 def test_a_missing_dependency_fails_before_any_job_with_the_pip_command(tiny_plugin, workdir: Path):
-    done = agentcompass(workdir, "run", "plugin_needs_missing", "oracle", "none", "--cores", "1")
+    done = agentcompass(workdir, "run", "plugin_needs_missing", "oracle", "none", "--cores", "1", env=tiny_plugin)
     assert done.returncode == 2, done.stdout + done.stderr
     assert MISSING_PIP in done.stderr
     assert "agentcompass_no_such_module" in done.stderr and "Traceback" not in done.stderr
@@ -148,7 +153,7 @@ def test_a_missing_dependency_fails_before_any_job_with_the_pip_command(tiny_plu
 
 def test_a_broken_plugin_is_a_clear_error_naming_package_and_entry_point(broken_plugin, workdir: Path):
     for args in (("list", "harness"), ("run", "example_exact_match", "oracle", "none")):
-        done = agentcompass(workdir, *args)
+        done = agentcompass(workdir, *args, env=broken_plugin)
         assert done.returncode == 2, done.stdout + done.stderr
         assert f"plug-in package {BROKEN!r}: entry point 'shaky'" in done.stderr
         assert "agentcompass_no_such_module" in done.stderr and "Traceback" not in done.stderr

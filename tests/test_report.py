@@ -20,21 +20,16 @@ RUN = Path("results/default/example-oracle")
 CHARTS = ["categories.svg", "scores.svg", "errors.svg", "tokens.svg"]
 
 
-@pytest.fixture(scope="module")
-def evaluated(tmp_path_factory) -> Path:
-    """README's command 1: the default evaluation, in a fresh directory."""
-    workdir = tmp_path_factory.mktemp("report")
-    done = snakemake(workdir)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return workdir
+@pytest.fixture
+def evaluated(default_run: Path) -> Path:
+    """README's command 1: the default evaluation, built in a fresh directory once a session (conftest.default_run)."""
+    return default_run
 
 
 @pytest.fixture
-def copy(evaluated: Path, tmp_path: Path) -> Path:
+def copy(default_run_copy: Path) -> Path:
     """The evaluated directory, copied for a test that changes it."""
-    target = tmp_path / "copy"
-    shutil.copytree(evaluated, target, symlinks=True)
-    return target
+    return default_run_copy
 
 
 def attempts_data(report_dir: Path) -> dict:
@@ -42,6 +37,7 @@ def attempts_data(report_dir: Path) -> dict:
     return json.loads(text[text.index("=") + 1:].rstrip().rstrip(";"))
 
 
+@pytest.mark.smoke  # the report of a real run
 def test_the_default_evaluation_writes_its_report(evaluated: Path):
     folder = evaluated / RUN / "report"
     index = (folder / "index.html").read_text()

@@ -8,15 +8,18 @@ exactly the files that depend on it.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import threading
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from agentcompass.runtime.model_client import endpoint_resource
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
-from conftest import agentcompass, jobs_run, jobs_run_with_shards, shard_logs, snakemake
+from conftest import agentcompass, copy_run, jobs_run, jobs_run_with_shards, shard_logs, shared_run, snakemake
 
 ANSWERS = {"France": "Paris", "Japan": "Tokyo", "planet": "Jupiter", "water": "H2O", "Hamlet": "Marlowe"}
 N = 5
@@ -90,6 +93,27 @@ def run(workdir: Path, config: Path) -> dict[str, int]:
 ALL = list(range(N))
 
 
+def build_chat_run(shard_size: int, folder: Path) -> None:
+    with ScriptedEndpoint(Model()) as endpoint:
+        assert run(folder, write_config(folder, endpoint, shard_size=shard_size))["run"] == N
+
+
+@pytest.fixture(scope="session")
+def built_chat_runs(tmp_path_factory) -> Callable[[int], Path]:
+    """The request of ``write_config``'s defaults, built by ``Model`` once a session for each shard size."""
+    return lambda shard_size: shared_run(tmp_path_factory, f"reuse-chat-run-shards-{shard_size}",
+                                         functools.partial(build_chat_run, shard_size))
+
+
+@pytest.fixture
+def chat_run(built_chat_runs, workdir: Path, model, shard_size) -> Path:
+    """``run(workdir, write_config(workdir, model, shard_size=shard_size))`` done: the session's build of it,
+    copied into ``workdir`` and made to name this test's endpoint, as a build against it would."""
+    built = built_chat_runs(shard_size)
+    old = json.loads((built / "eval.yaml").read_text())["requests"]["chat-run"]["model"]["base_url"]
+    return copy_run(built, workdir, {old: model.base_url, endpoint_resource(old): endpoint_resource(model.base_url)})
+
+
 def results(workdir: Path) -> dict[str, dict]:
     base = workdir / "results/default/chat-run/attempts"
     return {p.parent.parent.name: json.loads(p.read_text()) for p in base.glob("*/1/result.json")}
@@ -103,8 +127,8 @@ def test_changing_nothing_reruns_nothing(workdir: Path, model, shard_size):
     assert len(model.requests) == calls
 
 
-def test_temperature_reruns_the_harness_and_scoring_but_not_preparation(workdir: Path, model, shard_size):
-    run(workdir, write_config(workdir, model, temperature=0.0, shard_size=shard_size))
+def test_temperature_reruns_the_harness_and_scoring_but_not_preparation(chat_run: Path, model, shard_size):
+    workdir = chat_run  # built with temperature 0.0
     prepared_before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("prepared.json")}
     model.requests.clear()
     ran = run(workdir, write_config(workdir, model, temperature=0.7, shard_size=shard_size))
@@ -114,8 +138,8 @@ def test_temperature_reruns_the_harness_and_scoring_but_not_preparation(workdir:
     assert {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("prepared.json")} == prepared_before
 
 
-def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, model, shard_size):
-    run(workdir, write_config(workdir, model, case_sensitive=False, shard_size=shard_size))
+def test_scoring_parameter_regrades_without_calling_the_model(chat_run: Path, model, shard_size):
+    workdir = chat_run  # built with case_sensitive False
     model.requests.clear()
     ran = run(workdir, write_config(workdir, model, case_sensitive=True, shard_size=shard_size))
     # the plan holds the scoring setting, so the bulk plans (and run_info.json with them) are rewritten too
@@ -125,8 +149,8 @@ def test_scoring_parameter_regrades_without_calling_the_model(workdir: Path, mod
     assert plan["benchmark_plan"]["case_sensitive"] is True
 
 
-def test_prices_and_analyzers_rerun_metrics_only(workdir: Path, model, shard_size):
-    run(workdir, write_config(workdir, model, shard_size=shard_size))
+def test_prices_and_analyzers_rerun_metrics_only(chat_run: Path, model, shard_size):
+    workdir = chat_run
     metrics_file = workdir / "results/default/chat-run/metrics.json"
     assert json.loads(metrics_file.read_text())["summary"]["overall"]["cost_usd"] is None
     results_before = {p: p.stat().st_mtime_ns for p in (workdir / "results").rglob("result.json")}
@@ -147,8 +171,8 @@ def test_prices_and_analyzers_rerun_metrics_only(workdir: Path, model, shard_siz
     assert (workdir / "results/default/chat-run/reports/results_table/results.csv").exists()
 
 
-def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(workdir: Path, model, shard_size):
-    run(workdir, write_config(workdir, model, shard_size=shard_size))
+def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(chat_run: Path, model, shard_size):
+    workdir = chat_run
     config = write_config(workdir, model, prompt="Answer in lower case. {question}", shard_size=shard_size)
     status = agentcompass(workdir, "status", "--config", str(config))
     assert status.returncode == 0, status.stderr
@@ -164,8 +188,8 @@ def test_prompt_parameter_reruns_preparation_onward_and_status_says_so_first(wor
     assert "up to date: nothing would rerun" in after.stdout
 
 
-def test_more_attempts_and_tasks_run_only_the_new_ones(workdir: Path, model, shard_size):
-    run(workdir, write_config(workdir, model, attempts=1, shard_size=shard_size))
+def test_more_attempts_and_tasks_run_only_the_new_ones(chat_run: Path, model, shard_size):
+    workdir = chat_run  # built with 1 attempt
     model.requests.clear()
     ran = run(workdir, write_config(workdir, model, attempts=3, shard_size=shard_size))
     assert ran["run"] == 2 * N and ran["prepare"] == 2 * N and ran["evaluate"] == 2 * N

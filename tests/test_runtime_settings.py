@@ -18,7 +18,7 @@ from conftest import announced, clean_env
 
 
 def write_config(workdir: Path, endpoint, runtime: dict | None = None, execution: dict | None = None,
-                 top: dict | None = None, tasks: int = 12) -> Path:
+                 top: dict | None = None, tasks: int = 8) -> Path:
     path = workdir / "eval.yaml"
     request = {"benchmark": "synthetic", "harness": "chat", "model": {"id": "scripted", "base_url": endpoint.base_url}}
     if execution:
@@ -40,6 +40,7 @@ def run(workdir: Path, config: Path, cores: int = 8) -> subprocess.CompletedProc
 SLOW = lambda body: Reply(200, completion("x"), delay=0.4)  # noqa: E731
 
 
+# 8 attempts: with shards of 4, two shards (each one's claim is the whole cap, so one runs at a time)
 @pytest.mark.parametrize("shard_size", [0, 4], ids=["attempt-jobs", "shards-of-4"])
 @pytest.mark.parametrize("where", ["execution", "global"])
 def test_task_concurrency_caps_the_attempts_running_at_once(workdir: Path, shard_size: int, where: str):
@@ -50,7 +51,7 @@ def test_task_concurrency_caps_the_attempts_running_at_once(workdir: Path, shard
             config = write_config(workdir, endpoint, {"shard_size": shard_size}, top={"task_concurrency": 2})
         done = run(workdir, config, cores=8)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert len(endpoint.requests) == 12
+        assert len(endpoint.requests) == 8
         assert endpoint.max_in_flight == 2  # --cores 8 alone lets 8 run at once (next test)
 
 
@@ -61,17 +62,19 @@ def test_without_a_cap_cores_decide(workdir: Path):
         assert endpoint.max_in_flight > 2
 
 
-@pytest.mark.parametrize("shard_size", [0, 4], ids=["attempt-jobs", "shards-of-4"])
+@pytest.mark.parametrize("shard_size", [0, 2], ids=["attempt-jobs", "shards-of-2"])
 def test_provider_limits_cap_the_sessions_of_an_environment(workdir: Path, shard_size: int):
-    # every attempt job of this request may open a host_process session: one at a time
+    # every attempt job of this request may open a host_process session: one at a time. 4 attempts
+    # (two shards of 2) would all run at once without the limit, as the second run shows
     with ScriptedEndpoint(SLOW) as endpoint:
-        config = write_config(workdir, endpoint, {"shard_size": shard_size, "provider_limits": {"host_process": 1}})
+        config = write_config(workdir, endpoint, {"shard_size": shard_size, "provider_limits": {"host_process": 1}},
+                              tasks=4)
         done = run(workdir, config, cores=8)
         assert done.returncode == 0, done.stderr[-3000:]
         assert endpoint.max_in_flight == 1
     with ScriptedEndpoint(SLOW) as endpoint:  # a limit on another provider leaves this one alone
         (workdir / "results").rename(workdir / "results-before")
-        config = write_config(workdir, endpoint, {"shard_size": shard_size, "provider_limits": {"docker": 1}})
+        config = write_config(workdir, endpoint, {"shard_size": shard_size, "provider_limits": {"docker": 1}}, tasks=4)
         done = run(workdir, config, cores=8)
         assert done.returncode == 0, done.stderr[-3000:]
         assert endpoint.max_in_flight > 1

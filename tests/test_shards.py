@@ -16,7 +16,9 @@ from agentcompass.pipeline import shards
 from agentcompass.pipeline.files import schema_path
 from conftest import announced, jobs_run, jobs_run_with_shards, shard_logs, snakemake
 
-# example_exact_match has 5 tasks: 3 attempts each make 15 attempts, 4 shards of 4, 4, 4, 3
+# example_exact_match has 5 tasks: 3 attempts each make 15 attempts, 2 shards of 8 and 7 (the third task's
+# attempts in both): the fewest that show a slice rebuilt alone while another is left as it is
+SHARD_SIZE = 8
 CONFIG = {
     "requests": {"big": {"benchmark": "example_exact_match", "harness": "oracle", "model": {"id": "none"},
                          "execution": {"attempts": 3}}},
@@ -54,15 +56,15 @@ def without_times(metrics: dict) -> dict:
     return metrics
 
 
-def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing(tmp_path: Path):
-    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing(workdir: Path):
+    whole, sharded = workdir / "whole", workdir / "sharded"
     whole.mkdir()
     sharded.mkdir()
     assert build(whole, write_config(whole, 0))["evaluate"] == 15
 
-    config = write_config(sharded, 4)
+    config = write_config(sharded, SHARD_SIZE)
     ran = build(sharded, config)
-    assert ran["shard"] == 4 and ran["prepare"] == ran["run"] == ran["evaluate"] == 15
+    assert ran["shard"] == 2 and ran["prepare"] == ran["run"] == ran["evaluate"] == 15
     # a shard's log lists its finished jobs (counted above), not an announcement of each
     assert not any(announced(log.read_text()) for log in shard_logs(sharded))
     assert scored(sharded) == scored(whole) and len(scored(sharded)) == 15
@@ -73,7 +75,7 @@ def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing
     schema = json.loads(schema_path("shard").read_text())
     for record in records:
         jsonschema.Draft202012Validator(schema).validate(record)
-    assert [r["attempts"] for r in records] == [4, 4, 4, 3]
+    assert [r["attempts"] for r in records] == [8, 7]
     assert sum(r["counts"]["completed"] for r in records) == 15
 
     # a no-op rerun is decided by the outer run alone
@@ -83,42 +85,42 @@ def test_a_sharded_request_builds_the_same_files_and_reruns_only_what_is_missing
 
     # one deleted result.json: its shard only, and in it the one evaluation
     order = [t["task_id"] for t in json.loads((sharded / "results/default/big/tasks.json").read_text())["tasks"]]
-    victim = sharded / "results/default/big/attempts" / order[3] / "2" / "result.json"  # position 3*3+1 = 10: shard 2
+    victim = sharded / "results/default/big/attempts" / order[3] / "2" / "result.json"  # position 3*3+1 = 10: shard 1
     before = shard_logs(sharded)
     victim.unlink()
     assert build(sharded, config) == {"shard": 1, "evaluate": 1, "metrics": 1, "report": 1}
     rewritten = [p for p, stamp in shard_logs(sharded).items() if before[p] != stamp]
-    assert [p.parent.name for p in rewritten] == ["2"]
+    assert [p.parent.name for p in rewritten] == ["1"]
     assert victim.exists() and scored(sharded) == scored(whole)
-    assert [(p.parent / "generation").read_text() for p in paths] == ["1\n", "1\n", "2\n", "1\n"]
+    assert [(p.parent / "generation").read_text() for p in paths] == ["1\n", "2\n"]
     # the repaired slice is current again: no second rerun
     assert jobs_run(snakemake(sharded, "--configfile", str(config)).stderr) == {}
 
-    # a whole attempt folder removed: its shard rebuilds it, once
+    # a whole task folder (its 3 attempts) removed: its shard rebuilds it, once
     shutil.rmtree(victim.parent.parent)
     assert build(sharded, config) == {"shard": 1, "prepare": 3, "run": 3, "evaluate": 3, "metrics": 1, "report": 1}
     assert scored(sharded) == scored(whole)
     assert jobs_run(snakemake(sharded, "--configfile", str(config)).stderr) == {}
 
     # forcing a per-attempt rule reaches every shard's inner run
-    assert build(sharded, config, "--forcerun", "evaluate") == {"shard": 4, "evaluate": 15, "metrics": 1, "report": 1}
+    assert build(sharded, config, "--forcerun", "evaluate") == {"shard": 2, "evaluate": 15, "metrics": 1, "report": 1}
 
     # a changed parameter reruns every shard it reaches, once: the same command again builds nothing
     config.write_text(json.dumps({**json.loads(config.read_text()),
                                   "benchmarks": {"example_exact_match": {"case_sensitive": True}}}))
     ran = build(sharded, config)
-    assert ran["shard"] == 4 and ran["evaluate"] == 15
+    assert ran["shard"] == 2 and ran["evaluate"] == 15
     assert jobs_run(snakemake(sharded, "--configfile", str(config)).stderr) == {}
 
 
-def test_a_dry_run_shows_the_shard_jobs_without_running_them(tmp_path: Path):
-    config = write_config(tmp_path, 4)
-    plans = snakemake(tmp_path, "results/default/big/plans.json", "--configfile", str(config))
+def test_a_dry_run_shows_the_shard_jobs_without_running_them(workdir: Path):
+    config = write_config(workdir, SHARD_SIZE)
+    plans = snakemake(workdir, "results/default/big/plans.json", "--configfile", str(config))
     assert plans.returncode == 0, plans.stderr[-2000:]
-    dry = snakemake(tmp_path, "--configfile", str(config), "--dry-run")
+    dry = snakemake(workdir, "--configfile", str(config), "--dry-run")
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert dry.stdout.count("rule shard:") + dry.stderr.count("rule shard:") == 4
-    assert not list(tmp_path.glob("results/default/big/attempts/*/*/result.json"))
+    assert dry.stdout.count("rule shard:") + dry.stderr.count("rule shard:") == 2
+    assert not list(workdir.glob("results/default/big/attempts/*/*/result.json"))
 
 
 def test_a_shards_generation_moves_when_a_folder_of_its_slice_changes(tmp_path: Path):

@@ -64,9 +64,11 @@ def cluster_problem() -> str | None:
                                 capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         return "sinfo did not answer in 30 s"
-    if states.returncode != 0 or not any(s.strip() in ("idle", "mixed") for s in states.stdout.splitlines()):
+    # a node busy with another test's jobs (allocated, mixed, completing) is up: jobs queue for it
+    up = ("idle", "mixed", "allocated", "completing")
+    if states.returncode != 0 or not any(s.strip() in up for s in states.stdout.splitlines()):
         found = states.stdout.strip() or states.stderr.strip() or "no nodes"
-        return f"partition {PARTITION!r} has no idle node (sinfo: {found!r})"
+        return f"partition {PARTITION!r} has no node up to run jobs (sinfo: {found!r})"
     return None
 
 
@@ -221,6 +223,7 @@ def local_run(workdir: Path) -> dict[str, tuple]:
     return local
 
 
+@pytest.mark.slow(reason="the same evaluation twice, local and on SLURM, each attempt one job on a 2-CPU cluster")
 def test_an_evaluation_on_slurm_equals_the_local_one_in_one_job_per_shard(cluster, tmp_path: Path):
     local = local_run(tmp_path / "local")
 
@@ -485,15 +488,15 @@ def test_outside_slurm_there_is_no_job_id(tmp_path: Path):
     assert provenance.find_slurm_job_id({}, pid=5, proc=loop) is None
 
 
-def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_locally(cluster, tmp_path: Path):
+def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_locally(cluster, needs_podman,
+                                                                                       tmp_path: Path):
     """A cluster node with no Docker daemon: the docker environment on rootless Podman's API socket
     builds each shipped task folder's Dockerfile (FROM local/busybox:latest, nothing pulled), in a
     cluster job, with the same verdicts as the same run on this machine."""
-    from environments.envkit import docker_engine, require_docker
+    from environments.envkit import docker_engine
 
     from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 
-    require_docker()
     if docker_engine() != "podman-rootless":
         pytest.skip(f"DOCKER_HOST names {docker_engine()}, not rootless Podman: .ci/run runs this test with "
                     "DOCKER_HOST at the rootless Podman that .ci/podman-up.sh --rootless starts")
@@ -533,10 +536,13 @@ def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_
     for r in results(work).values():
         assert r["provenance"]["slurm_job_id"] == records[0]["slurm_job_id"]
     # the task images were built on the rootless engine, and no container of the runs is left on it
+    # (theirs: labelled with their run id; other tests' sessions may be open on the engine meanwhile)
     import docker
 
     client = docker.from_env()
     try:
-        assert client.containers.list(all=True, filters={"label": "agentcompass=1"}) == []
+        left = [c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"})
+                if c.labels.get("agentcompass.label", "").startswith("big-")]
     finally:
         client.close()
+    assert left == []

@@ -67,8 +67,8 @@ def test_status_takes_benchmark_harness_model_like_run(workdir: Path):
     assert "attempts: no attempts yet" in stdout and "request.json x1: missing" in stdout, stdout
 
 
-def test_a_change_shows_what_would_rerun_and_why(workdir: Path):
-    ok(agentcompass(workdir, "run", "example_exact_match", "oracle", "none"))
+def test_a_change_shows_what_would_rerun_and_why(cli_oracle_run_copy: Path):
+    workdir = cli_oracle_run_copy  # `agentcompass run example_exact_match oracle none`, built once a session
     # a scoring parameter: regrading only
     stdout = ok(agentcompass(workdir, "status", "example_exact_match", "oracle", "none", "-b", "case_sensitive=true"))
     assert f"result.json x{N}: params changed: plan" in stdout, stdout

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,9 @@ from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, t
 from conftest import clean_env
 
 DRIVER = Path(__file__).parent / "drivers" / "session_workflow.py"
-TASKS = 6
+# 4 attempts on 2 cores (with shards, two shards of 2, one attempt at a time in each): two running
+# when the stop comes and two that must not start
+TASKS = 4
 
 
 class SleepyAgent:
@@ -45,11 +48,18 @@ class SleepyAgent:
         return tool_call_reply("bash", {"command": "sleep 120"})
 
 
-def agent_config(workdir: Path, endpoint, shard_size: int, **runtime) -> Path:
+def own_run_id(kind: str) -> str:
+    """A run id no other test's run has, on this machine: the checks for what sessions left behind, and
+    the cleaning after, find sessions by run id across every process (another pytest worker, another
+    checkout's suite). No dash after ``kind``: ``clean(kind)`` takes the labels ``<kind>-...``."""
+    return f"{kind}{uuid.uuid4().hex[:8]}"
+
+
+def agent_config(workdir: Path, endpoint, shard_size: int, run_id: str, **runtime) -> Path:
     path = workdir / "stop.yaml"
     path.write_text(json.dumps({
         "runtime": {"shard_size": shard_size, "progress": False, "cleanup_grace_seconds": 5, **runtime},
-        "requests": {"stop": {
+        "requests": {run_id: {
             "benchmark": "synthetic", "harness": "tool_agent",
             "environment": {"id": "host_process", "run_network": "none"},
             "model": {"id": "scripted", "base_url": endpoint.base_url},
@@ -81,16 +91,17 @@ def wait_for(condition, seconds: float) -> bool:
 
 
 @pytest.mark.parametrize("how,shard_size", [
-    ("SIGTERM", 0), ("SIGTERM", 3), ("Ctrl-C", 0), ("Ctrl-C", 3),
+    ("SIGTERM", 0), ("SIGTERM", 2), ("Ctrl-C", 0), ("Ctrl-C", 2),
 ], ids=["sigterm", "sigterm-shards", "ctrl-c", "ctrl-c-shards"])
 def test_a_signal_stops_the_run_gracefully_and_the_next_run_continues(workdir: Path, how: str, shard_size: int):
-    leftovers.clean("stop")  # an earlier failure's, so this run's are the ones counted
+    run_id = own_run_id("stop")
+    leftovers.clean(run_id)  # an earlier failure's, so this run's are the ones counted
     agent = SleepyAgent()
     with ScriptedEndpoint(agent) as endpoint:
-        config = agent_config(workdir, endpoint, shard_size)
-        proc = run_cli(workdir, config)
+        config = agent_config(workdir, endpoint, shard_size, run_id)
+        proc = run_cli(workdir, config, cores=2)
         # two agents are sleeping in their sandboxes (a namespace holder and a command each)
-        assert wait_for(lambda: agent.commands >= 2 and len(left_behind("stop")) >= 2, 120), proc.stderr
+        assert wait_for(lambda: agent.commands >= 2 and len(left_behind(run_id)) >= 2, 120), proc.stderr
         time.sleep(0.5)
         if how == "SIGTERM":
             proc.send_signal(signal.SIGTERM)
@@ -101,38 +112,38 @@ def test_a_signal_stops_the_run_gracefully_and_the_next_run_continues(workdir: P
         name = "SIGTERM" if how == "SIGTERM" else "SIGINT"
         assert f"stopping because it received {name}" in err
         assert "stopped before it finished" in out and "metrics.json" not in out
-        assert left_behind("stop") == []  # no process, namespace holder or workspace
-        results = list((workdir / "results/default/stop/attempts").glob("*/1/result.json"))
+        assert left_behind(run_id) == []  # no process, namespace holder or workspace
+        results = list((workdir / f"results/default/{run_id}/attempts").glob("*/1/result.json"))
         assert len(results) < TASKS
 
         agent.quick = True  # the next run: the same command, and every attempt finishes
-        proc = run_cli(workdir, config)
+        proc = run_cli(workdir, config, cores=2)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
-        assert "stop: completed: 6 attempts" in out
-    assert left_behind("stop") == []
+        assert f"{run_id}: completed: {TASKS} attempts" in out
+    assert left_behind(run_id) == []
 
 
-def model_config(workdir: Path, endpoint, **extra) -> Path:
+def model_config(workdir: Path, endpoint, tasks: int, **extra) -> Path:
     runtime = {"progress": False, **extra.pop("runtime", {})}
     path = workdir / "eval.yaml"
     path.write_text(json.dumps({
         "runtime": runtime,
         "requests": {"paced": {"benchmark": "synthetic", "harness": "chat",
                                "model": {"id": "scripted", "base_url": endpoint.base_url}, **extra}},
-        "benchmarks": {"synthetic": {"num_tasks": 12}},
+        "benchmarks": {"synthetic": {"num_tasks": tasks}},
     }))
     return path
 
 
 def test_a_deadline_that_has_passed_starts_nothing_and_reports_no_old_metrics(workdir: Path):
     with ScriptedEndpoint(lambda body: completion("x")) as endpoint:
-        config = model_config(workdir, endpoint)
+        config = model_config(workdir, endpoint, 2)
         first = run_cli(workdir, config)
         assert first.wait(timeout=300) == 0  # an earlier, finished run: metrics.json exists
-        (workdir / "results/default/paced/attempts/t00/1/output.json").unlink()  # one attempt to redo
+        (workdir / "results/default/paced/attempts/t0/1/output.json").unlink()  # one attempt to redo
         calls = len(endpoint.requests)
-        config = model_config(workdir, endpoint, runtime={"deadline_seconds": 0.01})
+        config = model_config(workdir, endpoint, 2, runtime={"deadline_seconds": 0.01})
         proc = run_cli(workdir, config)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 3, err[-3000:]
@@ -141,30 +152,54 @@ def test_a_deadline_that_has_passed_starts_nothing_and_reports_no_old_metrics(wo
         assert len(endpoint.requests) == calls  # nothing started
 
 
+class StalledModel:
+    """Answers the first ``quick`` calls after 0.2 s and holds every later one until ``released`` (two
+    minutes at most): a run finishes some attempts, never all of them, before its deadline."""
+
+    def __init__(self, quick: int) -> None:
+        self.quick = quick
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.released = threading.Event()
+
+    def __call__(self, body) -> Reply:
+        with self.lock:
+            self.calls += 1
+            held = self.calls > self.quick
+        if held:
+            self.released.wait(120)
+        return Reply(200, completion("x"), delay=0.2)
+
+
 @pytest.mark.parametrize("shard_size", [0, 4], ids=["attempt-jobs", "shards-of-4"])
 def test_a_deadline_stops_the_run_and_its_shards_and_the_next_run_continues(workdir: Path, shard_size: int):
-    with ScriptedEndpoint(lambda body: Reply(200, completion("x"), delay=1.0)) as endpoint:
-        # 12 one-second attempts, 2 at a time: about 6 s of work, stopped after 4
-        config = model_config(workdir, endpoint, runtime={"deadline_seconds": 4, "shard_size": shard_size},
-                              execution={"task_concurrency": 2})
-        proc = run_cli(workdir, config, cores=4)
-        out, err = proc.communicate(timeout=300)
+    # 8 attempts, 2 at a time (with shards of 4: two shards, one at a time); 3 finish, the others wait
+    # for the model until the deadline stops the run 4 s after it started (its shard's inner run too)
+    model = StalledModel(quick=3)
+    with ScriptedEndpoint(model) as endpoint:
+        try:
+            config = model_config(workdir, endpoint, 8, runtime={"deadline_seconds": 4, "shard_size": shard_size},
+                                  execution={"task_concurrency": 2})
+            proc = run_cli(workdir, config, cores=4)
+            out, err = proc.communicate(timeout=300)
+        finally:
+            model.released.set()
         assert proc.returncode == 3, out + err[-3000:]
         assert "its deadline (runtime.deadline_seconds) was reached" in err
         done = len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json")))
-        assert done < 12
+        assert done < 8
         # its events: what it finished, attempts it cancelled started and never finished, and its outcome
         stopped = read_events(workdir / "results/default/paced")
         kinds = collections.Counter(e["event"] for e in stopped)
         assert kinds["attempt_finished"] == done and kinds["attempt_started"] >= done
         assert stopped[-1]["event"] == "request_finished" and stopped[-1]["outcome"]["state"] == "stopped"
-        config = model_config(workdir, endpoint, runtime={"shard_size": shard_size})
+        config = model_config(workdir, endpoint, 8, runtime={"shard_size": shard_size})
         proc = run_cli(workdir, config, cores=4)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
-        assert len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json"))) == 12
+        assert len(list((workdir / "results/default/paced/attempts").glob("*/1/result.json"))) == 8
         after = read_events(workdir / "results/default/paced")[len(stopped):]
-        assert sum(e["event"] == "attempt_finished" for e in after) == 12 - done
+        assert sum(e["event"] == "attempt_finished" for e in after) == 8 - done
 
 
 def clock_config(workdir: Path, **runtime) -> Path:
@@ -172,7 +207,7 @@ def clock_config(workdir: Path, **runtime) -> Path:
     path.write_text(json.dumps({
         "runtime": {"progress": False, **runtime},
         "requests": {"clock": {"benchmark": "synthetic", "harness": {"id": "test_session_clock", "params": {"hold": 0}},
-                               "model": {"id": "none"}}},
+                               "environment": {"id": "test_open_clock"}, "model": {"id": "none"}}},
         "benchmarks": {"synthetic": {"num_tasks": 8}},
     }))
     return path
@@ -189,15 +224,17 @@ def test_environment_open_rate_spaces_the_session_opens(workdir: Path):
     opened = sorted(json.loads(p.read_text())["metadata"]["opened"]
                     for p in (workdir / "results/default/clock/attempts").glob("*/1/result.json"))
     # 4 a second: the 8 sessions take 7 quarter seconds to open (unpaced, all 8 opened within 0.25 s
-    # here). Not each gap: a session's own opening time varies with the machine's load.
+    # here). When each began to open, right after its turn: a sandbox's own setting up varies with the
+    # machine's load (with the time after it, 1.43 s was seen on a loaded machine). Not each gap either.
     assert len(opened) == 8 and opened[-1] - opened[0] >= 1.5, [b - a for a, b in zip(opened, opened[1:])]
 
 
 def test_cleanup_grace_bounds_how_long_a_stopping_run_waits_for_its_sandboxes(workdir: Path):
+    run_id = own_run_id("slow")
     config = workdir / "slow.yaml"
     config.write_text(json.dumps({
         "runtime": {"progress": False, "deadline_seconds": 3, "cleanup_grace_seconds": 1},
-        "requests": {"slow": {"benchmark": "synthetic", "harness": {"id": "test_session_clock", "params": {"hold": 300}},
+        "requests": {run_id: {"benchmark": "synthetic", "harness": {"id": "test_session_clock", "params": {"hold": 300}},
                               "environment": {"id": "test_slow_close", "params": {"close_seconds": 300}},
                               "model": {"id": "none"}}},
         "benchmarks": {"synthetic": {"num_tasks": 2}},
@@ -207,4 +244,4 @@ def test_cleanup_grace_bounds_how_long_a_stopping_run_waits_for_its_sandboxes(wo
     assert done.returncode != 0
     assert time.monotonic() - started < 200
     assert re.search(r"did not close within runtime.cleanup_grace_seconds \(1(\.0)? s\)", done.stderr), done.stderr[-3000:]
-    leftovers.clean("slow")  # what the slow sessions left behind
+    leftovers.clean(run_id)  # what the slow sessions left behind

@@ -22,7 +22,6 @@ import swebench_kit as kit
 from agentcompass.benchmarks.swebench import DEPENDENCY
 from agentcompass.testing.dependencies import needs
 from conftest import clean_env, snakemake
-from environments.envkit import require_docker
 
 pytestmark = needs(DEPENDENCY)
 
@@ -38,9 +37,8 @@ LINKER = ("mkdir -p /tmp/agentcompass-swebench; (i=0; while [ $i -lt 200000 ]; d
 
 
 @pytest.fixture(scope="module")
-def instances(tmp_path_factory) -> dict:
+def instances(tmp_path_factory, needs_docker) -> dict:
     """The instances (by id), their file, and the bad patches; the images built (removed after the module)."""
-    require_docker()
     root = tmp_path_factory.mktemp("swebench")
     base, made = kit.build_repo(root / "repo")
     images = [kit.build_instance_image(root / "repo", image_id) for _, image_id in GOOD.values()]

@@ -61,7 +61,8 @@ def copy_tasks(tmp_path: Path) -> Path:
     return target
 
 
-@pytest.mark.parametrize("provider", ["host_process", "docker"])
+# host_process: the smoke set's sandbox (every verifier runs under network 'none')
+@pytest.mark.parametrize("provider", [pytest.param("host_process", marks=pytest.mark.smoke), "docker"])
 def test_oracle_passes_every_shipped_task(provider, workdir: Path):
     config = write_config(workdir, "oracle", environment_of(provider))
     done = snakemake(workdir, "--configfile", str(config))
@@ -124,7 +125,9 @@ def hidden_material() -> dict[str, list[str]]:
 def test_an_edited_verifier_reruns_only_evaluation(tmp_path: Path, workdir: Path):
     environment_of("host_process")
     tasks = copy_tasks(tmp_path)
-    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks)})
+    # two tasks: the one whose verifier is edited, and one left as it was
+    config = write_config(workdir, "oracle", {"id": "host_process"},
+                          {"path": str(tasks), "task_ids": ["hello-file", "fix-sum-script"]})
     first = snakemake(workdir, "--configfile", str(config))
     assert first.returncode == 0, first.stderr[-3000:]
     assert all(r["correct"] for r in results_of(workdir).values())
@@ -166,7 +169,8 @@ def test_an_unset_variable_of_verifier_env_stops_the_run_before_any_attempt(tmp_
     tasks = copy_tasks(tmp_path)
     toml = tasks / "hello-file" / "task.toml"
     toml.write_text(toml.read_text() + '\n[verifier.env]\nGREETING_TOKEN = "${AC_TEST_UNSET_GREETING}"\n')
-    config = write_config(workdir, "oracle", {"id": "host_process"}, {"path": str(tasks), "task_env": ["AC_TEST_UNSET_GREETING"]})
+    config = write_config(workdir, "oracle", {"id": "host_process"},
+                          {"path": str(tasks), "task_ids": ["hello-file"], "task_env": ["AC_TEST_UNSET_GREETING"]})
     env = clean_env()
     env.pop("AC_TEST_UNSET_GREETING", None)
     done = snakemake(workdir, "--configfile", str(config), env=env)
@@ -198,24 +202,27 @@ def test_a_reward_written_before_the_verifier_timed_out_is_no_verdict(tmp_path: 
     environment_of("host_process")
     tasks = copy_tasks(tmp_path)
     (tasks / "hello-file" / "tests" / "test.sh").write_text(
-        "#!/bin/sh\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\nsleep 120\n")
+        "#!/bin/sh\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\necho written\nsleep 120\n")
+    # writing the reward takes the verifier a few hundredths of a second
     config = write_config(workdir, "oracle", {"id": "host_process"},
-                          {"path": str(tasks), "task_ids": ["hello-file"], "verifier_timeout": 5})
+                          {"path": str(tasks), "task_ids": ["hello-file"], "verifier_timeout": 2})
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
     hello = results_of(workdir)["hello-file"]
     assert hello["status"] == "eval_error" and hello["score"] is None, hello
-    assert "timed out after 5.0 s): it did not finish, so no reward it wrote counts" in hello["error"], hello["error"]
+    assert "timed out after 2.0 s): it did not finish, so no reward it wrote counts" in hello["error"], hello["error"]
     assert hello["metadata"]["verifier"]["timed_out"] is True
+    assert hello["metadata"]["verifier"]["stdout"] == "written\n"  # the reward was there before the timeout
 
 
 def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_model_call(tmp_path: Path, workdir: Path):
     from agentcompass.testing.endpoint import ScriptedEndpoint, completion
 
     environment_of("host_process")
-    tasks = copy_tasks(tmp_path)
-    for broken in ("bad-toml", "no-prompt"):
-        shutil.copytree(tasks / "hello-file", tasks / broken)
+    tasks = tmp_path / "tasks"  # one task that loads beside the two that do not
+    loaded = ["hello-file"]
+    for name in (*loaded, "bad-toml", "no-prompt"):
+        shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / name)
     (tasks / "bad-toml" / "task.toml").write_text("[verifier\ntimeout_sec = 10\n")
     (tasks / "no-prompt" / "instruction.md").unlink()
     with ScriptedEndpoint(lambda body: completion("done")) as endpoint:
@@ -228,23 +235,23 @@ def test_a_task_folder_that_cannot_be_loaded_fails_alone_without_a_sandbox_or_a_
     # the run went to its end (its exit status is the CLI's account of the failed attempts)
     assert "Traceback" not in done.stderr and "metrics.json" in done.stdout, done.stderr[-3000:]
     results = results_of(workdir)
-    assert sorted(results) == sorted([*SHIPPED, "bad-toml", "no-prompt"])
-    assert all(results[task]["status"] == "completed" for task in SHIPPED)
+    assert sorted(results) == sorted([*loaded, "bad-toml", "no-prompt"])
+    assert all(results[task]["status"] == "completed" for task in loaded)
     bad_toml, no_prompt = results["bad-toml"], results["no-prompt"]
     assert bad_toml["status"] == no_prompt["status"] == "run_error"
     assert bad_toml["error_stage"] == no_prompt["error_stage"] == "load"
     assert bad_toml["error"].startswith(f"task_dir: {tasks / 'bad-toml' / 'task.toml'} is not valid TOML")
     assert no_prompt["error"] == f"task_dir: {tasks / 'no-prompt'} has no instruction.md (the prompt); add it"
     # the model answered the loaded tasks only, and no sandbox was opened for the others
-    assert len(endpoint.requests) == len(SHIPPED)
+    assert len(endpoint.requests) == len(loaded)
     attempts = workdir / "results/default/tasks/attempts"
     assert (attempts / "hello-file/1/workspace").is_dir()
     assert not (attempts / "bad-toml/1/workspace").exists() and not (attempts / "no-prompt/1/workspace").exists()
     metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
-    assert metrics["counts"] == {"completed": len(SHIPPED), "run_error": 2}
+    assert metrics["counts"] == {"completed": len(loaded), "run_error": 2}
     status = agentcompass(workdir, "status", "--config", str(config))
     assert status.returncode == 0, status.stderr
-    assert f"attempts: completed {len(SHIPPED)}, run_error 2" in status.stdout
+    assert f"attempts: completed {len(loaded)}, run_error 2" in status.stdout
     assert f"run_error at load [task]: no-prompt attempt 1: {no_prompt['error']}" in status.stdout
     assert "run_error at load [task]: bad-toml attempt 1: task_dir: " in status.stdout
 

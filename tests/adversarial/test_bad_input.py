@@ -1,11 +1,14 @@
 """Bad input gets a clear error, and what the project prints or exports of hostile data is neutralized.
 
-Every case runs the real CLI (and through it Snakemake) in a scratch folder. A
-bad value of the command line, a config file, a referenced variable or a data
+A bad value of the command line, a config file, a referenced variable or a data
 file stops the run before any job with one message naming the field or the
-file; a model reply that no UTF-8 file can hold is that attempt's run_error;
-task ids, categories, error messages and model names holding terminal escape
-sequences or spreadsheet formulas come out of every command shown, never obeyed.
+file: these cases call the command's ``main`` in this process, in a scratch
+folder (tests/test_config_errors.py shows the real command printing such a
+message). The other cases run the real CLI (and through it Snakemake) in a
+scratch folder: a model reply that no UTF-8 file can hold is that attempt's
+run_error; task ids, categories, error messages and model names holding
+terminal escape sequences or spreadsheet formulas come out of every command
+shown, never obeyed.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from agentcompass import cli
 from agentcompass._util.jsonio import not_unicode
 from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, malformed
-from conftest import agentcompass, clean_env
+from conftest import agentcompass
 
 LONG = "a" * 300
 
@@ -31,9 +35,16 @@ def _dataset(folder: Path, rows: list[dict] | list[str], name: str = "data.jsonl
     return path
 
 
-def _refused(proc, *named: str) -> str:
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 2, out
+def run_here(capsys, *argv: str) -> tuple[int, str]:
+    """``agentcompass run *argv``, in this process: its exit status, and what it printed."""
+    code = cli.main(["run", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def _refused(done: tuple[int, str], *named: str) -> str:
+    code, out = done
+    assert code == 2, out
     assert "Traceback" not in out and "Error in rule" not in out, out
     for text in named:
         assert text in out, f"{text!r} not named in: {out}"
@@ -74,32 +85,33 @@ CLI_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
-def test_a_bad_command_line_value_is_refused_naming_its_field_before_any_work(workdir, case):
+def test_a_bad_command_line_value_is_refused_naming_its_field_before_any_work(here, capsys, case):
     argv, named = CLI_CASES[case]
-    out = _refused(agentcompass(workdir, "run", *argv), "invalid run config", "the command line", *named)
+    out = _refused(run_here(capsys, *argv), "invalid run config", "the command line", *named)
     assert "hunter2pw" not in out  # a password is never shown back
-    assert not (workdir / "results").exists() and not (workdir / "r\udcff").exists()
+    assert not (here / "results").exists() and not (here / "r\udcff").exists()
 
 
-def test_a_referenced_variable_is_checked_resolved_and_never_shown(workdir):
+def test_a_referenced_variable_is_checked_resolved_and_never_shown(here, capsys, monkeypatch):
     # the port comes from a variable: checked with it resolved, and the value stays unshown
-    env = clean_env(MODEL_HOST="127.0.0.1:70000", NOT_UTF8="k\udcffey")
-    out = _refused(agentcompass(workdir, "run", "example_exact_match", "chat", "m", "--base-url", "http://${MODEL_HOST}/v1",
-                                env=env), "model.base_url", "http://${MODEL_HOST}/v1", "Port out of range")
+    monkeypatch.setenv("MODEL_HOST", "127.0.0.1:70000")
+    monkeypatch.setenv("NOT_UTF8", "k\udcffey")
+    out = _refused(run_here(capsys, "example_exact_match", "chat", "m", "--base-url", "http://${MODEL_HOST}/v1"),
+                   "model.base_url", "http://${MODEL_HOST}/v1", "Port out of range")
     assert "70000" not in out
-    out = _refused(agentcompass(workdir, "run", "example_exact_match", "chat", "m", "--base-url", "http://127.0.0.1:9/v1",
-                                "--api-key-env", "NOT_UTF8", env=env), "NOT_UTF8", "not UTF-8", "model.api_key")
+    out = _refused(run_here(capsys, "example_exact_match", "chat", "m", "--base-url", "http://127.0.0.1:9/v1",
+                            "--api-key-env", "NOT_UTF8"), "NOT_UTF8", "not UTF-8", "model.api_key")
     assert "key" not in out.replace("api_key", "")
-    assert not (workdir / "results").exists()
+    assert not (here / "results").exists()
 
 
-def test_a_config_file_with_a_lone_surrogate_escape_is_refused_naming_file_and_field(workdir):
-    (workdir / "c.yaml").write_text('requests:\n  r:\n    benchmark: example_exact_match\n    harness: oracle\n'
-                                    '    model: {id: "x\\ud800"}\n', encoding="utf-8")
-    _refused(agentcompass(workdir, "run", "-c", "c.yaml"), "c.yaml", "requests.r.model.id", "surrogate")
-    (workdir / "c\udcff.yaml").write_text("requests: {}\n")
-    _refused(agentcompass(workdir, "run", "-c", "c\udcff.yaml"), "c\\udcff.yaml", "not UTF-8", "rename")
-    assert not (workdir / "results").exists()
+def test_a_config_file_with_a_lone_surrogate_escape_is_refused_naming_file_and_field(here, capsys):
+    (here / "c.yaml").write_text('requests:\n  r:\n    benchmark: example_exact_match\n    harness: oracle\n'
+                                 '    model: {id: "x\\ud800"}\n', encoding="utf-8")
+    _refused(run_here(capsys, "-c", "c.yaml"), "c.yaml", "requests.r.model.id", "surrogate")
+    (here / "c\udcff.yaml").write_text("requests: {}\n")
+    _refused(run_here(capsys, "-c", "c\udcff.yaml"), "c\\udcff.yaml", "not UTF-8", "rename")
+    assert not (here / "results").exists()
 
 
 @pytest.mark.parametrize("rows, named", [
@@ -107,19 +119,18 @@ def test_a_config_file_with_a_lone_surrogate_escape_is_refused_naming_file_and_f
     ([{"id": "a", "input": "q", "target": "x"}, {"id": "b", "input": {"deep": ["q\udfff"]}, "target": "x"}],
      ["data.jsonl:2", "'input.deep.0'", "lone surrogate"]),
 ])
-def test_a_jsonl_row_with_a_lone_surrogate_escape_names_file_line_and_field(workdir, rows, named):
+def test_a_jsonl_row_with_a_lone_surrogate_escape_names_file_line_and_field(here, capsys, rows, named):
     # json.dumps writes the lone surrogate as the escape \ud800, as a hostile data file would
-    _dataset(workdir, rows)
+    _dataset(here, rows)
     fields = "fields={id: id, input: input, target: target}"
-    _refused(agentcompass(workdir, "run", "dataset", "oracle", "none", "-b", "path=data.jsonl", "-b", fields), *named)
-    assert not (workdir / "results").exists()
+    _refused(run_here(capsys, "dataset", "oracle", "none", "-b", "path=data.jsonl", "-b", fields), *named)
+    assert not (here / "results").exists()
 
 
-def test_a_data_file_that_is_not_utf8_names_file_and_line(workdir):
-    (workdir / "data.csv").write_bytes(b"id,input,target\na,q,x\nb,\xff,x\n")
-    _refused(agentcompass(workdir, "run", "dataset", "oracle", "none", "-b", "path=data.csv"),
-             "data.csv:3", "not UTF-8")
-    assert not (workdir / "results").exists()  # refused before any job
+def test_a_data_file_that_is_not_utf8_names_file_and_line(here, capsys):
+    (here / "data.csv").write_bytes(b"id,input,target\na,q,x\nb,\xff,x\n")
+    _refused(run_here(capsys, "dataset", "oracle", "none", "-b", "path=data.csv"), "data.csv:3", "not UTF-8")
+    assert not (here / "results").exists()  # refused before any job
 
 
 def test_long_and_periodic_names_run_within_file_name_limits(workdir):

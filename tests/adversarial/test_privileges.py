@@ -144,8 +144,7 @@ def test_every_root_only_path_of_the_bound_folders_is_empty_in_the_sandbox():
     assert checked.stdout == "checked\n", checked.stdout
 
 
-def test_nothing_of_the_host_is_mounted_in_a_container(canaries):
-    require_docker()
+def test_nothing_of_the_host_is_mounted_in_a_container(needs_docker, canaries):
     secret, file, _, _ = canaries
 
     async def body(s):
@@ -230,7 +229,8 @@ def test_an_agent_that_ends_its_sandboxs_processes_fails_its_own_attempt_without
     assert "solve.sh exited with status 1" in reroll["error"], reroll["error"]
     # the sandbox outlived the agent's kill: the attempt went on and was scored
     survivor = results["kill-then-solve"]
-    assert survivor["status"] == "completed" and survivor["correct"] is True and survivor["retries_used"] == 0, survivor
+    assert survivor["status"] == "completed" and survivor["correct"] is True and survivor["retries_used"] == 0, (
+        survivor["status"], survivor["error"], survivor["metadata"])
     assert results["honest"]["correct"] is True and results["honest"]["retries_used"] == 0
 
 

@@ -206,9 +206,9 @@ def attempt_data_at(run: Path, task: str) -> dict:
     return json.loads(text[len("AC_ATTEMPT("):].rstrip().rstrip(";").rstrip(")"))
 
 
-def test_clean_removes_a_leftover_workspace_of_any_depth_and_never_what_its_links_name(tmp_path: Path):
-    tmp = tmp_path / "tmp"
-    target = tmp_path / "host" / "keep.txt"
+def test_clean_removes_a_leftover_workspace_of_any_depth_and_never_what_its_links_name(workdir: Path):
+    tmp = workdir / "tmp"
+    target = workdir / "host" / "keep.txt"
     target.parent.mkdir(parents=True)
     target.write_text("kept\n")
     workspace = tmp / "agentcompass-deadbeef"
@@ -216,7 +216,7 @@ def test_clean_removes_a_leftover_workspace_of_any_depth_and_never_what_its_link
     # a session whose agentcompass process is gone (pid 1 never has this start time)
     record = {"owner": f"{os.uname().nodename}:1:no-such-start", "label": "r-t-1-run"}
     Path(f"{workspace}{SESSION_RECORD_SUFFIX}").write_text(json.dumps(record))
-    done = agentcompass(tmp_path, "clean", env=clean_env(TMPDIR=str(tmp)))
+    done = agentcompass(workdir, "clean", env=clean_env(TMPDIR=str(tmp)))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert f"removed workspace {workspace}" in done.stdout
     assert not workspace.exists() and not Path(f"{workspace}{SESSION_RECORD_SUFFIX}").exists()

@@ -21,7 +21,7 @@ from conftest import agentcompass, files_holding
 from agentcompass.benchmarks import task_dir
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS, check_links, load_task, tree_digest
 from test_task_dir import environment_of
-from environments.envkit import TEST_IMAGE, require_docker
+from environments.envkit import TEST_IMAGE
 
 HONEST = "hello-file"  # its solve.sh writes the file its test.sh checks: the oracle scores 1
 
@@ -139,13 +139,12 @@ def test_links_that_stay_inside_their_part_are_kept_the_others_refused(tmp_path:
         check_links(deep)
 
 
-def test_a_docker_build_context_with_a_link_out_is_refused_before_the_engine_builds(tmp_path: Path):
+def test_a_docker_build_context_with_a_link_out_is_refused_before_the_engine_builds(needs_docker, tmp_path: Path):
     import docker
 
     from agentcompass.environments import docker as docker_env
     from agentcompass.runtime.base import ImageBuildError
 
-    require_docker()
     context = tmp_path / "context"
     context.mkdir()
     (context / "Dockerfile").write_text(f"FROM {TEST_IMAGE}\nCOPY . /ctx/\n")

@@ -4,8 +4,11 @@
 
 ``test_session_clock`` opens its run-phase session (a command in it), records
 the time it opened, then holds the session for ``hold`` seconds before it
-answers. ``test_slow_close`` is host_process whose sessions take
-``close_seconds`` to close, like a container that is slow to stop.
+answers. ``test_open_clock`` is host_process that notes when it began to open
+each session (its turn under ``runtime.environment_open_rate``), which the
+clock records instead: setting up a sandbox takes longer on a loaded machine.
+``test_slow_close`` is host_process whose sessions take ``close_seconds`` to
+close, like a container that is slow to stop.
 """
 
 from __future__ import annotations
@@ -36,10 +39,24 @@ class SessionClock(BaseHarness):
 
     async def run(self, prepared, env, req, plan, context) -> RunResult:
         await env.exec(["true"])  # opens the session
-        opened = time.time()
+        opened = getattr(env, "open_began", None) or time.time()
         await asyncio.sleep(plan.params["hold"])
         return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=context.reference,
                          metadata={"opened": opened})
+
+
+@ENVIRONMENTS.register()
+class OpenClock(HostProcessEnvironment):
+    """host_process that notes on each session when its opening began."""
+
+    id = "test_open_clock"
+    config_class = HostProcessConfig
+
+    async def open(self, spec, network, label):
+        began = time.time()  # right after the session's turn to open
+        session = await super().open(spec, network, label)
+        session.open_began = began
+        return session
 
 
 @dataclass(slots=True)

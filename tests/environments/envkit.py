@@ -77,6 +77,10 @@ def docker_engine() -> str:
 
 
 def require_docker() -> None:
+    """Skip the test, saying why, when no Docker engine answers; a test must be in the docker tier to ask."""
+    from conftest import require_tier
+
+    require_tier("docker", "uses a Docker engine")
     reason = docker_unavailable()
     if reason:
         pytest.skip(reason)

@@ -16,14 +16,13 @@ from agentcompass.environments.docker import DockerConfig, DockerEnvironment
 from agentcompass.runtime.config import ConfigError, build_component_config
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 
-from .envkit import TEST_IMAGE, Provider, docker_engine, require_docker, unique_label
+from .envkit import TEST_IMAGE, Provider, docker_engine, unique_label
 
 pytestmark = pytest.mark.usefixtures("engine")
 
 
 @pytest.fixture
-def engine():
-    require_docker()
+def engine(needs_docker):
     import docker
 
     client = docker.from_env()
@@ -58,7 +57,7 @@ def test_container_carries_labels_naming_the_run_attempt_and_owner(engine, docke
     assert containers(engine, label) == []
 
 
-def test_limits_an_engine_cannot_enforce_are_refused_when_the_session_opens(engine, docker_provider):
+def test_limits_an_engine_cannot_enforce_are_refused_when_the_session_opens(needs_podman, engine, docker_provider):
     if docker_engine() != "podman-rootless":
         pytest.skip(f"the engine here ({docker_engine()}) enforces memory, CPU and process limits")
     from agentcompass.environments.cgroups import LimitsUnavailableError
@@ -297,7 +296,7 @@ def test_docker_host_names_the_engine_whatever_docker_host_in_the_environment_sa
         docker_provider.run(lambda s: s.exec(["true"]), docker_host="unix:///nonexistent/podman.sock")
 
 
-def test_rootless_podman_relays_serve_its_own_unprivileged_user(docker_provider):
+def test_rootless_podman_relays_serve_its_own_unprivileged_user(needs_podman, docker_provider):
     """On a cluster node agentcompass runs as the user who runs rootless Podman, not as root: an
     endpoint under 'none' and an exposed host socket (a model gateway) still work, made in the
     container's network by a helper that joins the user's own namespaces; the container sees
@@ -363,7 +362,7 @@ def test_rootless_podman_relays_serve_its_own_unprivileged_user(docker_provider)
     assert "default" not in outcome["links"]
 
 
-def test_clean_finds_a_killed_runs_containers_on_podmans_own_socket_without_docker_host(engine, tmp_path):
+def test_clean_finds_a_killed_runs_containers_on_podmans_own_socket_without_docker_host(needs_podman, engine, tmp_path):
     """A run on rootless Podman (its socket at $XDG_RUNTIME_DIR/podman/podman.sock) killed outright:
     `agentcompass clean` in a shell without DOCKER_HOST still finds and removes its container."""
     if not docker_engine().startswith("podman") or not os.environ.get("DOCKER_HOST", "").startswith("unix://"):

@@ -27,7 +27,7 @@ from agentcompass.environments.netns import network_isolation
 from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 
-from .envkit import TEST_IMAGE, Provider, clean_env, require_docker, unique_label
+from .envkit import TEST_IMAGE, Provider, clean_env, unique_label
 
 DRIVER = Path(__file__).resolve().parents[1] / "drivers" / "flaky_workflow.py"
 
@@ -88,10 +88,10 @@ def test_an_engine_that_does_not_answer_is_environment_unavailable(monkeypatch, 
         asyncio.run(main())
 
 
-def test_an_unreachable_engine_is_retried_and_ends_as_run_error_naming_the_fault(tmp_path):
-    where = f"unix://{silent_socket(tmp_path)}"
+def test_an_unreachable_engine_is_retried_and_ends_as_run_error_naming_the_fault(workdir):
+    where = f"unix://{silent_socket(workdir)}"
     result = run_workflow(
-        tmp_path, f"noengine{time.time_ns()}", {"id": "test_flaky_sandbox", "params": {"failures": 0}},
+        workdir, f"noengine{time.time_ns()}", {"id": "test_flaky_sandbox", "params": {"failures": 0}},
         {"id": "docker", "params": {"image": TEST_IMAGE}}, max_retries=2, env=clean_env(DOCKER_HOST=where),
     )
     assert result["status"] == "run_error"
@@ -100,8 +100,7 @@ def test_an_unreachable_engine_is_retried_and_ends_as_run_error_naming_the_fault
     assert result["failure_class"] == "infrastructure"
 
 
-def test_a_container_killed_mid_command_is_sandbox_died_then_and_after():
-    require_docker()
+def test_a_container_killed_mid_command_is_sandbox_died_then_and_after(needs_docker):
     provider = Provider("docker", {"image": TEST_IMAGE})
 
     async def body(s):
@@ -119,8 +118,7 @@ def test_a_container_killed_mid_command_is_sandbox_died_then_and_after():
     assert containers_labelled(label) == []
 
 
-def test_every_call_on_a_removed_container_is_sandbox_died(tmp_path):
-    require_docker()
+def test_every_call_on_a_removed_container_is_sandbox_died(needs_docker, tmp_path):
     provider = Provider("docker", {"image": TEST_IMAGE})
     (tmp_path / "file.txt").write_text("x")
 
@@ -148,11 +146,10 @@ def test_every_call_on_a_removed_container_is_sandbox_died(tmp_path):
     assert raised == {call: removed for call in raised}
 
 
-def test_a_container_killed_mid_attempt_is_retried_and_the_attempt_succeeds(tmp_path):
-    require_docker()
+def test_a_container_killed_mid_attempt_is_retried_and_the_attempt_succeeds(needs_docker, workdir):
     name = f"dockerkill{time.time_ns()}"
     result = run_workflow(
-        tmp_path, name, {"id": "test_sandbox_fault", "params": {"fault": "kill_container", "faults": 1}},
+        workdir, name, {"id": "test_sandbox_fault", "params": {"fault": "kill_container", "faults": 1}},
         {"id": "docker", "params": {"image": TEST_IMAGE}}, max_retries=1,
     )
     assert result["status"] == "completed" and result["correct"] is True
@@ -160,16 +157,15 @@ def test_a_container_killed_mid_attempt_is_retried_and_the_attempt_succeeds(tmp_
     assert containers_labelled(f"{name}-") == []
 
 
-def test_a_failed_image_build_is_an_image_build_error_and_not_retried(tmp_path):
-    require_docker()
-    context = tmp_path / "image"
+def test_a_failed_image_build_is_an_image_build_error_and_not_retried(needs_docker, workdir):
+    context = workdir / "image"
     context.mkdir()
     (context / "Dockerfile").write_text(textwrap.dedent(f"""\
         FROM {TEST_IMAGE}
         RUN echo building the broken image && exit 3
         """))
     result = run_workflow(
-        tmp_path, f"badbuild{time.time_ns()}", {"id": "test_flaky_sandbox", "params": {"failures": 0}},
+        workdir, f"badbuild{time.time_ns()}", {"id": "test_flaky_sandbox", "params": {"failures": 0}},
         {"id": "docker", "params": {"dockerfile": str(context / "Dockerfile")}}, max_retries=2,
     )
     assert result["status"] == "run_error"
@@ -204,9 +200,9 @@ def test_a_host_process_session_dropped_mid_command_is_sandbox_died_then_and_aft
 
 
 @needs_isolation
-def test_a_host_process_session_dropped_mid_attempt_is_retried_and_the_attempt_succeeds(tmp_path):
+def test_a_host_process_session_dropped_mid_attempt_is_retried_and_the_attempt_succeeds(workdir):
     result = run_workflow(
-        tmp_path, f"hostdrop{time.time_ns()}", {"id": "test_sandbox_fault", "params": {"fault": "drop_session", "faults": 1}},
+        workdir, f"hostdrop{time.time_ns()}", {"id": "test_sandbox_fault", "params": {"fault": "drop_session", "faults": 1}},
         {"id": "host_process", "run_network": "none"}, max_retries=1,
     )
     assert result["status"] == "completed" and result["correct"] is True

@@ -94,14 +94,14 @@ def remains(run_id: str) -> list:
 
 
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
-def test_full_evaluation_with_every_phase_isolated_completes_and_leaves_nothing(provider, tmp_path):
+def test_full_evaluation_with_every_phase_isolated_completes_and_leaves_nothing(provider, workdir):
     environment = environment_of(provider)
     run_id = f"isolated{provider.replace('_', '')}{time.time_ns()}"
-    config = write_config(tmp_path, run_id, environment)
-    done = subprocess.run(driver_argv(tmp_path, config), cwd=tmp_path, env=clean_env(),
+    config = write_config(workdir, run_id, environment)
+    done = subprocess.run(driver_argv(workdir, config), cwd=workdir, env=clean_env(),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    run = tmp_path / "results" / "default" / run_id
+    run = workdir / "results" / "default" / run_id
     metrics = json.loads((run / "metrics.json").read_text())
     # the probe answers correctly only where its run phase saw no route out
     assert metrics["counts"] == {"completed": 2} and metrics["metrics"]["accuracy"] == 1.0
@@ -111,11 +111,11 @@ def test_full_evaluation_with_every_phase_isolated_completes_and_leaves_nothing(
 
 
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
-def test_kill_9_of_snakemake_mid_run_then_clean_leaves_nothing(provider, tmp_path):
+def test_kill_9_of_snakemake_mid_run_then_clean_leaves_nothing(provider, workdir):
     environment = environment_of(provider)
     run_id = f"killed{provider.replace('_', '')}{time.time_ns()}"
-    config = write_config(tmp_path, run_id, environment)
-    snakemake = subprocess.Popen(driver_argv(tmp_path, config, "hold"), cwd=tmp_path, env=clean_env(),
+    config = write_config(workdir, run_id, environment)
+    snakemake = subprocess.Popen(driver_argv(workdir, config, "hold"), cwd=workdir, env=clean_env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         assert snakemake.stdout.readline().strip() == "holding", "the run stage never reached its sandbox"

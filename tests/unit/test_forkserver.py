@@ -44,26 +44,26 @@ def test_preloading_starts_no_thread():
     assert done.stdout.strip() == "1"
 
 
-def test_a_forked_inner_run_has_its_environment_folder_and_log(server, tmp_path: Path, monkeypatch):
-    (tmp_path / "Snakefile").write_text(SNAKEFILE)
-    monkeypatch.chdir(tmp_path)  # the inner run works in the folder of the process that spawns it
-    log = tmp_path / "inner.log"
+def test_a_forked_inner_run_has_its_environment_folder_and_log(server, workdir: Path, monkeypatch):
+    (workdir / "Snakefile").write_text(SNAKEFILE)
+    monkeypatch.chdir(workdir)  # the inner run works in the folder of the process that spawns it
+    log = workdir / "inner.log"
     env = {**os.environ, "PROBE": "from-the-caller"}
-    proc = forkserver.spawn(["--snakefile", str(tmp_path / "Snakefile"), "--cores", "1", "--force-use-threads", "all"],
+    proc = forkserver.spawn(["--snakefile", str(workdir / "Snakefile"), "--cores", "1", "--force-use-threads", "all"],
                             env, log)
     assert proc.wait(timeout=120) == 0
-    probe, parent, cwd, stdin = (tmp_path / "out.txt").read_text().split(" ")
-    assert probe == "from-the-caller" and cwd == str(tmp_path) and stdin == os.devnull
+    probe, parent, cwd, stdin = (workdir / "out.txt").read_text().split(" ")
+    assert probe == "from-the-caller" and cwd == str(workdir) and stdin == os.devnull
     # its parent is the fork server, not this process, and its parent watch follows the server
     assert int(parent) == mp_forkserver._forkserver._forkserver_pid != os.getpid()
     assert "Finished jobid" in log.read_text()
 
 
-def test_a_failed_inner_run_exits_non_zero_with_snakemakes_error_in_its_log(server, tmp_path: Path, monkeypatch):
-    (tmp_path / "Snakefile").write_text(SNAKEFILE)
-    monkeypatch.chdir(tmp_path)
-    log = tmp_path / "inner.log"
-    proc = forkserver.spawn(["--snakefile", str(tmp_path / "Snakefile"), "--cores", "1", "broken"],
+def test_a_failed_inner_run_exits_non_zero_with_snakemakes_error_in_its_log(server, workdir: Path, monkeypatch):
+    (workdir / "Snakefile").write_text(SNAKEFILE)
+    monkeypatch.chdir(workdir)
+    log = workdir / "inner.log"
+    proc = forkserver.spawn(["--snakefile", str(workdir / "Snakefile"), "--cores", "1", "broken"],
                             dict(os.environ), log)
     assert proc.wait(timeout=120) == 1
     text = log.read_text()
@@ -96,15 +96,15 @@ sys.exit(code)
 """
 
 
-def test_a_callers_script_without_a_main_guard_runs_once(tmp_path: Path):
-    (tmp_path / "Snakefile").write_text(SNAKEFILE)
-    script = tmp_path / "drive.py"
+def test_a_callers_script_without_a_main_guard_runs_once(workdir: Path):
+    (workdir / "Snakefile").write_text(SNAKEFILE)
+    script = workdir / "drive.py"
     script.write_text(UNGUARDED)
-    done = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script), str(workdir)], cwd=workdir, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PROBE": "scripted"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "runs").read_text() == "x"  # not again in the forked child
-    assert (tmp_path / "out.txt").read_text().startswith("scripted ")
+    assert (workdir / "runs").read_text() == "x"  # not again in the forked child
+    assert (workdir / "out.txt").read_text().startswith("scripted ")
 
 
 def test_inner_runs_that_start_and_end_at_once_report_their_own_exit_status(server, tmp_path: Path, monkeypatch):

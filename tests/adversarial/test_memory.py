@@ -486,3 +486,29 @@ def test_a_trajectory_records_a_long_body_cut_and_says_so(tmp_path: Path):
     assert first["request"]["bytes"] > 20 * MB and "agentcompass_cut" in first["request"]
     assert first["reply"] == {"ok": True} and first["status"] == 200
     assert json.loads(lines[1])["request"]["messages"][0]["content"] == "short"
+
+
+def test_docker_s_exec_stream_keeps_head_and_tail_whatever_its_frames():
+    """The engine's multiplexed stream (8-byte headers, then payloads) read as it comes: a frame larger than
+    what is kept, and frames split anywhere, land in their streams' heads and tails."""
+    import threading
+
+    from agentcompass.environments.docker import _read_frames
+
+    def frame(kind: int, payload: bytes) -> bytes:
+        return bytes([kind, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+    stream = frame(1, b"BEGIN" + b"o" * (3 * MB)) + frame(2, b"err") + frame(1, b"x" * 1000 + b"END")
+    ours, engine = socket.socketpair()
+
+    def send() -> None:
+        for start in range(0, len(stream), 7919):  # cut at every kind of place, headers too
+            engine.sendall(stream[start:start + 7919])
+        engine.close()
+
+    threading.Thread(target=send, daemon=True).start()
+    out, err = _read_frames(ours)
+    ours.close()
+    assert out.text().startswith("BEGIN") and out.text().endswith("x" * 1000 + "END")
+    assert out.cut == 5 + 3 * MB + 1003 - OUTPUT_LIMIT
+    assert err.text() == "err" and err.cut == 0

@@ -36,9 +36,10 @@ can neither remount nor leave. One holder per session, rather than one
 command, used by the next) alive across commands, as in a container.
 
 The session's file calls (``transfer.main``) enter the same namespaces but the
-PID one: each runs in a fresh PID namespace of its own (``unshare --pid``),
-so the sandbox's commands cannot see it, signal it or open its descriptors,
-and the copy stream the host reads is the helper's alone.
+PID one: each runs outside the sandbox's PID namespace (as root, in a fresh
+one of its own, ``unshare --pid``; unprivileged, in the job's), so the
+sandbox's commands cannot see it, signal it or open its descriptors, and the
+copy stream the host reads is the helper's alone.
 """
 
 from __future__ import annotations
@@ -312,9 +313,9 @@ class Sandbox:
         only); the descriptors in ``pass_fds`` must be inherited.
 
         A ``helper`` (the session's file calls) sees the sandbox's files but is none of its processes: it
-        runs in a PID namespace of its own, outside the sandbox's, so no command there finds it in
-        ``/proc``, signals it, or opens its descriptors (the pipe of a copy's stream, which the host reads),
-        and it names no process but itself."""
+        runs outside the sandbox's PID namespace, so no command there finds it in ``/proc``, signals it, or
+        opens its descriptors (the pipe of a copy's stream, which the host reads). As root it runs in a PID
+        namespace of its own, naming no process but itself."""
         enter = ["nsenter"]
         if "user" in self._fds:
             # unprivileged: join the namespaces as the user namespace that owns them (we made it), then
@@ -326,9 +327,12 @@ class Sandbox:
         # the directory is looked up inside, never opened from outside (its host mount would be the way out)
         enter += [f"--wdns={cwd}", "--"]
         own_pids = ["unshare", "--pid", "--kill-child", "--"] if helper else []
+        if "user" in self._fds and helper:
+            # unprivileged: as the job's user, in the job's PID namespace (outside the sandbox's, whose /proc
+            # names no /proc/self to enter its user namespace or make one by)
+            return [*enter, *argv]
         if "user" in self._fds:
-            return [*enter, "nsenter", "--preserve-credentials", f"--user=/proc/self/fd/{self._fds['user']}", "--",
-                    *own_pids, *argv]
+            return [*enter, "nsenter", "--preserve-credentials", f"--user=/proc/self/fd/{self._fds['user']}", "--", *argv]
         return [*enter, *own_pids, "setpriv", "--bounding-set", BOUNDING_SET, *user_change, "--", *argv]
 
     async def close(self) -> None:

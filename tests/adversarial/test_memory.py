@@ -512,3 +512,47 @@ def test_docker_s_exec_stream_keeps_head_and_tail_whatever_its_frames():
     assert out.text().startswith("BEGIN") and out.text().endswith("x" * 1000 + "END")
     assert out.cut == 5 + 3 * MB + 1003 - OUTPUT_LIMIT
     assert err.text() == "err" and err.cut == 0
+
+
+ORACLE = '''
+    import pathlib, tempfile
+    from agentcompass.harnesses.oracle import LOG_NAME, OracleHarness
+    from agentcompass.runtime import HarnessContext
+    from agentcompass.runtime.base import ScriptReference
+    from agentcompass.runtime.models import HarnessPlan, PreparedTask, TaskInput
+
+    async def main():
+        folder = pathlib.Path(tempfile.mkdtemp())
+        (folder / "solution").mkdir()
+        (folder / "solution" / "solve.sh").write_text(
+            "#!/bin/sh\\necho BEGIN; yes 0123456789abcdef | head -c 300000000; echo; echo END\\n")
+        reference = ScriptReference(source=str(folder / "solution"), script="solve.sh", target="/tmp/solution",
+                                    timeout=600)
+        context = HarnessContext(attempt=1, attempt_dir=folder / "attempt", trajectory_path=folder / "t.jsonl",
+                                 reference=reference)
+        session = await open_session(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3])
+        try:
+            base = start()
+            # the oracle reads no request or plan
+            result = await OracleHarness().run(PreparedTask(task_id="t", input=TaskInput(prompt="x")), session,
+                                               None, HarnessPlan(harness_id="oracle"), context)
+            grew = grown(base)
+        finally:
+            await session.close()
+        log = (folder / "attempt" / LOG_NAME).read_text()
+        return {"grown": grew, "status": result.status.value, "bytes": len(log.encode()),
+                "begins": "--- stdout\\nBEGIN\\n" in log, "ends": log.endswith("END\\n--- stderr\\n"),
+                "note": "bytes of this output cut here" in log}
+
+    print(json.dumps(asyncio.run(main())))
+'''
+
+
+def test_an_oracle_printing_300_mb_writes_its_head_and_tail_into_results(sandboxed_provider: Provider):  # noqa: F811
+    report = in_child(ORACLE, *session_args(sandboxed_provider))
+    print(f"oracle printing 300 MB on {sandboxed_provider.name}: oracle.txt {report['bytes']} bytes, "
+          f"the job grew by {report['grown'] / MB:.1f} MB")
+    assert report["status"] == "completed"
+    assert report["begins"] and report["ends"] and report["note"], report
+    assert report["bytes"] <= 2 * OUTPUT_LIMIT
+    assert report["grown"] < MEMORY_BOUND, f"the job grew by {report['grown'] / MB:.1f} MB"

@@ -556,3 +556,46 @@ def test_an_oracle_printing_300_mb_writes_its_head_and_tail_into_results(sandbox
     assert report["begins"] and report["ends"] and report["note"], report
     assert report["bytes"] <= 2 * OUTPUT_LIMIT
     assert report["grown"] < MEMORY_BOUND, f"the job grew by {report['grown'] / MB:.1f} MB"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_reply_too_long_to_record_whole_is_recorded_cut_and_its_tokens_still_count(tmp_path: Path, streamed: bool):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agentcompass.gateway import ModelGateway
+
+    text = "y" * (2 * RECORD_LIMIT)
+    usage = {"prompt_tokens": 7, "completion_tokens": 5}
+    if streamed:
+        events = [{"choices": [{"delta": {"content": text}}]}, {"choices": [], "usage": usage}]
+        data = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode() + b"data: [DONE]\n\n"
+    else:
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}], "usage": usage}).encode()
+
+    class Upstream(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    trajectory = tmp_path / "t.jsonl"
+    try:
+        with ModelGateway(f"http://127.0.0.1:{server.server_address[1]}/v1", "sk", trajectory) as gateway:
+            status, _, _ = send(str(gateway.socket_path), gateway.token, 2, 2)
+            used = gateway.usage()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status == 200
+    assert (used["prompt_tokens"], used["completion_tokens"]) == (7, 5)
+    record = json.loads(trajectory.read_text())
+    assert record["reply"]["bytes"] == len(data) and "agentcompass_cut" in record["reply"]

@@ -44,6 +44,7 @@ from agentcompass.runtime import (
     NetworkPolicy,
 )
 from agentcompass.runtime.base import (
+    CappedOutput,
     EnvironmentUnavailableError,
     ImageBuildError,
     ImageMissingError,
@@ -415,10 +416,12 @@ def _stream_file(chunks) -> io.BufferedReader:
     return io.BufferedReader(_Chunks(chunks), 1 << 20)
 
 
-def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
-    """Read a multiplexed exec stream to its end: 8-byte headers (stream, size) then payload."""
-    streams = {1: bytearray(), 2: bytearray()}
-    buffer = bytearray()
+def _read_frames(sock: socket.socket) -> tuple[CappedOutput, CappedOutput]:
+    """Read a multiplexed exec stream to its end: 8-byte headers (stream, size) then payload, each frame's
+    payload passed on as it comes (a frame may be larger than what is kept of its stream)."""
+    streams = {1: CappedOutput(), 2: CappedOutput()}
+    header = bytearray()
+    kind, left = 1, 0  # the stream of the frame being read, and how much of its payload is still to come
     while True:
         try:
             chunk = sock.recv(65536)
@@ -426,14 +429,20 @@ def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
             chunk = b""
         if not chunk:
             break
-        buffer.extend(chunk)
-        while len(buffer) >= 8:
-            kind, size = struct.unpack(">BxxxL", buffer[:8])
-            if len(buffer) < 8 + size:
-                break
-            streams.get(kind, streams[1]).extend(buffer[8:8 + size])
-            del buffer[:8 + size]
-    return bytes(streams[1]), bytes(streams[2])
+        view = memoryview(chunk)
+        while view:
+            if left:
+                part, view = view[:left], view[left:]
+                streams.get(kind, streams[1]).add(bytes(part))
+                left -= len(part)
+                continue
+            needed = 8 - len(header)
+            header += view[:needed]
+            view = view[needed:]
+            if len(header) == 8:
+                kind, left = struct.unpack(">BxxxL", header)
+                header.clear()
+    return streams[1], streams[2]
 
 
 def _exec_failed(message: str) -> ExecResult:
@@ -609,7 +618,8 @@ class DockerSession(EnvironmentSession):
             done, _ = await asyncio.wait({reading}, timeout=_STREAM_GRACE_SECONDS)
             if not done:
                 sock.shutdown(socket.SHUT_RDWR)
-        stdout, stderr = await reading
+        out, err = await reading
+        stdout, stderr = bytes(out.head), bytes(err.head)  # how the output starts (empty only if there was none)
         sock.close()
         returncode = await self._exit_code(eid)
         if not timed_out and returncode in (None, 128 + signal.SIGKILL):
@@ -626,9 +636,10 @@ class DockerSession(EnvironmentSession):
                 return _exec_failed(probe.output.decode(errors="replace").strip() or f"unable to find user {user}")
         return ExecResult(
             returncode=returncode if returncode is not None else 128 + signal.SIGKILL,
-            stdout=stdout.decode(errors="replace"),
-            stderr=stderr.decode(errors="replace"),
+            stdout=out.text(),
+            stderr=err.text(),
             timed_out=timed_out,
+            cut=out.cut + err.cut,
         )
 
     async def _exit_code(self, eid: str) -> int | None:
@@ -752,15 +763,16 @@ class DockerSession(EnvironmentSession):
         await self._call("writing a file", write)
 
     @contextlib.contextmanager
-    def _archive_now(self, path: str, limit: int | None = None):
+    def _archive_now(self, path: str, limit: int | None = None, kind: str = "size"):
         """The archive of ``path`` (symlinks followed) as a file the engine streams, and its stat; a file
-        larger than ``limit`` is refused before anything is read. Closed at the end, read to its end or not:
-        the engine stops sending (an archive left unread would hold the container)."""
+        larger than ``limit`` is refused (a ``kind`` of ``CopyLimitError``) before anything is read. Closed at
+        the end, read to its end or not: the engine stops sending (an archive left unread would hold the
+        container)."""
         target, stat = self._resolve_now(path)
         if stat is None:
             raise FileNotFoundError(f"{path} does not exist in the container")
         if limit is not None and not stat["mode"] & _MODE_DIR and stat.get("size", 0) > limit:
-            raise transfer.CopyLimitError("size", self.copy_limits, "")
+            raise transfer.CopyLimitError(kind, transfer.Limits(size=limit), "")
         api = self.client.api
         response = api._get(api._url("/containers/{0}/archive", self.container.id), params={"path": target}, stream=True)
         try:
@@ -774,13 +786,14 @@ class DockerSession(EnvironmentSession):
 
     async def read_text(self, path: str) -> str:
         def read() -> bytes:
-            with self._archive_now(self._path(path), self.copy_limits.size) as (stream, stat):
+            limits = transfer.Limits(size=transfer.READ_LIMIT)
+            with self._archive_now(self._path(path), limits.size, "read") as (stream, stat):
                 if stat["mode"] & _MODE_DIR:
                     raise IsADirectoryError(f"{path} is a directory in the container")
-                with tarfile.open(fileobj=stream, mode="r|") as tar:
+                with tarfile.open(fileobj=stream, mode="r|", tarinfo=transfer.bounded_info()) as tar:
                     member, file = _only_file(tar, path)
-                    if member.size > self.copy_limits.size:
-                        raise transfer.CopyLimitError("size", self.copy_limits, "")
+                    if member.size > limits.size:
+                        raise transfer.CopyLimitError("read", limits, "")
                     with file as source:
                         return source.read()
 

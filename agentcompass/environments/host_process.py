@@ -39,7 +39,7 @@ from agentcompass.runtime import (
 )
 from agentcompass._util.aio import child_running
 from agentcompass._util.trees import remove_tree
-from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
+from agentcompass.runtime.base import CappedOutput, EnvironmentUnavailableError, SandboxDiedError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns, transfer
@@ -113,14 +113,17 @@ class HostProcessConfig(ComponentConfig):
 
 
 _PIPE_GRACE_SECONDS = 1.0
+# The most a file call's report (a status, the list of what a copy skipped) may hold; past it, it is cut
+_REPORT_LIMIT = 1 << 20
 _RELAY_START_TIMEOUT = 10.0
 _SOCKET_RELAY = str(Path(__file__).with_name("socket_relay.py"))
 _TRANSFER = str(Path(__file__).with_name("transfer.py"))
 
 
-async def _drain(stream: asyncio.StreamReader, buffer: bytearray) -> None:
+async def _drain(stream: asyncio.StreamReader, output: CappedOutput) -> None:
+    """Read ``stream`` to its end, keeping its head and tail (``OUTPUT_LIMIT``)."""
     while chunk := await stream.read(65536):
-        buffer.extend(chunk)
+        output.add(chunk)
 
 
 async def _drain_capped(stream: asyncio.StreamReader, buffer: bytearray, cap: int) -> None:
@@ -243,7 +246,7 @@ class HostProcessSession(EnvironmentSession):
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             return ExecResult(returncode=code, stdout="", stderr=f"{argv[0]}: {exc.strerror}\n")
         data = input.encode() if isinstance(input, str) else input
-        out, err = bytearray(), bytearray()
+        out, err = CappedOutput(), CappedOutput()
         assert proc.stdout is not None and proc.stderr is not None  # _start pipes both
         readers: asyncio.Future = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
         writer = asyncio.ensure_future(self._feed(proc, data)) if data is not None else None
@@ -277,9 +280,10 @@ class HostProcessSession(EnvironmentSession):
             self._check_network()
         return ExecResult(
             returncode=_exit_status(proc.returncode),
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
+            stdout=out.text(),
+            stderr=err.text(),
             timed_out=timed_out,
+            cut=out.cut + err.cut,
         )
 
     def _check_network(self) -> None:
@@ -298,14 +302,15 @@ class HostProcessSession(EnvironmentSession):
 
     async def _start(
         self, argv: list[str], cwd: str, env: dict[str, str], stdin, user_change: list[str] | None = None,
-        network_only: bool = False, stdout=asyncio.subprocess.PIPE,
+        network_only: bool = False, stdout=asyncio.subprocess.PIPE, helper: bool = False,
     ) -> asyncio.subprocess.Process:
         """``argv`` in the session's sandbox (or with ``network_only``, in its network only: a relay to a
-        host socket), in a process group of its own that close() ends."""
+        host socket), in a process group of its own that close() ends. A ``helper`` (a file call) runs
+        outside the sandbox's processes (``Sandbox.wrap``): none of them can see, signal or write to it."""
         pass_fds: tuple[int, ...] = ()
         network = self._sandbox.network if self._sandbox is not None else self._isolated
         if self._sandbox is not None and not network_only:
-            argv, pass_fds = self._sandbox.wrap(argv, cwd, user_change or []), self._sandbox.pass_fds
+            argv, pass_fds = self._sandbox.wrap(argv, cwd, user_change or [], helper=helper), self._sandbox.pass_fds
         elif network is not None:
             if user_change:
                 argv = ["setpriv", *user_change, "--", *argv]
@@ -378,7 +383,8 @@ class HostProcessSession(EnvironmentSession):
         exec_id = uuid.uuid4().hex
         private = {"TMPDIR": "/tmp"} if "TMPDIR" in os.environ else {}
         env = {**sandbox_environment(), **private, **self._markers, EXEC_VAR: exec_id}
-        argv = [sys.executable, "-I", "-S", _TRANSFER, op, path, *self.copy_limits.args()]
+        limits = transfer.Limits(size=transfer.READ_LIMIT) if op == "read" else self.copy_limits
+        argv = [sys.executable, "-I", "-S", _TRANSFER, op, path, *limits.args()]
         self._check_network()
         ends: list[int] = []
         stdin, stdout = asyncio.subprocess.DEVNULL, asyncio.subprocess.PIPE
@@ -389,7 +395,7 @@ class HostProcessSession(EnvironmentSession):
             read, stdout = os.pipe()
             ends += [read, stdout]
         try:
-            proc = await self._start(argv, str(self.root), env, stdin=stdin, stdout=stdout)
+            proc = await self._start(argv, str(self.root), env, stdin=stdin, stdout=stdout, helper=True)
         except BaseException:
             for fd in ends:
                 os.close(fd)
@@ -408,7 +414,9 @@ class HostProcessSession(EnvironmentSession):
             work.append(asyncio.ensure_future(asyncio.to_thread(_through, consume, read, "rb")))
         else:
             assert proc.stdout is not None
-            work.append(asyncio.ensure_future(_drain_capped(proc.stdout, out, self.copy_limits.size + 1)))
+            # a file's bytes (at most READ_LIMIT, and one more: a file that grew past it is seen to), else a report
+            cap = limits.size + 1 if op == "read" else _REPORT_LIMIT
+            work.append(asyncio.ensure_future(_drain_capped(proc.stdout, out, cap)))
         try:
             outcomes = await asyncio.gather(*work, return_exceptions=True)
             if any(isinstance(o, BaseException) for o in outcomes):
@@ -423,7 +431,7 @@ class HostProcessSession(EnvironmentSession):
         assert code is not None  # waited for
         failures = [o for o in outcomes[1:] if isinstance(o, BaseException)]
         if code in (2, 3):
-            raise self._helper_error(code, bytes(err), path, what)
+            raise self._helper_error(code, bytes(err), path, what, limits)
         if code != 0:
             self._check_network()  # the whole sandbox was ended from outside
             if failures and not isinstance(failures[0], BrokenPipeError):
@@ -433,7 +441,7 @@ class HostProcessSession(EnvironmentSession):
             raise failures[0]
         return bytes(out)
 
-    def _helper_error(self, code: int, err: bytes, path: str, what: str) -> OSError:
+    def _helper_error(self, code: int, err: bytes, path: str, what: str, limits: transfer.Limits) -> OSError:
         try:
             report = json.loads(err.decode(errors="replace").strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -442,7 +450,7 @@ class HostProcessSession(EnvironmentSession):
             report = {}
         if code == 3:
             kind = str(report.get("limit", "size"))
-            return transfer.CopyLimitError(kind, self.copy_limits, str(report.get("at", ""))[:300], what)
+            return transfer.CopyLimitError(kind, limits, str(report.get("at", ""))[:300], what)
         given = report.get("errno")
         number = given if isinstance(given, int) else errno.EIO
         reason = str(report.get("reason") or os.strerror(number))[:500]
@@ -499,8 +507,9 @@ class HostProcessSession(EnvironmentSession):
                 raise exc.within(f"reading {transfer.shown(path)}") from None
         else:
             data = await self._file_call("read", target, f"reading {transfer.shown(path)}")
-            if len(data) > self.copy_limits.size:
-                raise transfer.CopyLimitError("size", self.copy_limits, "", f"reading {transfer.shown(path)}")
+            if len(data) > transfer.READ_LIMIT:  # it grew past the limit while it was read
+                raise transfer.CopyLimitError("read", transfer.Limits(size=transfer.READ_LIMIT), "",
+                                              f"reading {transfer.shown(path)}")
         return data.decode("utf-8")
 
     async def write_text(self, path: str, text: str) -> None:

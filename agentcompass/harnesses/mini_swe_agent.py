@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentcompass.environments.transfer import CopyLimitError
 from agentcompass.gateway import ModelGateway
 from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
@@ -212,7 +213,7 @@ class MiniSweAgentHarness(BaseHarness):
             return None
         try:
             data = json.loads(await env.read_text(path))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, CopyLimitError):  # past READ_LIMIT: not read
             return None
         return data if isinstance(data, dict) else None
 

@@ -277,14 +277,64 @@ class BaseHarness(_Component, abc.ABC):
 # --- Environments ------------------------------------------------------------
 
 
+# The most of each stream (stdout, stderr) of one command that a session keeps: its first and its last half.
+# What lies between is read and dropped, and a line in its place says how many bytes; ``ExecResult.cut``
+# counts them.
+OUTPUT_LIMIT = 1 << 20
+
+
+class CappedOutput:
+    """One stream of a command as a session keeps it: the first and last ``limit // 2`` bytes, the rest counted.
+
+    Holds at most ``limit`` bytes and one chunk more (the tail is trimmed in bulk), whatever the command prints.
+    """
+
+    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            excess = len(self.tail) - self.half
+            if excess > self.half:
+                del self.tail[:excess]
+                self.dropped += excess
+
+    @property
+    def cut(self) -> int:
+        """How many bytes were dropped from the middle."""
+        return self.dropped + max(len(self.tail) - self.half, 0)
+
+    def text(self) -> str:
+        tail = self.tail[-self.half:] if len(self.tail) > self.half else self.tail
+        if not self.cut:
+            return (self.head + tail).decode(errors="replace")
+        return (self.head.decode(errors="replace")
+                + f"\n[agentcompass: {self.cut} bytes of this output cut here; a session keeps the first and the "
+                f"last {self.half} bytes of what a command prints on each stream]\n"
+                + tail.decode(errors="replace"))
+
+
 @dataclass
 class ExecResult:
-    """The outcome of one command in a session."""
+    """The outcome of one command in a session.
+
+    ``stdout`` and ``stderr`` hold at most about ``OUTPUT_LIMIT`` bytes each (``CappedOutput``); ``cut`` is how
+    many bytes were dropped from their middles.
+    """
 
     returncode: int
     stdout: str
     stderr: str
     timed_out: bool = False
+    cut: int = 0
 
     @property
     def ok(self) -> bool:

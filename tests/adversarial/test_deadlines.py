@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -152,6 +153,58 @@ def test_a_file_helper_the_agent_stops_or_holds_ends_its_call_within_the_deadlin
     assert provider.leftovers(session) == []
 
 
+# A job that opens a session, starts the freezer and makes a file call that it stops; it prints its
+# session's id, then waits on the call until it is killed.
+KILLED_JOB = """
+import asyncio, sys
+from agentcompass.environments import HostProcessEnvironment
+from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
+
+async def main():
+    spec = EnvironmentSpec(id="host_process", params={"sandbox": "bubblewrap", "workspace_root": sys.argv[1]})
+    session = await HostProcessEnvironment().open(spec, NetworkPolicy(mode="public"), "ctest-killed-job")
+    await session.write_text("freezer.py", sys.argv[2])
+    await session.exec(f"{sys.executable} -I -S freezer.py stop >/dev/null 2>&1 &", shell=True, timeout=30)
+    await asyncio.sleep(0.5)
+    print(session.session_id, flush=True)
+    await session.read_text("freezer.py")
+
+asyncio.run(main())
+"""
+
+
+def test_a_job_killed_during_a_stopped_file_call_leaves_no_process_on_the_host(tmp_path: Path):
+    _sandboxed()
+    job = subprocess.Popen([sys.executable, "-c", KILLED_JOB, str(tmp_path), FREEZER], stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert job.stdout is not None
+        session_id = job.stdout.readline().strip()
+        assert session_id, "the job did not open its session"
+
+        def left() -> list[str]:
+            found = []
+            for pid in marked_processes(SESSION_VAR, session_id):
+                try:
+                    found.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode())
+                except OSError:
+                    pass
+            return found
+
+        deadline = time.monotonic() + 10
+        while "nsenter" not in {Path(p).name for p in left()} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # the call is stopped: its nsenter waits on the host, stopped with the helper
+        assert "nsenter" in {Path(p).name for p in left()}, left()
+    finally:
+        job.kill()
+        job.wait()
+    deadline = time.monotonic() + GRACE
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left() == []
+
+
 def test_the_attempts_time_limit_ends_a_tool_agent_whose_helper_is_stopped(tmp_path: Path):
     """The run stage's task_timeout (a wait_for around the harness) ends a file call the agent froze,
     with the default call_timeout: the attempt ends within task_timeout plus GRACE, nothing left."""
@@ -219,6 +272,26 @@ def test_a_program_the_agent_replaced_ends_the_hosts_command_after_it_at_its_dea
     assert "removing the reference solution" in str(outcome)
     assert seconds <= DEADLINE + GRACE + 30  # the solve.sh itself ran first (well under its 30 s)
     assert sleeping == "0"  # the command that timed out was ended with what it started
+
+
+def test_a_stage_deadline_ends_its_body_as_a_deadline_error_and_leaves_the_bodys_own_timeouts_alone():
+    """What the run stage's copies after the harness and the evaluate stage are wrapped in."""
+    from agentcompass._util.aio import deadline
+
+    async def stalled() -> None:
+        async with deadline(0.2, "the stage"):
+            await asyncio.sleep(60)
+
+    async def own_timeout() -> None:
+        async with deadline(60, "the stage"):
+            raise TimeoutError("the body's own")
+
+    started = time.monotonic()
+    with pytest.raises(DeadlineError, match="the stage did not finish within 0.2 s"):
+        asyncio.run(stalled())
+    assert time.monotonic() - started < GRACE
+    with pytest.raises(TimeoutError, match="the body's own"):
+        asyncio.run(own_timeout())
 
 
 def test_a_deadline_is_the_attempts_limit_never_retried():

@@ -152,14 +152,65 @@ def _tail_usage(data: bytes, content_type: str) -> Any:
         return None
 
 
+# At most this many connections to one gateway (one attempt's agent) at once: one more is answered 503
+# and closed, and the attempt fails as out of its limits. Each holds a thread and a descriptor of the job
+# process, which every attempt of the process shares.
+MAX_CONNECTIONS = 32
+# A connection that sends nothing for this long while its request is read (or reads nothing of its reply)
+# is closed.
+IDLE_SECONDS = 30.0
+
+
+def _crowded_reply() -> bytes:
+    body = _error_body(f"more than {MAX_CONNECTIONS} connections to the gateway at once", "too_many_connections")
+    return (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     block_on_close = False  # closing never waits for a call the Model is still answering
     gateway: "ModelGateway"
 
+    def __init__(self, *args, **kwargs) -> None:
+        self.open_connections = 0
+        self.count_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address) -> None:
+        with self.count_lock:
+            crowded = self.open_connections >= MAX_CONNECTIONS
+            if not crowded:
+                self.open_connections += 1
+        if crowded:
+            self.gateway.crowded()
+            try:
+                request.setblocking(False)  # a few hundred bytes into an empty buffer; never waits
+                request.send(_crowded_reply())
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self) -> None:
+        with self.count_lock:
+            self.open_connections -= 1
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = IDLE_SECONDS  # each read of the request and write of the reply; an idle connection is closed
 
     def _handle(self) -> None:
         gateway = self.server.gateway
@@ -273,6 +324,8 @@ class ModelGateway:
         self.last_call_status: int | None = None
         self._room = threading.Condition()
         self._in_flight = 0  # bytes of the bodies of the calls being read or forwarded
+        # connections refused because MAX_CONNECTIONS were open: the agent held more than it is given
+        self.connections_refused = 0
         self._dir = Path(tempfile.mkdtemp(prefix="acgw-"))
         self.socket_path = self._dir / "gateway.sock"
         self._server: _Server | None = None
@@ -315,6 +368,15 @@ class ModelGateway:
     def authorized(self, header: str | None) -> bool:
         scheme, _, given = (header or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    def crowded(self) -> None:
+        """A connection refused as one too many: counted, and recorded once."""
+        with self._lock:
+            self.connections_refused += 1
+            first = self.connections_refused == 1
+        if first:
+            self.refused("", "", 503, f"more than {MAX_CONNECTIONS} connections at once (this one and any later "
+                         "one over the limit are closed unanswered, and not recorded again)")
 
     def refused(self, method: str, path: str, status: int, why: str) -> None:
         self._record({"source": "gateway", "method": method, "path": path, "status": status, "error": f"refused: {why}"})

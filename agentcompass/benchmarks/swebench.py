@@ -20,7 +20,9 @@ What each stage sees:
 - evaluate: in a fresh container of the same image the diff is applied as
   the package's harness applies it, the instance's evaluation script runs,
   and its log is graded by ``swebench.harness.grading.get_eval_report`` with
-  the instance's test spec (``make_test_spec``) and log parser.
+  the instance's test spec (``make_test_spec``) and log parser, in a child
+  process killed past ``GRADE_TIMEOUT`` (the parsers are quadratic on long
+  lines, which the agent's patch can make the tests print).
 
 The diff and the log are the agent's doing: on the host they are data of
 bounded size (``max_patch_bytes``, ``max_log_bytes``), copied as one file
@@ -29,6 +31,8 @@ each, never read for paths. The oracle applies the gold patch.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,6 +41,8 @@ import os
 import posixpath
 import re
 import shlex
+import signal
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +51,7 @@ from typing import Any
 from agentcompass._util import trees
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.benchmarks.dataset import json_value
-from agentcompass.errors import InfrastructureError
+from agentcompass.errors import DeadlineError, InfrastructureError
 from agentcompass.runtime import (
     BENCHMARKS,
     BaseBenchmark,
@@ -78,6 +84,24 @@ PATCH_FILE = "/tmp/agentcompass-swebench/model.patch"
 EVAL_SCRIPT = "/tmp/agentcompass-swebench/eval.sh"
 EVAL_LOG = "/tmp/agentcompass-swebench/test_output.txt"
 DIFF_TIMEOUT = 600.0
+# Grading one test log with the package's parsers, in a process of its own: they are quadratic on lines
+# the agent's patch can print (a 400 KB line keeps one busy for hours), so past this the grader is killed
+# and the evaluation fails (DeadlineError, class ``limit``).
+GRADE_TIMEOUT = 120.0
+# The grader's process: the package's own calls on the instance, the prediction and the log file (JSON on
+# stdin), the report and the statuses of the tests it found as JSON on stdout. Nothing is imported from
+# the working folder (-I).
+_GRADER = (
+    "import json, sys\n"
+    "from swebench.harness.grading import get_eval_report, get_logs_eval\n"
+    "from swebench.harness.utils import make_test_spec\n"
+    "job = json.load(sys.stdin)\n"
+    "spec = make_test_spec(job['instance'])\n"
+    "iid = job['prediction']['instance_id']\n"
+    "report = get_eval_report(spec, job['prediction'], job['log'], include_tests_status=True)[iid]\n"
+    "statuses = get_logs_eval(spec, job['log'])[0] if job['statuses'] else {}\n"
+    "json.dump({'report': report, 'statuses': statuses}, sys.stdout)\n"
+)
 _TAIL = 4000
 # the diff of everything the agent changed, new files too, from the base commit; no driver of the repository's
 # own config runs (external diff, textconv)
@@ -353,6 +377,39 @@ async def _read_bounded(env, remote: str, limit: int) -> tuple[str | None, int]:
         return data.decode("utf-8", errors="replace"), info.st_size
 
 
+async def grade(instance: dict[str, Any], prediction: dict[str, Any], log: str, *, statuses: bool = True,
+                timeout: float = GRADE_TIMEOUT) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The package's report on ``log`` (``get_eval_report`` with the instance's test spec) and, with
+    ``statuses``, every test its log parser found by status, computed in a child process that is killed
+    past ``timeout`` seconds (``DeadlineError``)."""
+    with tempfile.TemporaryDirectory(prefix="agentcompass-swebench-") as folder:
+        log_path = Path(folder) / "test_output.txt"
+        log_path.write_text(log, encoding="utf-8")
+        job = json.dumps({"instance": instance, "prediction": prediction, "log": str(log_path),
+                          "statuses": statuses}).encode()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-c", _GRADER, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(job), timeout)
+        except asyncio.TimeoutError:
+            raise DeadlineError("grading the test log with the swebench package", timeout) from None
+        finally:
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 5.0)  # reaped: nothing of it stays on the host
+    if proc.returncode != 0:
+        raise RuntimeError(f"swebench: grading the test log failed (exit status {proc.returncode}): "
+                           f"{err.decode(errors='replace')[-_TAIL:].strip()}")
+    graded = json.loads(out)
+    return graded["report"], graded["statuses"]
+
+
 # --- the Benchmark ------------------------------------------------------------------------------
 
 
@@ -421,6 +478,9 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
             metadata={"instance_id": task.task_id, "repo": task.category},
         )
 
+    def evaluation_seconds(self, plan: BenchmarkPlan) -> float:
+        return self._require_plan(plan).eval_timeout + GRADE_TIMEOUT
+
     def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> GoldPatch | None:
         if task.load_error is not None:
             return None
@@ -464,14 +524,8 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
         log, applied, truncated = "", None, False
         if patch is not None:
             log, applied, truncated = await self._run_tests(env, plan, spec, patch)
-        from swebench.harness.grading import get_eval_report, get_logs_eval
-
-        with tempfile.TemporaryDirectory(prefix="agentcompass-swebench-") as folder:
-            log_path = Path(folder) / "test_output.txt"
-            log_path.write_text(log, encoding="utf-8")
-            report = get_eval_report(spec, prediction, str(log_path), include_tests_status=True)[task.task_id]
-            # every test the log parser found, by status (empty when the package found the log unusable)
-            statuses = get_logs_eval(spec, str(log_path))[0] if patch is not None else {}
+        # every test the log parser found, by status (empty when the package found the log unusable)
+        report, statuses = await grade(instance, prediction, log, statuses=patch is not None)
         resolved = bool(report.get("resolved"))
         verdict = {
             "report": report,

@@ -67,7 +67,7 @@ from agentcompass.runtime import (
     TaskSpec,
     TaskStatus,
 )
-from agentcompass.runtime.base import ScriptReference
+from agentcompass.runtime.base import ScriptReference, after_agent, cancelling
 from agentcompass.runtime.config import ConfigError, ParameterError, config_field, plan_field
 from agentcompass.secrets import REFERENCE, references, resolve_secret, scrub
 
@@ -660,8 +660,9 @@ class HarborSolution(ScriptReference):
         try:
             return await super().run(session)
         finally:
-            if self.layout == "mapped":  # the stand-in folder goes too: the workspace is the agent's again
-                await session.exec(["rm", "-rf", HOST_HARBOR_DIR])
+            # the stand-in folder goes too: the workspace is the agent's again (unless its time limit ended it)
+            if self.layout == "mapped" and not cancelling():
+                await after_agent(session, ["rm", "-rf", HOST_HARBOR_DIR], f"removing {HOST_HARBOR_DIR}")
 
 
 def _env_table(env: Any, where: str) -> dict[str, str]:
@@ -847,6 +848,9 @@ class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
             ),
             metadata={"harbor_task": task.metadata["harbor"]["name"] or task.task_id},
         )
+
+    def evaluation_seconds(self, plan: BenchmarkPlan) -> float:
+        return self._require_plan(plan).verifier_timeout
 
     def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> HarborSolution | None:
         if task.load_error is not None:

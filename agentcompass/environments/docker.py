@@ -54,6 +54,7 @@ from agentcompass.runtime.base import (
     SandboxEndedFromInsideError,
     keeps,
 )
+from agentcompass.errors import DeadlineError
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
 from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
 from agentcompass._util.trees import confined
@@ -88,6 +89,9 @@ _KILL_MARKED = (
     '[ -z "$f" ] && exit 0; n=$((n+1)); done'
 )
 _STREAM_GRACE_SECONDS = 5.0
+# How long ending a timed-out command may take: the kill runs programs of the container (sh, cat, kill),
+# which a root agent can replace; past it the command's processes are left to the container's removal.
+_KILL_TIMEOUT = 30.0
 _MODE_DIR = 1 << 31  # Go's os.ModeDir, as the archive stat header reports it
 _MODE_SYMLINK = 1 << 27
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -651,9 +655,23 @@ class DockerSession(EnvironmentSession):
             await asyncio.sleep(0.02)
 
     async def _kill_marked(self, exec_id: str) -> None:
-        await self._call(
+        killing = self._call(
             "ending a timed-out command", self.container.exec_run, ["sh", "-c", _KILL_MARKED, "sh", f"{EXEC_VAR}={exec_id}"]
         )
+        done, _ = await asyncio.wait({killing}, timeout=_KILL_TIMEOUT)
+        if not done:
+            killing.cancel()  # its thread ends with the engine's answer, or the container
+        elif (error := killing.exception()) is not None:
+            raise error
+
+    async def _within(self, call: asyncio.Future, what: str):
+        """A file call's engine call within the session's ``call_timeout`` (``DeadlineError`` past it)."""
+        seconds = self.call_timeout
+        done, _ = await asyncio.wait({call}, timeout=seconds)
+        if not done:
+            call.cancel()  # its thread ends with the engine's stream, at the latest when the container goes
+            raise DeadlineError(f"{what} (a file call in session {self.label})", seconds)
+        return call.result()
 
     # --- files -----------------------------------------------------------------------
 
@@ -676,11 +694,13 @@ class DockerSession(EnvironmentSession):
         raise OSError(f"too many levels of symbolic links: {path}")
 
     async def exists(self, path: str) -> bool:
-        _, stat = await self._call("reading a file's status", self._resolve_now, self._path(path))
+        _, stat = await self._within(self._call("reading a file's status", self._resolve_now, self._path(path)),
+                                     f"reading the status of {transfer.shown(path)}")
         return stat is not None
 
     async def is_dir(self, path: str) -> bool:
-        _, stat = await self._call("reading a file's status", self._resolve_now, self._path(path))
+        _, stat = await self._within(self._call("reading a file's status", self._resolve_now, self._path(path)),
+                                     f"reading the status of {transfer.shown(path)}")
         return stat is not None and bool(stat["mode"] & _MODE_DIR)
 
     def _ensure_dir_now(self, directory: str) -> None:
@@ -739,7 +759,7 @@ class DockerSession(EnvironmentSession):
                 self.container.put_archive(parent, spool)
 
         try:
-            await self._call("copying files in", put)
+            await self._within(self._call("copying files in", put), what)
         except transfer.CopyLimitError as exc:
             raise exc.within(what) from None
         transfer.note_skipped(what, skipped)
@@ -760,7 +780,7 @@ class DockerSession(EnvironmentSession):
 
             self._put_now(target, add)
 
-        await self._call("writing a file", write)
+        await self._within(self._call("writing a file", write), f"writing {transfer.shown(path)}")
 
     @contextlib.contextmanager
     def _archive_now(self, path: str, limit: int | None = None, kind: str = "size"):
@@ -798,7 +818,8 @@ class DockerSession(EnvironmentSession):
                         return source.read()
 
         try:
-            return (await self._call("reading a file", read)).decode("utf-8")
+            data = await self._within(self._call("reading a file", read), f"reading {transfer.shown(path)}")
+            return data.decode("utf-8")
         except transfer.CopyLimitError as exc:
             raise exc.within(f"reading {transfer.shown(path)}") from None
 
@@ -812,7 +833,7 @@ class DockerSession(EnvironmentSession):
                 return transfer.extract_local(stream, str(local), self.copy_limits)
 
         try:
-            skipped = await self._call("copying files out", fetch)
+            skipped = await self._within(self._call("copying files out", fetch), what)
         except transfer.CopyLimitError as exc:
             raise exc.within(what) from None
         transfer.note_skipped(what, skipped)

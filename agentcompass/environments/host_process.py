@@ -16,14 +16,17 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import io
 import json
 import logging
 import os
 import pwd
 import re
+import select
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -39,6 +42,7 @@ from agentcompass.runtime import (
 )
 from agentcompass._util.aio import child_running
 from agentcompass._util.trees import remove_tree
+from agentcompass.errors import DeadlineError
 from agentcompass.runtime.base import CappedOutput, EnvironmentUnavailableError, SandboxDiedError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
@@ -132,9 +136,75 @@ async def _drain_capped(stream: asyncio.StreamReader, buffer: bytearray, cap: in
         buffer.extend(chunk[: max(cap - len(buffer), 0)])
 
 
-def _through(use, fd: int, mode: str):
-    """``use`` of a pipe end as a file, closed after."""
-    with open(fd, mode, buffering=1 << 20) as file:
+# After a file helper exited, how long what it wrote may still take to be read: a pipe end that stays
+# open longer is held by another process of the sandbox, and the call fails rather than wait for it.
+_HELD_PIPE_GRACE_SECONDS = 10.0
+# How often a copy thread that waits on a helper's pipe looks whether its call was given up.
+_POLL_SECONDS = 0.2
+
+
+class _PipeEnd(io.RawIOBase):
+    """Our end of a pipe to a file helper, read or written in a thread that gives up (``OSError``
+    ETIMEDOUT) once ``stop`` is set: a helper the agent stopped, or a pipe end it holds open, never
+    holds the thread past its call."""
+
+    def __init__(self, fd: int, writing: bool, stop: threading.Event) -> None:
+        super().__init__()
+        os.set_blocking(fd, False)  # our end only: the helper's end is its own open file
+        self._fd, self._writing, self._stop = fd, writing, stop
+
+    def readable(self) -> bool:
+        return not self._writing
+
+    def writable(self) -> bool:
+        return self._writing
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def _ready(self, event: int) -> None:
+        poller = select.poll()
+        poller.register(self._fd, event)
+        while not self._stop.is_set():
+            if poller.poll(int(_POLL_SECONDS * 1000)):
+                return
+        raise OSError(errno.ETIMEDOUT, "the file call was given up")
+
+    def readinto(self, buffer) -> int:
+        while True:
+            if self._stop.is_set():
+                raise OSError(errno.ETIMEDOUT, "the file call was given up")
+            try:
+                return os.readv(self._fd, [buffer])
+            except BlockingIOError:
+                self._ready(select.POLLIN)
+
+    def write(self, data) -> int:
+        while True:
+            if self._stop.is_set():
+                raise OSError(errno.ETIMEDOUT, "the file call was given up")
+            try:
+                return os.write(self._fd, data)
+            except BlockingIOError:
+                self._ready(select.POLLOUT)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            finally:
+                super().close()
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _through(use, fd: int, writing: bool, stop: threading.Event):
+    """``use`` of a pipe end as a buffered file that gives up at ``stop``, closed after."""
+    raw = _PipeEnd(fd, writing, stop)
+    with (io.BufferedWriter(raw, 1 << 20) if writing else io.BufferedReader(raw, 1 << 20)) as file:
         return use(file)
 
 
@@ -309,6 +379,7 @@ class HostProcessSession(EnvironmentSession):
         outside the sandbox's processes (``Sandbox.wrap``): none of them can see, signal or write to it."""
         pass_fds: tuple[int, ...] = ()
         network = self._sandbox.network if self._sandbox is not None else self._isolated
+        entered = self._sandbox is not None and not network_only or network is not None  # through nsenter
         if self._sandbox is not None and not network_only:
             argv, pass_fds = self._sandbox.wrap(argv, cwd, user_change or [], helper=helper), self._sandbox.pass_fds
         elif network is not None:
@@ -319,6 +390,10 @@ class HostProcessSession(EnvironmentSession):
             argv = ["setpriv", *user_change, "--", *argv]
         if self._cgroup is not None:
             argv = self._cgroup.wrap(argv)
+        if entered:
+            # nsenter stays on the host, and stops itself when the command it waits for is stopped: it is
+            # killed with the thread that started it, so a job killed mid-call leaves none behind
+            argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
         self._started_any = True
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=stdin, pass_fds=pass_fds,
@@ -404,29 +479,61 @@ class HostProcessSession(EnvironmentSession):
             os.close(stdin)
         if consume is not None:
             os.close(stdout)
+        # Within the session's call_timeout: the helper runs where the agent is root, which may stop it
+        # (SIGSTOP) or hold its pipes open. Past it, or when the call is cancelled (the attempt's own
+        # time limit), the helper's group and marked processes are killed and the threads give up.
+        seconds = self.call_timeout
+        deadline = time.monotonic() + seconds
+        stop = threading.Event()
         err = bytearray()
         out = bytearray()
         assert proc.stderr is not None  # _start pipes it
         work: list[asyncio.Future] = [asyncio.ensure_future(_drain_capped(proc.stderr, err, 1 << 16))]
         if feed is not None:
-            work.append(asyncio.ensure_future(asyncio.to_thread(_through, feed, write, "wb")))
+            work.append(asyncio.ensure_future(asyncio.to_thread(_through, feed, write, True, stop)))
         if consume is not None:
-            work.append(asyncio.ensure_future(asyncio.to_thread(_through, consume, read, "rb")))
+            work.append(asyncio.ensure_future(asyncio.to_thread(_through, consume, read, False, stop)))
         else:
             assert proc.stdout is not None
             # a file's bytes (at most READ_LIMIT, and one more: a file that grew past it is seen to), else a report
             cap = limits.size + 1 if op == "read" else _REPORT_LIMIT
             work.append(asyncio.ensure_future(_drain_capped(proc.stdout, out, cap)))
+        everything: asyncio.Future = asyncio.gather(*work, return_exceptions=True)
+        exited: asyncio.Future = asyncio.ensure_future(_exited(proc))
+        held = False
         try:
-            outcomes = await asyncio.gather(*work, return_exceptions=True)
-            if any(isinstance(o, BaseException) for o in outcomes):
+            await asyncio.wait({everything, exited}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            if everything.done() and any(isinstance(o, BaseException) for o in everything.result()):
                 _kill_group(proc.pid)  # a side stopped early: the other must not wait for it
-            await proc.wait()
+            left = max(deadline - time.monotonic(), 0.0)
+            if exited.done() and not everything.done():
+                # the helper is gone and what it wrote is in the pipe: a pipe end still open is held by another
+                # process of the sandbox
+                left = min(left, _HELD_PIPE_GRACE_SECONDS)
+            await asyncio.wait({everything, exited}, timeout=left)
+            held = exited.done() and not everything.done() and time.monotonic() < deadline
         finally:
-            if proc.returncode is None:
+            if not (everything.done() and exited.done()):  # past the deadline, or cancelled
+                stop.set()
                 _kill_group(proc.pid)
+                kill_marked(EXEC_VAR, exec_id)
+                everything.cancel()
+                everything.add_done_callback(_retrieved)  # what the cancelled side raised is not news
+                exited.cancel()
+                transport = getattr(proc, "_transport", None)
+                if transport is not None:
+                    transport.close()
+                unfinished = True
+            else:
+                unfinished = False
             if not _group_alive(proc.pid):
                 self._groups.discard(proc.pid)
+        if unfinished:
+            if held:
+                raise OSError(errno.EIO, f"{what}: a pipe of the file call was held open in the sandbox after "
+                              "its helper ended")
+            raise DeadlineError(f"{what} (a file call in session {self.label})", seconds)
+        outcomes = everything.result()
         code = proc.returncode
         assert code is not None  # waited for
         failures = [o for o in outcomes[1:] if isinstance(o, BaseException)]

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcompass.environments.transfer import CopyLimitError
-from agentcompass.gateway import ModelGateway
+from agentcompass.gateway import MAX_CONNECTIONS, ModelGateway
 from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
+from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
@@ -140,10 +141,11 @@ class MiniSweAgentHarness(BaseHarness):
                 env=self._environment(state, params), cwd=prepared.input.workspace or None, timeout=params["timeout"],
             )
             trajectory = await self._read_trajectory(env, f"{state}/traj.json")
-            await env.exec(["rm", "-rf", state])
+            await after_agent(env, ["rm", "-rf", state], f"removing mini-swe-agent's state {state}")
             usage = gateway.usage()
             token = gateway.token
             last_call = gateway.last_call_status
+            crowded = gateway.connections_refused
 
         # the token and every secret value: as values in the trajectory's records, as text in the log
         scrubber = Scrubber([model.to_dict(), plan.params], literals={token: TOKEN_PLACEHOLDER})
@@ -160,6 +162,9 @@ class MiniSweAgentHarness(BaseHarness):
         if done.timed_out:
             return failed(f"mini-swe-agent did not finish within {params['timeout']} s", FailureClass.LIMIT,
                           usage=usage, metadata=metadata)
+        if crowded:  # it held more connections to the gateway than an attempt is given: its own failure
+            return failed(f"the agent opened more than {MAX_CONNECTIONS} connections to the model gateway at once "
+                          f"({crowded} refused)", FailureClass.LIMIT, usage=usage, metadata=metadata)
         if status == "Submitted":
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=info.get("submission", ""),
                              usage=usage, metadata=metadata)

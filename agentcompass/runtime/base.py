@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from agentcompass.errors import InfrastructureError
+from agentcompass.errors import DeadlineError, InfrastructureError
 from agentcompass.secrets import resolve_secret
 
 from .config.benchmark import RuntimeBenchmarkConfig
@@ -53,6 +54,38 @@ class _Component:
     def summary(cls) -> str:
         text = cls.description or cls.__doc__ or ""
         return text.strip().splitlines()[0] if text.strip() else ""
+
+
+# --- Deadlines of the host's waits on what the agent can touch (docs/security.md, "Bounds and deadlines") ---
+
+# One call of the host into a session (a file call: read_text, write_text, upload, download, exists, is_dir;
+# a command the host runs after the agent, such as removing the agent's state): a root agent can stop the
+# helper that carries it out or replace the program it runs. Past it, what the call started is ended and
+# it raises ``DeadlineError``. A session's ``call_timeout`` holds it; a caller may lower it per session.
+CALL_TIMEOUT = 600.0
+# The run stage's work in the run session after the harness returned (``after_run``, copying the outputs
+# and the final workspace out): above a copy's worth of ``CALL_TIMEOUT`` and SWE-bench's 600 s diff.
+AFTER_RUN_TIMEOUT = 1800.0
+# The evaluate stage of one attempt may take the Benchmark's own time limits (``evaluation_seconds``) and
+# this much more: copying the answer in, a grader's own work, a judge's calls.
+EVALUATE_GRACE = 1800.0
+
+
+async def after_agent(session: "EnvironmentSession", argv: list[str], what: str, **kwargs: Any) -> "ExecResult":
+    """``argv`` run in ``session`` by the host after the agent ran (removing its state, reading what it
+    left): within the session's ``call_timeout``, as every program there may be the agent's; past it,
+    ``DeadlineError`` (what the command started is ended first)."""
+    seconds = session.call_timeout
+    ran = await session.exec(argv, timeout=seconds, **kwargs)
+    if ran.timed_out:
+        raise DeadlineError(what, seconds)
+    return ran
+
+
+def cancelling() -> bool:
+    """Whether the running task is being cancelled (a ``finally`` after its time limit)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 # --- Benchmarks --------------------------------------------------------------
@@ -151,6 +184,12 @@ class BaseBenchmark(_Component, abc.ABC, Generic[PlanT]):
         """
         raise NotImplementedError(f"benchmark {self.id!r} has no reference solution for the oracle")
 
+    def evaluation_seconds(self, plan: BenchmarkPlan) -> float:
+        """Seconds the Benchmark's own time limits let one evaluation take (a verifier's or a test run's
+        timeout); the evaluate stage's deadline is this plus ``EVALUATE_GRACE``. 0 by default."""
+        _ = plan
+        return 0.0
+
     def source_fingerprint(self, req: RunRequest) -> str | None:
         """A digest of the files ``load_tasks`` reads from the user's disk (a task folder).
 
@@ -231,7 +270,8 @@ class ScriptReference:
                 timeout=self.timeout,
             )
         finally:
-            await session.exec(["rm", "-rf", target])
+            if not cancelling():  # a cancelled attempt (its time limit) is not evaluated: no wait on its session
+                await after_agent(session, ["rm", "-rf", target], f"removing the reference solution {target}")
 
 
 @dataclass
@@ -343,6 +383,10 @@ class ExecResult:
 
 class EnvironmentSession(abc.ABC):
     """An open sandbox: commands, files, endpoints and network switching."""
+
+    # Seconds one file call may take (``CALL_TIMEOUT``), and a command the host runs after the agent
+    # (``after_agent``); past it the call's processes are ended and it raises ``DeadlineError``.
+    call_timeout: float = CALL_TIMEOUT
 
     @abc.abstractmethod
     async def exec(

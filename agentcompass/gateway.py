@@ -21,6 +21,16 @@ unread, and the bodies of all calls in flight together hold at most
 ``BODIES_IN_FLIGHT`` bytes (a call waits, unread, until its body fits). A
 reply of the Model over ``REPLY_LIMIT`` is a 502, never held whole.
 
+What comes back is scrubbed of the secrets the gateway holds before the agent
+or the trajectory sees it: the key, and the value of each ``${VAR}`` in the
+Model's headers (of at least ``SECRET_MIN`` characters), as they are,
+JSON-escaped or in a Python repr, are replaced in the reply's header values
+and its body by ``[model api_key]`` or the reference (``${VAR}``), and a
+header whose name holds one is dropped. An upstream that echoes the request
+(a debugging proxy, an error that quotes the ``Authorization`` header) hands
+the agent no key. Nothing else of a reply is touched: the model's text stays
+the model's.
+
 The gateway listens on a Unix socket: a file, so it can be reached from a
 sandbox whose network holds nothing else.
 """
@@ -44,7 +54,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentcompass.runtime.model_client import RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
-from agentcompass.secrets import check_header_value
+from agentcompass.secrets import Scrubber, check_header_value, resolved_values
 
 # Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
 _NOT_FORWARDED = {
@@ -63,6 +73,11 @@ _NOT_RETURNED = {
 # of one gateway's calls in flight hold together (a call waits, its body unread, until its own fits).
 BODY_LIMIT = 8 << 20
 BODIES_IN_FLIGHT = 16 << 20
+# What stands in a reply for the key.
+KEY_PLACEHOLDER = "[model api_key]"
+# A ${VAR} value in the Model's headers shorter than this is no secret kept out of replies (it would rewrite
+# ordinary text of the model's: a flag, a version); the key is kept out whatever its length.
+SECRET_MIN = 8
 
 # The model calls of each protocol: path (under the base_url's path) -> the one method it takes.
 ROUTES: dict[str, dict[str, str]] = {
@@ -313,6 +328,11 @@ class ModelGateway:
             check_header_value(value, f"model.headers.{name}")
         self._api_key = api_key
         self._headers = dict(headers or {})  # the Model's own headers, resolved: set on every forwarded request
+        # the secrets it holds, kept out of replies: the key, and each ${VAR} value (the caller resolved them)
+        # that stands in one of the Model's headers
+        held = {value: f"${{{name}}}" for name, value in resolved_values().items()
+                if len(value) >= SECRET_MIN and any(value in header for header in self._headers.values())}
+        self._scrubber = Scrubber(resolved=False, literals={**held, **({api_key: KEY_PLACEHOLDER} if api_key else {})})
         self._trajectory_path = Path(trajectory_path)
         self._timeout = timeout
         self.token = secrets.token_urlsafe(32)
@@ -415,6 +435,7 @@ class ModelGateway:
         finally:
             connection.close()
         latency = time.monotonic() - started
+        returned, data = self._scrubbed(returned, data)
         content_type = next((v for k, v in returned if k.lower() == "content-type"), "")
         record = {
             "source": "gateway", "method": method, "path": path, "status": status,
@@ -425,6 +446,18 @@ class ModelGateway:
         bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
         self._record(record, latency if method == "POST" else None, bodies)
         return status, returned, data
+
+    def _scrubbed(self, headers: list[tuple[str, str]], data: bytes) -> tuple[list[tuple[str, str]], bytes]:
+        """A reply's headers and body with every secret the gateway holds replaced: in header values and the
+        body; a header whose name holds one is dropped (no stand-in is a header name). Bytes that are no UTF-8
+        pass through as they are (``surrogateescape`` keeps them; a header's value is ASCII)."""
+        if not self._scrubber:
+            return headers, data
+        clean = self._scrubber.text
+        text = data.decode("utf-8", "surrogateescape")
+        scrubbed = clean(text)
+        return ([(k, clean(v)) for k, v in headers if clean(k) == k],
+                data if scrubbed == text else scrubbed.encode("utf-8", "surrogateescape"))
 
     def _record(self, record: dict, call_latency: float | None = None, bodies: tuple | None = None) -> None:
         with self._lock:  # one record at a time: what is decoded for it is held once per gateway

@@ -159,7 +159,8 @@ def test_wrong_answers_are_unresolved_exactly_as_the_package_grades_them(instanc
 
 
 def test_a_diff_larger_than_max_patch_bytes_is_never_applied(instances, workdir):
-    """The diff is the agent's: beyond the limit it is not read into memory nor applied, and counts as no patch."""
+    """The diff is the agent's: beyond the limit it is not copied out, read into memory nor applied, and counts
+    as no patch."""
     gold = instances["patches"]["demo__calc-1-gold"]
     config = write_config(workdir, instances, {"id": "test_patch_agent", "params": {"patches": instances["patches"]}},
                           ["demo__calc-1-gold"], name="small", params={"max_patch_bytes": len(gold.encode()) - 1})
@@ -168,7 +169,8 @@ def test_a_diff_larger_than_max_patch_bytes_is_never_applied(instances, workdir)
     assert done.returncode == 0, done.stderr[-4000:]
     result = result_of(workdir, "demo__calc-1-gold", "small")
     assert result["status"] == "completed" and result["score"] == 0.0 and result["answer"] is None, result
-    assert "more than max_patch_bytes" in result["metadata"]["model_patch"]["refused"]
+    refused = result["metadata"]["model_patch"]["refused"]
+    assert "more than max_patch_bytes" in refused and "not copied" in refused  # measured in the container first
     assert result["metadata"]["swebench"]["report"]["patch_is_None"] is True
     assert result["metadata"]["swebench"]["test_output"] == ""  # no container ran the tests
 

@@ -104,11 +104,14 @@ _GRADER = (
 )
 _TAIL = 4000
 # the diff of everything the agent changed, new files too, from the base commit; no driver of the repository's
-# own config runs (external diff, textconv)
+# own config runs (external diff, textconv); then its size in bytes, the one line it prints, measured in the
+# session so that a diff over max_patch_bytes is refused before a byte of it is copied to the host (stat: never
+# opened, so a link to an endless device or a FIFO put in its place makes no wait; none printed, it is copied)
 _DIFF = (
     'set -e; mkdir -p "$(dirname "$3")"; rm -rf "$3"; cd "$1"; '
     'git -c core.fileMode=false add -A >/dev/null; '
-    'git -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv --binary "$2" > "$3"'
+    'git -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv --binary "$2" > "$3"; '
+    'stat -c %s "$3" 2>/dev/null || true'
 )
 # between two ways of applying the patch, as the package's harness: back to the pristine tree
 _RESET = "git checkout -- . ; git clean -fd"
@@ -350,6 +353,13 @@ class GoldPatch(ScriptReference):
             await session.exec(["rm", "-f", self.target])
 
 
+def _measured_size(stdout: str) -> int | None:
+    """The diff's size the diff script printed (its last line), or None when that is no whole number."""
+    lines = stdout.strip().splitlines()
+    last = lines[-1].strip() if lines else ""
+    return int(last) if last.isascii() and last.isdigit() and len(last) <= 20 else None
+
+
 async def _read_bounded(env, remote: str, limit: int) -> tuple[str | None, int]:
     """The text of one file of the session, at most ``limit`` bytes of it, and its size (None: no file).
 
@@ -497,7 +507,14 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
                              timeout=DIFF_TIMEOUT)
         patch, size = (None, 0)
         note = None
-        if ran.ok:
+        measured = _measured_size(ran.stdout)
+        if ran.ok and measured is not None and measured > plan.max_patch_bytes:
+            size = measured
+            note = (f"the diff is {size} bytes in the session, more than max_patch_bytes ({plan.max_patch_bytes}): "
+                    "not copied, not applied")
+        elif ran.ok:
+            # a size the session did not tell (no stat, or one the agent replaced): the copy is bounded by the
+            # session's copy limits, and no more than max_patch_bytes + 1 of it is read
             patch, size = await _read_bounded(env, PATCH_FILE, plan.max_patch_bytes + 1)
             if patch is None and size:
                 note = f"the diff is more than {size} bytes, more than max_patch_bytes ({plan.max_patch_bytes}): not applied"

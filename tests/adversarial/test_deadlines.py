@@ -1,7 +1,9 @@
 """Every host-side wait on what the agent can touch has a deadline, and what it started ends with it.
 
-The agent is root in its sandbox. It stops the in-sandbox file helper
-(SIGSTOP) or holds the helper's pipes open, replaces a program the host runs
+The agent is root in its sandbox. The host_process file helper runs out of
+its reach (test_memory.py shows it cannot find it), so these tests stall the
+helper from the host (SIGSTOP, or its pipes held open), as whatever else could
+stall it would. The agent replaces a program the host runs
 after it (docker), opens hundreds of idle connections to its model gateway,
 and makes its tests print a line the swebench package's log parsers take
 hours over. Each time the host's wait ends within its deadline plus
@@ -53,11 +55,12 @@ from environments.envkit import TEST_IMAGE, Provider, require_docker
 GRACE = 5.0
 DEADLINE = 3.0  # a session's call_timeout in these tests (CALL_TIMEOUT, 600 s, by default)
 
-# Run in the sandbox as root: every process whose command line names the file helper is stopped
-# ("stop") or has its pipes opened and kept ("hold"), as long as it runs.
+# Run on the host: every process of one session (its environment holds the mark given) whose command
+# line names the file helper is stopped ("stop") or has its pipes opened and kept ("hold"), as long as
+# it runs.
 FREEZER = r"""
 import os, signal, sys, time
-me, mode, held, seen = os.getpid(), sys.argv[1], [], set()
+me, mode, mark, held, seen = os.getpid(), sys.argv[1], sys.argv[2].encode(), [], set()
 while True:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me or name in seen:
@@ -65,9 +68,11 @@ while True:
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 cmd = f.read()
+            with open(f"/proc/{name}/environ", "rb") as f:
+                marked = mark in f.read().split(b"\0")
         except OSError:
             continue
-        if b"transfer" + b".py" not in cmd:
+        if b"transfer" + b".py" not in cmd or not marked:
             continue
         seen.add(name)
         if mode == "stop":
@@ -106,22 +111,26 @@ def _helpers(session) -> list[str]:
     return found
 
 
-async def _start_freezer(session, mode: str) -> None:
-    await session.write_text("freezer.py", FREEZER)
-    started = await session.exec(f"{sys.executable} -I -S freezer.py {mode} >/dev/null 2>&1 &", shell=True, timeout=30)
-    assert started.ok, started
+def _freezer(session_id: str, mode: str) -> subprocess.Popen:
+    """The FREEZER on the host, for one session's helpers; the caller kills it."""
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", FREEZER, mode, f"{SESSION_VAR}={session_id}"])
+
+
+async def _start_freezer(session, mode: str, request) -> None:
+    freezer = _freezer(session.session_id, mode)
+    request.addfinalizer(lambda: (freezer.kill(), freezer.wait()))
     await asyncio.sleep(0.5)
 
 
 @pytest.mark.parametrize("mode", ["stop", "hold"])
-def test_a_file_helper_the_agent_stops_or_holds_ends_its_call_within_the_deadline(mode: str, tmp_path: Path):
+def test_a_file_helper_stopped_or_held_ends_its_call_within_the_deadline(mode: str, tmp_path: Path, request):
     provider = _sandboxed()
     (tmp_path / "in.txt").write_text("into the sandbox\n")
 
     async def body(session):
         session.call_timeout = DEADLINE
         await session.write_text("data.txt", "x" * 100_000)
-        await _start_freezer(session, mode)
+        await _start_freezer(session, mode, request)
         calls = {
             "read_text": lambda: session.read_text("data.txt"),
             "download": lambda: session.download("data.txt", tmp_path / "out.txt"),
@@ -153,8 +162,8 @@ def test_a_file_helper_the_agent_stops_or_holds_ends_its_call_within_the_deadlin
     assert provider.leftovers(session) == []
 
 
-# A job that opens a session, starts the freezer and makes a file call that it stops; it prints its
-# session's id, then waits on the call until it is killed.
+# A job that opens a session, prints its id, and (once the test's freezer runs) makes a file call the
+# freezer stops; then it waits on the call until it is killed.
 KILLED_JOB = """
 import asyncio, sys
 from agentcompass.environments import HostProcessEnvironment
@@ -163,11 +172,10 @@ from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 async def main():
     spec = EnvironmentSpec(id="host_process", params={"sandbox": "bubblewrap", "workspace_root": sys.argv[1]})
     session = await HostProcessEnvironment().open(spec, NetworkPolicy(mode="public"), "ctest-killed-job")
-    await session.write_text("freezer.py", sys.argv[2])
-    await session.exec(f"{sys.executable} -I -S freezer.py stop >/dev/null 2>&1 &", shell=True, timeout=30)
-    await asyncio.sleep(0.5)
+    await session.write_text("data.txt", "x")
     print(session.session_id, flush=True)
-    await session.read_text("freezer.py")
+    await asyncio.sleep(1)
+    await session.read_text("data.txt")
 
 asyncio.run(main())
 """
@@ -175,12 +183,13 @@ asyncio.run(main())
 
 def test_a_job_killed_during_a_stopped_file_call_leaves_no_process_on_the_host(tmp_path: Path):
     _sandboxed()
-    job = subprocess.Popen([sys.executable, "-c", KILLED_JOB, str(tmp_path), FREEZER], stdout=subprocess.PIPE,
-                           text=True)
+    job = subprocess.Popen([sys.executable, "-c", KILLED_JOB, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    freezer = None
     try:
         assert job.stdout is not None
         session_id = job.stdout.readline().strip()
         assert session_id, "the job did not open its session"
+        freezer = _freezer(session_id, "stop")
 
         def left() -> list[str]:
             found = []
@@ -191,30 +200,41 @@ def test_a_job_killed_during_a_stopped_file_call_leaves_no_process_on_the_host(t
                     pass
             return found
 
+        def stopped_helper() -> bool:
+            for pid in marked_processes(SESSION_VAR, session_id):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+                except (OSError, IndexError):
+                    continue
+                if b"transfer.py" in cmd and state == "T":
+                    return True
+            return False
+
         deadline = time.monotonic() + 10
-        while "nsenter" not in {Path(p).name for p in left()} and time.monotonic() < deadline:
+        while not stopped_helper() and time.monotonic() < deadline:
             time.sleep(0.1)
-        # the call is stopped: its nsenter waits on the host, stopped with the helper
-        assert "nsenter" in {Path(p).name for p in left()}, left()
+        # the call is stopped: its helper (and what started it on the host) waits there, stopped
+        assert stopped_helper(), left()
     finally:
         job.kill()
         job.wait()
+        if freezer is not None:
+            freezer.kill()
+            freezer.wait()
     deadline = time.monotonic() + GRACE
     while left() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left() == []
 
 
-def test_the_attempts_time_limit_ends_a_tool_agent_whose_helper_is_stopped(tmp_path: Path):
-    """The run stage's task_timeout (a wait_for around the harness) ends a file call the agent froze,
-    with the default call_timeout: the attempt ends within task_timeout plus GRACE, nothing left."""
+def test_the_attempts_time_limit_ends_a_tool_agent_whose_helper_is_stopped(tmp_path: Path, request):
+    """The run stage's task_timeout (a wait_for around the harness) ends a file call that stalls, with
+    the default call_timeout: the attempt ends within task_timeout plus GRACE, nothing left."""
     provider = _sandboxed()
     task_timeout = 4.0
     script = [
-        tool_call_reply("write_file", {"path": "freezer.py", "content": FREEZER}, call_id="plant"),
-        tool_call_reply("bash", {"command": f"{sys.executable} -I -S freezer.py stop >/dev/null 2>&1 & sleep 0.5"},
-                        call_id="freeze"),
-        tool_call_reply("read_file", {"path": "freezer.py"}, call_id="frozen"),
+        tool_call_reply("read_file", {"path": "data.txt"}, call_id="frozen"),
         tool_call_reply("submit", {"answer": "never"}),
     ]
     config = ToolAgentConfig()
@@ -226,6 +246,8 @@ def test_the_attempts_time_limit_ends_a_tool_agent_whose_helper_is_stopped(tmp_p
     prepared = PreparedTask(task_id="t", input=TaskInput(prompt="Work."))
 
     async def body(session):
+        await session.write_text("data.txt", "x")
+        await _start_freezer(session, "stop", request)
         started = time.monotonic()
         try:
             await asyncio.wait_for(ToolAgentHarness().run(prepared, session, req, plan, context), task_timeout)

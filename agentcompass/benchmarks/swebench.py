@@ -51,7 +51,6 @@ from agentcompass.runtime import (
     BaseBenchmark,
     BenchmarkPlan,
     EnvironmentSpec,
-    FailureClass,
     PreparedTask,
     RunRequest,
     RunResult,
@@ -353,6 +352,37 @@ async def _read_bounded(env, remote: str, limit: int) -> tuple[str | None, int]:
         return data.decode("utf-8", errors="replace"), info.st_size
 
 
+def graded(task_id: str, spec, result: RunResult, patch: str | None, log: str, applied: str | None,
+           truncated: bool) -> RunResult:
+    """``result`` scored by the package's report of ``log`` (the tests' output) for ``patch``: completed.
+
+    The report's ``infra_failure`` is the package's advice, read from text that the patched tests print
+    ("Cannot allocate memory", "Could not resolve host"): it stays in the report, metadata of a completed
+    attempt, and never makes the attempt a failure. What the host itself sees go wrong (the container
+    died, a command could not run) raises from the session instead, with its class.
+    """
+    from swebench.harness.grading import get_eval_report, get_logs_eval
+
+    prediction = {"instance_id": task_id, "model_name_or_path": "agentcompass", "model_patch": patch}
+    with tempfile.TemporaryDirectory(prefix="agentcompass-swebench-") as folder:
+        log_path = Path(folder) / "test_output.txt"
+        log_path.write_text(log, encoding="utf-8")
+        report = get_eval_report(spec, prediction, str(log_path), include_tests_status=True)[task_id]
+        # every test the log parser found, by status (empty when the package found the log unusable)
+        statuses = get_logs_eval(spec, str(log_path))[0] if patch is not None else {}
+    resolved = bool(report.get("resolved"))
+    verdict = {
+        "report": report,
+        "resolved": resolved,
+        "test_statuses": statuses,
+        "applied_with": applied,
+        "log_truncated": truncated,
+        "test_output": log,
+    }
+    return dataclasses.replace(result, status=TaskStatus.COMPLETED, score=1.0 if resolved else 0.0, correct=resolved,
+                               metadata={**result.metadata, "swebench": verdict})
+
+
 # --- the Benchmark ------------------------------------------------------------------------------
 
 
@@ -361,6 +391,9 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
     """SWE-bench-format instances in their images, graded by the swebench package."""
 
     id = "swebench"
+    # 2: the package's infra_failure is metadata of a completed attempt; the tests' processes are ended before
+    # their log is read
+    version = "2"
     config_class = SwebenchConfig
     plan_class = SwebenchPlan
     dependencies = (DEPENDENCY,)
@@ -460,37 +493,10 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
         patch = result.answer if isinstance(result.answer, str) else None
         if patch is not None and len(patch.encode()) > plan.max_patch_bytes:
             patch = None  # an answer that did not come through after_run (an older output.json)
-        prediction = {"instance_id": task.task_id, "model_name_or_path": "agentcompass", "model_patch": patch}
         log, applied, truncated = "", None, False
         if patch is not None:
             log, applied, truncated = await self._run_tests(env, plan, spec, patch)
-        from swebench.harness.grading import get_eval_report, get_logs_eval
-
-        with tempfile.TemporaryDirectory(prefix="agentcompass-swebench-") as folder:
-            log_path = Path(folder) / "test_output.txt"
-            log_path.write_text(log, encoding="utf-8")
-            report = get_eval_report(spec, prediction, str(log_path), include_tests_status=True)[task.task_id]
-            # every test the log parser found, by status (empty when the package found the log unusable)
-            statuses = get_logs_eval(spec, str(log_path))[0] if patch is not None else {}
-        resolved = bool(report.get("resolved"))
-        verdict = {
-            "report": report,
-            "resolved": resolved,
-            "test_statuses": statuses,
-            "applied_with": applied,
-            "log_truncated": truncated,
-            "test_output": log,
-        }
-        metadata = {**result.metadata, "swebench": verdict}
-        if report.get("infra_failure"):
-            return dataclasses.replace(
-                result, status=TaskStatus.EVAL_ERROR, error_stage="evaluate", correct=None, score=None,
-                failure_class=FailureClass.INFRASTRUCTURE, metadata=metadata,
-                error=f"swebench: the test run of {task.task_id} shows a broken environment "
-                f"({report.get('infra_failure_reason')}), not a verdict on the patch; its log ends: {log[-500:].strip()}",
-            )
-        return dataclasses.replace(result, status=TaskStatus.COMPLETED, score=1.0 if resolved else 0.0,
-                                   correct=resolved, metadata=metadata)
+        return graded(task.task_id, spec, result, patch, log, applied, truncated)
 
     async def _run_tests(self, env, plan: SwebenchPlan, spec, patch: str) -> tuple[str, str | None, bool]:
         """Apply ``patch`` to the fresh repository as the package's harness does, run the eval script; its log."""
@@ -523,8 +529,10 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
                 else:
                     return f"{APPLY_PATCH_FAIL}:\n{ran.stdout}{ran.stderr}", None, False
         await env.write_text(EVAL_SCRIPT, spec.eval_script)
-        ran = await env.exec(["sh", "-c", '/bin/bash "$1" > "$2" 2>&1', "sh", EVAL_SCRIPT, EVAL_LOG],
-                             timeout=plan.eval_timeout)
+        # the tests run the agent's code: when they exit, every process of the container but its init is ended,
+        # so nothing they started writes to the log while it is read
+        ran = await env.exec_and_end(["sh", "-c", '/bin/bash "$1" > "$2" 2>&1', "sh", EVAL_SCRIPT, EVAL_LOG],
+                                     timeout=plan.eval_timeout)
         log, size = await _read_bounded(env, EVAL_LOG, plan.max_log_bytes)
         log = log or ""
         if ran.timed_out:  # as the package's harness marks it

@@ -44,6 +44,7 @@ from agentcompass.runtime import (
     NetworkPolicy,
 )
 from agentcompass.runtime.base import (
+    END_PROCESSES_SECONDS,
     EnvironmentUnavailableError,
     ImageBuildError,
     ImageMissingError,
@@ -80,9 +81,7 @@ _KEEPALIVE = (
 _END_SIGNAL = "SIGUSR1"
 # A command (its argv follows) as the child of a shell that ends every other process the moment it exits.
 _RUN_THEN_END_ALL = '"$@"; s=$?; kill -9 -1 2>/dev/null; exit $s'
-# How long ending the container's processes (``end_processes``) may take before it is an error, and how
-# often the engine's process list is read meanwhile.
-END_PROCESSES_SECONDS = 10.0
+# How often the engine's process list is read while the container's processes end (``end_processes``).
 _END_POLL_SECONDS = 0.05
 # What a command cannot do even as root, beyond Docker's defaults: make a device node (one in the
 # workspace would be recreated or opened on the host when the workspace is copied out).

@@ -39,7 +39,7 @@ from agentcompass.runtime import (
 )
 from agentcompass._util.aio import child_running
 from agentcompass._util.trees import remove_tree
-from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
+from agentcompass.runtime.base import END_PROCESSES_SECONDS, EnvironmentUnavailableError, SandboxDiedError, keeps
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns, transfer
@@ -113,8 +113,6 @@ class HostProcessConfig(ComponentConfig):
 
 
 _PIPE_GRACE_SECONDS = 1.0
-# How long ending the session's processes (``end_processes``) may take before it is an error.
-END_PROCESSES_SECONDS = 10.0
 # Run in the sandbox by ``end_processes`` (``python -I -S``, from the host's read-only folders): SIGKILL to
 # every process of the sandbox's PID namespace but its init and itself (``kill(-1)``: whatever a process did
 # to its environment, process group or session, in a namespace nested in it too), again until /proc shows

@@ -291,6 +291,10 @@ class ExecResult:
         return self.returncode == 0 and not self.timed_out
 
 
+# How long ``EnvironmentSession.end_processes`` may take before it is an error (each provider's own).
+END_PROCESSES_SECONDS = 10.0
+
+
 class EnvironmentSession(abc.ABC):
     """An open sandbox: commands, files, endpoints and network switching."""
 

@@ -331,3 +331,14 @@ def test_a_swebench_log_whose_tests_pass_is_resolved():
                     "git apply --verbose", False)
     assert result.status == TaskStatus.COMPLETED and result.score == 1.0 and result.correct is True, (
         result.metadata["swebench"]["report"])
+
+
+@pytest.mark.parametrize("status, failed", [
+    (None, False), (200, False), (400, False), (404, False), (405, False), (413, False), (422, False),
+    (401, True), (403, True), (408, True), (429, True), (500, True), (502, True), (503, True), (504, True),
+])
+def test_only_a_status_the_request_cannot_cause_is_an_endpoint_failure(status, failed):
+    """A 4xx that answers what the request held is the agent's doing: its commands can send the gateway anything."""
+    from agentcompass.harnesses.mini_swe_agent import endpoint_failed
+
+    assert endpoint_failed(status) is failed

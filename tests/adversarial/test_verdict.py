@@ -342,3 +342,67 @@ def test_only_a_status_the_request_cannot_cause_is_an_endpoint_failure(status, f
     from agentcompass.harnesses.mini_swe_agent import endpoint_failed
 
     assert endpoint_failed(status) is failed
+
+
+# --- unit: how the engine's process list says the container's processes are gone ------------------
+
+KEEPALIVE_CMD = "/bin/sh -c trap '' HUP INT QUIT PIPE TERM USR2 ALRM; ..."
+
+
+class _Keepalive:
+    """Stands in for a container whose init ends every other process at SIGUSR1 and forks a new blocker;
+    ``stuck`` processes do not end (a process in uninterruptible sleep)."""
+
+    def __init__(self, podman: bool, leftovers: list[tuple[str, str]], stuck: tuple[str, ...] = ()) -> None:
+        self.id, self.name = "c0ffee", "agentcompass-unit"
+        self.podman = podman
+        self.init = "1" if podman else "4242"
+        self.attrs = {"State": {"Pid": 4242, "Running": True}}
+        self.next_pid = 5000
+        self.rows = [(self.init, "0" if podman else "4000", KEEPALIVE_CMD), self._fork()]
+        self.rows += [(f"{4300 + n}", parent, cmd) for n, (parent, cmd) in enumerate(leftovers)]
+        self.stuck = stuck
+        self.signals: list[str] = []
+
+    def _fork(self) -> tuple[str, str, str]:
+        self.next_pid += 1
+        return (str(self.next_pid), self.init, KEEPALIVE_CMD)
+
+    def reload(self) -> None:
+        pass
+
+    def kill(self, signal: str) -> None:
+        self.signals.append(signal)
+        self.rows = [row for row in self.rows if row[0] == self.init or row[0] in self.stuck] + [self._fork()]
+
+    def top(self) -> dict:
+        if self.podman:
+            titles = ["USER", "PID", "PPID", "%CPU", "ELAPSED", "TTY", "TIME", "COMMAND"]
+            return {"Titles": titles, "Processes": [["root", pid, ppid, "0.0", "1s", "?", "0s", cmd]
+                                                    for pid, ppid, cmd in self.rows]}
+        titles = ["UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"]
+        return {"Titles": titles, "Processes": [["root", pid, ppid, "0", "12:00", "?", "00:00:00", cmd]
+                                                for pid, ppid, cmd in self.rows]}
+
+
+@pytest.mark.parametrize("podman", [False, True])
+def test_the_engines_process_list_shows_when_only_init_and_its_blocker_are_left(podman, monkeypatch):
+    from agentcompass.environments import docker
+    from agentcompass.environments.docker import DockerConfig, DockerSession
+
+    parent = "1" if podman else "4242"
+    # a loop reparented to init, one that names itself as init does, one left by an exec (its parent outside)
+    container = _Keepalive(podman, [(parent, "sh -c while :; do echo 1.00 > reward.txt; done"),
+                                    (parent, KEEPALIVE_CMD), ("0" if podman else "4000", "sleep 300")])
+    session = DockerSession(None, container, DockerConfig(image="x"), "/w", "unit")
+    session._end_processes_now()
+    assert container.signals == ["SIGUSR1"]
+    assert [row[0] for row in container.rows] == [container.init, str(container.next_pid)]
+
+    # one that does not end: an error naming it once the deadline passed, never a return
+    monkeypatch.setattr(docker, "END_PROCESSES_SECONDS", 0.3)
+    container = _Keepalive(podman, [(parent, KEEPALIVE_CMD)], stuck=("4300",))
+    session = DockerSession(None, container, DockerConfig(image="x"), "/w", "unit")
+    with pytest.raises(RuntimeError, match="were still there 0.3 s after they were ended: 4300"):
+        session._end_processes_now()
+    assert len(container.signals) > 1

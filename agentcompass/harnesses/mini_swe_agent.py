@@ -10,7 +10,12 @@ The Model must answer with ``bash`` tool calls and finish with
 ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``: what that command prints after
 its first line is the agent's submission, and the attempt's answer. A run
 that ends any other way (a limit, repeated format errors, a refused or
-failing model) is a run_error with the reason mini-swe-agent gave.
+failing model) is a run_error with the reason mini-swe-agent gave. Its class
+comes from what this process saw, never from the trajectory the agent could
+have written: ``limit`` when the run hit ``timeout``, the gateway forwarded
+``step_limit`` calls or the run took mini-swe-agent's own time limit;
+``endpoint`` when the last call the gateway forwarded failed at the endpoint
+(``endpoint_failed``); else ``harness``.
 """
 
 from __future__ import annotations

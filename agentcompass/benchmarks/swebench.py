@@ -57,7 +57,6 @@ from agentcompass.runtime import (
     BaseBenchmark,
     BenchmarkPlan,
     EnvironmentSpec,
-    FailureClass,
     PreparedTask,
     RunRequest,
     RunResult,
@@ -416,8 +415,33 @@ async def grade(instance: dict[str, Any], prediction: dict[str, Any], log: str, 
     if proc.returncode != 0:
         raise RuntimeError(f"swebench: grading the test log failed (exit status {proc.returncode}): "
                            f"{err.decode(errors='replace')[-_TAIL:].strip()}")
-    graded = json.loads(out)
-    return graded["report"], graded["statuses"]
+    answer = json.loads(out)
+    return answer["report"], answer["statuses"]
+
+
+async def graded(task_id: str, instance: dict[str, Any], result: RunResult, patch: str | None, log: str,
+                 applied: str | None, truncated: bool) -> RunResult:
+    """``result`` scored by the package's report of ``log`` (the tests' output) for ``patch``: completed.
+
+    The report's ``infra_failure`` is the package's advice, read from text that the patched tests print
+    ("Cannot allocate memory", "Could not resolve host"): it stays in the report, metadata of a completed
+    attempt, and never makes the attempt a failure. What the host itself sees go wrong (the container
+    died, a command could not run) raises from the session instead, with its class.
+    """
+    prediction = {"instance_id": task_id, "model_name_or_path": "agentcompass", "model_patch": patch}
+    # every test the log parser found, by status (empty when the package found the log unusable)
+    report, statuses = await grade(instance, prediction, log, statuses=patch is not None)
+    resolved = bool(report.get("resolved"))
+    verdict = {
+        "report": report,
+        "resolved": resolved,
+        "test_statuses": statuses,
+        "applied_with": applied,
+        "log_truncated": truncated,
+        "test_output": log,
+    }
+    return dataclasses.replace(result, status=TaskStatus.COMPLETED, score=1.0 if resolved else 0.0, correct=resolved,
+                               metadata={**result.metadata, "swebench": verdict})
 
 
 # --- the Benchmark ------------------------------------------------------------------------------
@@ -428,6 +452,9 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
     """SWE-bench-format instances in their images, graded by the swebench package."""
 
     id = "swebench"
+    # 2: the package's infra_failure is metadata of a completed attempt; the tests' processes are ended before
+    # their log is read
+    version = "2"
     config_class = SwebenchConfig
     plan_class = SwebenchPlan
     dependencies = (DEPENDENCY,)
@@ -537,31 +564,10 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
         patch = result.answer if isinstance(result.answer, str) else None
         if patch is not None and len(patch.encode()) > plan.max_patch_bytes:
             patch = None  # an answer that did not come through after_run (an older output.json)
-        prediction = {"instance_id": task.task_id, "model_name_or_path": "agentcompass", "model_patch": patch}
         log, applied, truncated = "", None, False
         if patch is not None:
             log, applied, truncated = await self._run_tests(env, plan, spec, patch)
-        # every test the log parser found, by status (empty when the package found the log unusable)
-        report, statuses = await grade(instance, prediction, log, statuses=patch is not None)
-        resolved = bool(report.get("resolved"))
-        verdict = {
-            "report": report,
-            "resolved": resolved,
-            "test_statuses": statuses,
-            "applied_with": applied,
-            "log_truncated": truncated,
-            "test_output": log,
-        }
-        metadata = {**result.metadata, "swebench": verdict}
-        if report.get("infra_failure"):
-            return dataclasses.replace(
-                result, status=TaskStatus.EVAL_ERROR, error_stage="evaluate", correct=None, score=None,
-                failure_class=FailureClass.INFRASTRUCTURE, metadata=metadata,
-                error=f"swebench: the test run of {task.task_id} shows a broken environment "
-                f"({report.get('infra_failure_reason')}), not a verdict on the patch; its log ends: {log[-500:].strip()}",
-            )
-        return dataclasses.replace(result, status=TaskStatus.COMPLETED, score=1.0 if resolved else 0.0,
-                                   correct=resolved, metadata=metadata)
+        return await graded(task.task_id, instance, result, patch, log, applied, truncated)
 
     async def _run_tests(self, env, plan: SwebenchPlan, spec, patch: str) -> tuple[str, str | None, bool]:
         """Apply ``patch`` to the fresh repository as the package's harness does, run the eval script; its log."""
@@ -594,8 +600,10 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
                 else:
                     return f"{APPLY_PATCH_FAIL}:\n{ran.stdout}{ran.stderr}", None, False
         await env.write_text(EVAL_SCRIPT, spec.eval_script)
-        ran = await env.exec(["sh", "-c", '/bin/bash "$1" > "$2" 2>&1', "sh", EVAL_SCRIPT, EVAL_LOG],
-                             timeout=plan.eval_timeout)
+        # the tests run the agent's code: when they exit, every process of the container but its init is ended,
+        # so nothing they started writes to the log while it is read
+        ran = await env.exec_and_end(["sh", "-c", '/bin/bash "$1" > "$2" 2>&1', "sh", EVAL_SCRIPT, EVAL_LOG],
+                                     timeout=plan.eval_timeout)
         log, size = await _read_bounded(env, EVAL_LOG, plan.max_log_bytes)
         log = log or ""
         if ran.timed_out:  # as the package's harness marks it

@@ -45,6 +45,7 @@ from agentcompass.runtime import (
 )
 from agentcompass.runtime.base import (
     CappedOutput,
+    END_PROCESSES_SECONDS,
     EnvironmentUnavailableError,
     ImageBuildError,
     ImageMissingError,
@@ -69,10 +70,21 @@ LABEL_OWNER = "agentcompass.owner"
 KEPT_PREFIX = "agentcompass-kept-"
 
 # PID 1 of the container: a shell that ignores what it may be sent and reaps every child while it
-# waits for its sleep (the commands a timeout kills are reparented to it). The kernel delivers no
-# signal from inside the container to a PID 1 without a handler for it, so `kill -9 -1` from a
-# command ends the sleep, which comes back, and never the container.
-_KEEPALIVE = "trap '' HUP INT QUIT PIPE TERM USR1 USR2 ALRM; while :; do sleep 86400 & wait; done"
+# waits for its blocker (the commands a timeout kills are reparented to it). The blocker is a fork of
+# the shell that reads, forever, a pipe it holds both ends of: once started, PID 1 runs no program of
+# the container's file system, which a root agent may have replaced. The kernel delivers no signal
+# from inside the container to a PID 1 without a handler for it, so `kill -9 -1` from a command ends
+# the blocker, which comes back, and never the container. SIGUSR1 (sent by the engine:
+# ``end_processes``) makes it end every other process of the container with its builtin `kill`.
+_KEEPALIVE = (
+    "trap '' HUP INT QUIT PIPE TERM USR2 ALRM; trap 'kill -9 -1' USR1; "
+    "while :; do : | { exec 3<>/proc/self/fd/0; read -r _ <&3; } & wait; done"
+)
+_END_SIGNAL = "SIGUSR1"
+# A command (its argv follows) as the child of a shell that ends every other process the moment it exits.
+_RUN_THEN_END_ALL = '"$@"; s=$?; kill -9 -1 2>/dev/null; exit $s'
+# How often the engine's process list is read while the container's processes end (``end_processes``).
+_END_POLL_SECONDS = 0.05
 # What a command cannot do even as root, beyond Docker's defaults: make a device node (one in the
 # workspace would be recreated or opened on the host when the workspace is copied out).
 _DROPPED_CAPABILITIES = ["MKNOD"]
@@ -672,6 +684,59 @@ class DockerSession(EnvironmentSession):
             call.cancel()  # its thread ends with the engine's stream, at the latest when the container goes
             raise DeadlineError(f"{what} (a file call in session {self.label})", seconds)
         return call.result()
+
+    async def exec_and_end(self, cmd, *, timeout=None, env=None, cwd=None) -> ExecResult:
+        """``exec(cmd)``, then ``end_processes()``; the command runs as the child of a shell (started before
+        it, so the image's own) whose builtin ``kill -9 -1`` ends every other process of the container the
+        moment the command exits."""
+        wrapped = ["sh", "-c", _RUN_THEN_END_ALL, "sh", *cmd]
+        ran = await self.exec(wrapped, timeout=timeout, env=env, cwd=cwd)
+        await self.end_processes()
+        return ran
+
+    async def end_processes(self) -> None:
+        """End every process of the container but its init; return once the engine lists none.
+
+        No program of the container runs for it (a root agent may have replaced any): the engine
+        sends PID 1 ``_END_SIGNAL``, and the keepalive shell's builtin ``kill -9 -1`` ends every
+        other process; the engine's own process list (``top``) shows when only PID 1 and the
+        blocker it forked since are left.
+        """
+        await self._call("ending the container's processes", self._end_processes_now)
+
+    def _end_processes_now(self) -> None:
+        self.container.reload()
+        init_pid = str(self.container.attrs["State"]["Pid"])
+        before = {row[0] for row in self._processes_now()}
+        deadline = time.monotonic() + END_PROCESSES_SECONDS
+        while True:
+            self.container.kill(signal=_END_SIGNAL)
+            time.sleep(_END_POLL_SECONDS)
+            rows = self._processes_now()
+            # PID 1 as the engine numbers it: the host's PID (Docker), or the container's own (Podman)
+            init = next((row for row in rows if row[0] in (init_pid, "1")), None)
+            if init is None:
+                self._raise_if_dead()
+                raise SandboxDiedError(f"docker environment: container {self.container.name} has no init left")
+            others = [row for row in rows if row is not init]
+            if all(pid not in before and ppid == init[0] and cmd == init[2] for pid, ppid, cmd in others):
+                return
+            if time.monotonic() > deadline:
+                shown = ", ".join(f"{pid} ({cmd[:60]})" for pid, _, cmd in others[:5])
+                raise RuntimeError(f"docker environment: the processes of container {self.container.name} were "
+                                   f"still there {END_PROCESSES_SECONDS} s after they were ended: {shown}")
+
+    def _processes_now(self) -> list[tuple[str, str, str]]:
+        """(pid, parent pid, command line) of each process of the container, as the engine lists them."""
+        listed = self.container.top()
+        titles = [t.upper() for t in listed.get("Titles") or []]
+        try:
+            pid, ppid = titles.index("PID"), titles.index("PPID")
+            cmd = next(i for i, t in enumerate(titles) if t in ("CMD", "COMMAND"))
+        except (ValueError, StopIteration):
+            raise RuntimeError(f"docker environment: the engine's process list has no PID, PPID and command "
+                               f"columns (it has {titles})") from None
+        return [(str(row[pid]), str(row[ppid]), str(row[cmd])) for row in listed.get("Processes") or []]
 
     # --- files -----------------------------------------------------------------------
 

@@ -43,7 +43,9 @@ from agentcompass.runtime import (
 from agentcompass._util.aio import child_running
 from agentcompass._util.trees import remove_tree
 from agentcompass.errors import DeadlineError
-from agentcompass.runtime.base import CappedOutput, EnvironmentUnavailableError, SandboxDiedError, keeps
+from agentcompass.runtime.base import (
+    END_PROCESSES_SECONDS, CappedOutput, EnvironmentUnavailableError, SandboxDiedError, keeps,
+)
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns, transfer
@@ -119,6 +121,49 @@ class HostProcessConfig(ComponentConfig):
 _PIPE_GRACE_SECONDS = 1.0
 # The most a file call's report (a status, the list of what a copy skipped) may hold; past it, it is cut
 _REPORT_LIMIT = 1 << 20
+# Run in the sandbox by ``end_processes`` (``python -I -S``, from the host's read-only folders): SIGKILL to
+# every process of the sandbox's PID namespace but its init and itself (``kill(-1)``: whatever a process did
+# to its environment, process group or session, in a namespace nested in it too), again until /proc shows
+# none alive (a zombie is dead; the sandbox's init reaps it).
+_END_ALL = (
+    "import os, signal, time\n"
+    "me = str(os.getpid())\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.kill(-1, signal.SIGKILL)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    alive = 0\n"
+    "    for p in os.listdir('/proc'):\n"
+    "        if p.isdigit() and p not in ('1', me):\n"
+    "            try:\n"
+    "                with open('/proc/' + p + '/stat') as f:\n"
+    "                    state = f.read().rsplit(')', 1)[1].split()[0]\n"
+    "            except (OSError, IndexError):\n"
+    "                continue\n"
+    "            alive += state not in ('Z', 'X')\n"
+    "    if not alive:\n"
+    "        break\n"
+    "    time.sleep(0.01)\n"
+)
+# Run in the sandbox by ``exec_and_end``: the command (its argv follows) as a child, and the moment it exits
+# ``_END_ALL``, then its exit status (128+N for a signal N), so nothing it started gets time to act after it.
+_RUN_THEN_END_ALL = (
+    "import os, signal, sys\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    for s in (signal.SIGPIPE, signal.SIGXFSZ):\n"
+    "        signal.signal(s, signal.SIG_DFL)\n"
+    "    try:\n"
+    "        os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "    except OSError as exc:\n"
+    "        os.write(2, f'{sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+    "        os._exit(127 if isinstance(exc, FileNotFoundError) else 126)\n"
+    "status = os.waitpid(child, 0)[1]\n"
+    + _END_ALL +
+    "code = os.waitstatus_to_exitcode(status)\n"
+    "os._exit(128 - code if code < 0 else code)\n"
+)
 _RELAY_START_TIMEOUT = 10.0
 _SOCKET_RELAY = str(Path(__file__).with_name("socket_relay.py"))
 _TRANSFER = str(Path(__file__).with_name("transfer.py"))
@@ -687,12 +732,39 @@ class HostProcessSession(EnvironmentSession):
             await self._reap_relays()  # they listened in the namespace that is gone
         self._mode = policy.mode
 
-    def _end_processes(self) -> None:
-        for pgid in self._groups:
+    async def end_processes(self) -> None:
+        """End every process of the session but the sandbox's init (the relays to host sockets stay).
+
+        In the sandbox a command sends SIGKILL to every other process of its PID namespace
+        (``_END_ALL``), so no process the agent's code started survives, whatever it did to its
+        environment or process group. With ``sandbox: off``: every process group the session started
+        and every process carrying its marker (a process that dropped both is not found).
+        """
+        if self._sandbox is None:
+            self._end_processes(spare=frozenset(relay.pid for relay in self._relays))
+            return
+        ended = await self.exec([sys.executable, "-I", "-S", "-c", _END_ALL], timeout=END_PROCESSES_SECONDS)
+        if ended.timed_out or ended.returncode != 0:
+            why = f"they were still there after {END_PROCESSES_SECONDS} s" if ended.timed_out else (
+                f"status {ended.returncode}: {ended.stderr.strip()[-300:]}")
+            raise RuntimeError(f"host_process: could not end the processes of session {self.label} ({why})")
+        self._groups = {pgid for pgid in self._groups if _group_alive(pgid)}
+
+    async def exec_and_end(self, cmd, *, timeout=None, env=None, cwd=None) -> ExecResult:
+        """``exec(cmd)``, then ``end_processes()``; in the sandbox the command runs as the child of a helper
+        that ends every other process of the sandbox the moment the command exits (``_RUN_THEN_END_ALL``)."""
+        if self._sandbox is not None:
+            cmd = [sys.executable, "-I", "-S", "-c", _RUN_THEN_END_ALL, *cmd]
+        ran = await self.exec(cmd, timeout=timeout, env=env, cwd=cwd)
+        await self.end_processes()
+        return ran
+
+    def _end_processes(self, spare: frozenset[int] = frozenset()) -> None:
+        for pgid in self._groups - spare:
             _kill_group(pgid)
-        self._groups.clear()
+        self._groups &= spare
         if self._started_any:
-            kill_marked(SESSION_VAR, self.session_id)
+            kill_marked(SESSION_VAR, self.session_id, spare=spare)
 
     async def _release_network(self) -> None:
         if self._sandbox is not None:

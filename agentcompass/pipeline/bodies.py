@@ -232,6 +232,12 @@ class LazySession(EnvironmentSession):
     async def set_network(self, policy):
         return await (await self._real()).set_network(policy)
 
+    async def end_processes(self):
+        return await (await self._real()).end_processes()
+
+    async def exec_and_end(self, cmd, **kwargs):
+        return await (await self._real()).exec_and_end(cmd, **kwargs)
+
     def __getattr__(self, name):
         # provider-specific extras (e.g. a container id) open the session too
         if name.startswith("_"):

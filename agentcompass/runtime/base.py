@@ -381,6 +381,10 @@ class ExecResult:
         return self.returncode == 0 and not self.timed_out
 
 
+# How long ``EnvironmentSession.end_processes`` may take before it is an error (each provider's own).
+END_PROCESSES_SECONDS = 10.0
+
+
 class EnvironmentSession(abc.ABC):
     """An open sandbox: commands, files, endpoints and network switching."""
 
@@ -448,6 +452,27 @@ class EnvironmentSession(abc.ABC):
     async def set_network(self, policy: NetworkPolicy) -> None:
         """Switch the session's network to ``policy`` (between phases)."""
         raise NotImplementedError(f"{type(self).__name__} cannot switch networks")
+
+    async def end_processes(self) -> None:
+        """End every process of the session but the provider's own init; return once none is left.
+
+        Called before a verifier's results are read (``task_dir``'s reward files, SWE-bench's test log):
+        a verifier that runs the agent's code may leave a process behind it, and nothing of the agent
+        may run while the verdict is read. Raises ``RuntimeError`` if the processes cannot be ended.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot end its processes, so no verdict can be read in it")
+
+    async def exec_and_end(self, cmd: list[str], *, timeout: float | None = None, env: dict[str, str] | None = None,
+                           cwd: str | None = None) -> ExecResult:
+        """``exec(cmd)`` (an argv list), then ``end_processes()`` before this returns: a verifier's run.
+
+        A provider that can ends the session's processes from inside it the moment ``cmd`` exits, so
+        that a process waiting for the verifier to exit gets no time to write after it; this one ends
+        them once the command is seen to have exited.
+        """
+        ran = await self.exec(cmd, timeout=timeout, env=env, cwd=cwd)
+        await self.end_processes()
+        return ran
 
     @property
     @abc.abstractmethod

@@ -223,7 +223,10 @@ def _mask_argv() -> list[str]:
     empty_file, empty_folder = _mask_sources()
     argv: list[str] = []
     for path, is_folder in hidden:
-        argv += ["--ro-bind", empty_folder if is_folder else empty_file, path]
+        # the walk is once per process: a path removed since has nothing to hide, and bwrap could not
+        # bind over it (it would fail making it in the read-only /etc)
+        if os.path.lexists(path):
+            argv += ["--ro-bind", empty_folder if is_folder else empty_file, path]
     return argv
 
 

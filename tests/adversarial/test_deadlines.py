@@ -156,9 +156,11 @@ def test_a_file_helper_stopped_or_held_ends_its_call_within_the_deadline(mode: s
     for name, (outcome, seconds, left) in outcomes.items():
         assert seconds <= DEADLINE + GRACE, (name, outcome, seconds)
         assert left == [], (name, outcome, left)  # ended with the call, not at the session's close
+    assert {outcome for outcome, _, _ in outcomes.values()} <= {"deadline", "done"}, outcomes
     if mode == "stop":
-        # every call found its helper stopped: each ended at its deadline, as a DeadlineError
-        assert {outcome for outcome, _, _ in outcomes.values()} == {"deadline"}, outcomes
+        # a call whose helper the freezer caught ended at its deadline, as a DeadlineError (on a loaded
+        # machine a helper may finish before the freezer's next look: that call is done, in time)
+        assert any(outcome == "deadline" for outcome, _, _ in outcomes.values()), outcomes
     assert provider.leftovers(session) == []
 
 

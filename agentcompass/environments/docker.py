@@ -507,6 +507,7 @@ class DockerSession(EnvironmentSession):
         # rootless Podman's networks live in the user's namespaces: no address on them is reachable from
         # here, so an endpoint is always relayed
         self._unreachable = bool(((podman or {}).get("security") or {}).get("rootless"))
+        self._podman = podman is not None
         self._netns: netns.RootSockets | netns.UserNamespaceSockets | None = None
         self._relays: dict[int, netns.TcpRelay] = {}
         self._socket_relays: list[netns.TcpRelay] = []
@@ -728,7 +729,9 @@ class DockerSession(EnvironmentSession):
 
     def _processes_now(self) -> list[tuple[str, str, str]]:
         """(pid, parent pid, command line) of each process of the container, as the engine lists them."""
-        listed = self.container.top()
+        # Podman: its own descriptors, read from the host's /proc (with none, or ones it cannot read, it runs
+        # the container's `ps`, a program a root agent may have replaced); Docker runs the host's `ps -ef`
+        listed = self.container.top(ps_args="pid,ppid,args") if self._podman else self.container.top()
         titles = [t.upper() for t in listed.get("Titles") or []]
         try:
             pid, ppid = titles.index("PID"), titles.index("PPID")

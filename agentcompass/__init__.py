@@ -17,7 +17,12 @@ The public API is these modules; everything else may change in any release:
 
 from pathlib import Path
 
+from agentcompass._util.importpath import pip_deployments_inert
+
 __version__ = "0.1.0"
+
+# Snakemake, imported after this, adds a folder of the working folder to the import path: it finds nothing here
+pip_deployments_inert()
 
 PUBLIC_MODULES = ("sdk", "results", "runtime", "errors", "stages", "layout", "compare", "plan_diff", "status",
                   "secrets", "testing")

@@ -79,6 +79,21 @@ class InfrastructureError(AgentCompassError, RuntimeError):
     """
 
 
+class DeadlineError(AgentCompassError, RuntimeError):
+    """A host-side wait on something the agent can touch outlived its deadline (a file call, a copy, a
+    command after the agent, the evaluate stage, a package's grader): the attempt's own failure, class
+    ``limit``, never retried. What the wait started is ended before it is raised. Not a ``TimeoutError``:
+    the run stage reads that as ``execution.task_timeout``."""
+
+    def __init__(self, what: str, seconds: float) -> None:
+        self.what, self.seconds = what, seconds
+        super().__init__(f"{what} did not finish within {seconds:g} s (a limit of agentcompass's own: "
+                         "what the agent controls cannot hold the host longer), and was ended")
+
+    def __reduce__(self):
+        return type(self), (self.what, self.seconds)
+
+
 class ModelCallError(AgentCompassError, RuntimeError):
     """A model call that failed on every try; the message names the last error."""
 

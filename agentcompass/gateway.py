@@ -13,7 +13,23 @@ the token. Any other method or path, and any path that is not plain text
 is refused with a JSON error (400, 404 or 405) and never forwarded: the key's
 other powers (files, fine-tuning, the organization) stay out of the agent's
 reach. Every request and reply is recorded into the attempt's trajectory and
-usage.
+usage (each within ``RECORD_LIMIT``: a larger one is recorded cut, saying so).
+
+What an agent sends costs the job bounded memory: the token is checked before
+any of a request's body is read, a body over ``BODY_LIMIT`` is refused (413)
+unread, and the bodies of all calls in flight together hold at most
+``BODIES_IN_FLIGHT`` bytes (a call waits, unread, until its body fits). A
+reply of the Model over ``REPLY_LIMIT`` is a 502, never held whole.
+
+What comes back is scrubbed of the secrets the gateway holds before the agent
+or the trajectory sees it: the key, and the value of each ``${VAR}`` in the
+Model's headers (of at least ``SECRET_MIN`` characters), as they are,
+JSON-escaped or in a Python repr, are replaced in the reply's header values
+and its body by ``[model api_key]`` or the reference (``${VAR}``), and a
+header whose name holds one is dropped. An upstream that echoes the request
+(a debugging proxy, an error that quotes the ``Authorization`` header) hands
+the agent no key. Nothing else of a reply is touched: the model's text stays
+the model's.
 
 The gateway listens on a Unix socket: a file, so it can be reached from a
 sandbox whose network holds nothing else.
@@ -37,8 +53,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentcompass.runtime.model_client import reply_tokens
-from agentcompass.secrets import check_header_value
+from agentcompass.runtime.model_client import RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
+from agentcompass.secrets import Scrubber, check_header_value, resolved_values
 
 # Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
 _NOT_FORWARDED = {
@@ -52,6 +68,16 @@ _NOT_RETURNED = {
     "transfer-encoding", "upgrade", "content-length",
 }
 
+
+# The longest request body the gateway takes (a longer one is a 413, never read), and the most bytes the bodies
+# of one gateway's calls in flight hold together (a call waits, its body unread, until its own fits).
+BODY_LIMIT = 8 << 20
+BODIES_IN_FLIGHT = 16 << 20
+# What stands in a reply for the key.
+KEY_PLACEHOLDER = "[model api_key]"
+# A ${VAR} value in the Model's headers shorter than this is no secret kept out of replies (it would rewrite
+# ordinary text of the model's: a flag, a version); the key is kept out whatever its length.
+SECRET_MIN = 8
 
 # The model calls of each protocol: path (under the base_url's path) -> the one method it takes.
 ROUTES: dict[str, dict[str, str]] = {
@@ -98,7 +124,9 @@ def _error_body(message: str, code: str) -> bytes:
 
 
 def _decoded(data: bytes, content_type: str = "") -> Any:
-    """A body as the trajectory keeps it: JSON, the events of a stream, or text."""
+    """A body as the trajectory keeps it: JSON, the events of a stream, or text; cut past ``RECORD_LIMIT``."""
+    if len(data) > RECORD_LIMIT:
+        return recorded_body(data)
     text = data.decode(errors="replace")
     if "text/event-stream" in content_type:
         events = []
@@ -123,42 +151,127 @@ def _tokens(reply: Any) -> tuple[int, int, str | None]:
     return reply_tokens(next((u for u in reversed(usages) if u is not None), None))
 
 
+def _tail_usage(data: bytes, content_type: str) -> Any:
+    """The ``usage`` of a reply too long to decode whole for the record, read from its end: the last
+    events of a stream, or the last ``"usage"`` object of a JSON body (None when there is none)."""
+    tail = data[-(64 << 10):]
+    if "text/event-stream" in content_type:
+        return _decoded(tail.partition(b"\n")[2], content_type)
+    at = tail.rfind(b'"usage"')
+    if at < 0:
+        return None
+    text = tail[at + len(b'"usage"'):].decode(errors="replace").lstrip()
+    try:
+        return {"usage": json.JSONDecoder().raw_decode(text[1:].lstrip())[0]} if text.startswith(":") else None
+    except json.JSONDecodeError:
+        return None
+
+
+# At most this many connections to one gateway (one attempt's agent) at once: one more is answered 503
+# and closed, and the attempt fails as out of its limits. Each holds a thread and a descriptor of the job
+# process, which every attempt of the process shares.
+MAX_CONNECTIONS = 32
+# A connection that sends nothing for this long while its request is read (or reads nothing of its reply)
+# is closed.
+IDLE_SECONDS = 30.0
+
+
+def _crowded_reply() -> bytes:
+    body = _error_body(f"more than {MAX_CONNECTIONS} connections to the gateway at once", "too_many_connections")
+    return (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     block_on_close = False  # closing never waits for a call the Model is still answering
     gateway: "ModelGateway"
 
+    def __init__(self, *args, **kwargs) -> None:
+        self.open_connections = 0
+        self.count_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address) -> None:
+        with self.count_lock:
+            crowded = self.open_connections >= MAX_CONNECTIONS
+            if not crowded:
+                self.open_connections += 1
+        if crowded:
+            self.gateway.crowded()
+            try:
+                request.setblocking(False)  # a few hundred bytes into an empty buffer; never waits
+                request.send(_crowded_reply())
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self) -> None:
+        with self.count_lock:
+            self.open_connections -= 1
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = IDLE_SECONDS  # each read of the request and write of the reply; an idle connection is closed
 
     def _handle(self) -> None:
         gateway = self.server.gateway
+        # every refusal comes before any of the body is read: the connection then closes, the body unread
+        if not gateway.authorized(self.headers.get("Authorization")):
+            gateway.refused(self.command, self.path, 401, "missing or wrong gateway token")
+            self._refuse(401, "missing or wrong gateway token", "invalid_api_key")
+            return
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            self._reply(411, [("Content-Type", "application/json")],
-                        _error_body("send the body with a Content-Length", "length_required"))
+            self._refuse(411, "send the body with a Content-Length", "length_required")
             return
         length = (self.headers.get("Content-Length") or "0").strip()
         if not length.isdigit() or len(self.headers.get_all("Content-Length") or []) > 1:
-            self._reply(400, [("Content-Type", "application/json")],
-                        _error_body("Content-Length must be one whole number of bytes", "bad_request"))
+            self._refuse(400, "Content-Length must be one whole number of bytes", "bad_request")
             return
-        body = self.rfile.read(int(length))
-        if not gateway.authorized(self.headers.get("Authorization")):
-            gateway.refused(self.command, self.path, 401, "missing or wrong gateway token")
-            self._reply(401, [("Content-Type", "application/json")],
-                        _error_body("missing or wrong gateway token", "invalid_api_key"))
+        size = int(length)
+        if size > BODY_LIMIT:
+            message = f"the request body is {size} bytes, more than the {BODY_LIMIT} this gateway takes"
+            gateway.refused(self.command, self.path, 413, message)
+            self._refuse(413, message, "request_too_large")
             return
         refusal = route(gateway.protocol, self.command, self.path)
         if refusal is not None:
             status, code, message = refusal
             gateway.refused(self.command, self.path, status, message)
             allow = ROUTES.get(gateway.protocol, {}).get(self.path)
-            self._reply(status, [("Content-Type", "application/json"), *([("Allow", allow)] if status == 405 and allow else [])],
-                        _error_body(message, code))
+            self._refuse(status, message, code, [("Allow", allow)] if status == 405 and allow else [])
             return
-        status, headers, data = gateway.forward(self.command, self.path, self.headers, body)
+        if not gateway.admit(size):
+            message = f"the bodies of other calls in flight fill this gateway's {BODIES_IN_FLIGHT} bytes"
+            gateway.refused(self.command, self.path, 503, message)
+            self._refuse(503, message, "too_many_calls_in_flight")
+            return
+        try:
+            body = self.rfile.read(size)
+            status, headers, data = gateway.forward(self.command, self.path, self.headers, body)
+            del body
+        finally:
+            gateway.release(size)
         self._reply(status, headers, data)
+
+    def _refuse(self, status: int, message: str, code: str, extra: list[tuple[str, str]] | None = None) -> None:
+        """A JSON error, and the connection closed: what the agent sent after its headers stays unread."""
+        self.close_connection = True
+        self._reply(status, [("Content-Type", "application/json"), ("Connection", "close"), *(extra or [])],
+                    _error_body(message, code))
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (an unknown method, a malformed request line) as JSON errors too."""
@@ -215,6 +328,11 @@ class ModelGateway:
             check_header_value(value, f"model.headers.{name}")
         self._api_key = api_key
         self._headers = dict(headers or {})  # the Model's own headers, resolved: set on every forwarded request
+        # the secrets it holds, kept out of replies: the key, and each ${VAR} value (the caller resolved them)
+        # that stands in one of the Model's headers
+        held = {value: f"${{{name}}}" for name, value in resolved_values().items()
+                if len(value) >= SECRET_MIN and any(value in header for header in self._headers.values())}
+        self._scrubber = Scrubber(resolved=False, literals={**held, **({api_key: KEY_PLACEHOLDER} if api_key else {})})
         self._trajectory_path = Path(trajectory_path)
         self._timeout = timeout
         self.token = secrets.token_urlsafe(32)
@@ -224,6 +342,10 @@ class ModelGateway:
         # short: a Unix socket path has a limit of about 100 bytes
         # the HTTP status of the last model call forwarded (or answered for the Model: 502, 504), None before one
         self.last_call_status: int | None = None
+        self._room = threading.Condition()
+        self._in_flight = 0  # bytes of the bodies of the calls being read or forwarded
+        # connections refused because MAX_CONNECTIONS were open: the agent held more than it is given
+        self.connections_refused = 0
         self._dir = Path(tempfile.mkdtemp(prefix="acgw-"))
         self.socket_path = self._dir / "gateway.sock"
         self._server: _Server | None = None
@@ -249,9 +371,32 @@ class ModelGateway:
         with self._lock:
             return {**self._usage, "latency_seconds": round(self._usage["latency_seconds"], 6)}
 
+    def admit(self, size: int) -> bool:
+        """Take ``size`` bytes of ``BODIES_IN_FLIGHT`` for a call's body, waiting for other calls to release
+        theirs (at most the Model's timeout); False if they did not."""
+        with self._room:
+            if not self._room.wait_for(lambda: self._in_flight + size <= BODIES_IN_FLIGHT, self._timeout):
+                return False
+            self._in_flight += size
+            return True
+
+    def release(self, size: int) -> None:
+        with self._room:
+            self._in_flight -= size
+            self._room.notify_all()
+
     def authorized(self, header: str | None) -> bool:
         scheme, _, given = (header or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    def crowded(self) -> None:
+        """A connection refused as one too many: counted, and recorded once."""
+        with self._lock:
+            self.connections_refused += 1
+            first = self.connections_refused == 1
+        if first:
+            self.refused("", "", 503, f"more than {MAX_CONNECTIONS} connections at once (this one and any later "
+                         "one over the limit are closed unanswered, and not recorded again)")
 
     def refused(self, method: str, path: str, status: int, why: str) -> None:
         self._record({"source": "gateway", "method": method, "path": path, "status": status, "error": f"refused: {why}"})
@@ -275,8 +420,12 @@ class ModelGateway:
             connection.request(method, self._upstream.path.rstrip("/") + path,
                                body=body if body or method in ("POST", "PUT", "PATCH") else None, headers=outgoing)
             reply = connection.getresponse()
-            status, data = reply.status, reply.read()
+            status, data = reply.status, reply.read(REPLY_LIMIT + 1)
             returned = [(k, v) for k, v in reply.getheaders() if k.lower() not in _NOT_RETURNED]
+            if len(data) > REPLY_LIMIT:
+                error = f"the model's reply is more than {REPLY_LIMIT} bytes, more than the gateway passes on"
+                status, data = 502, _error_body(error, "reply_too_large")
+                returned = [("Content-Type", "application/json")]
         except TimeoutError:
             error = f"the model did not answer within {self._timeout} s"
             status, data, returned = 504, _error_body(error, "upstream_timeout"), [("Content-Type", "application/json")]
@@ -286,22 +435,40 @@ class ModelGateway:
         finally:
             connection.close()
         latency = time.monotonic() - started
+        returned, data = self._scrubbed(returned, data)
         content_type = next((v for k, v in returned if k.lower() == "content-type"), "")
         record = {
             "source": "gateway", "method": method, "path": path, "status": status,
             "latency_seconds": round(latency, 6),
-            "request": _decoded(body, headers.get("Content-Type") or ""),
-            "reply": _decoded(data, content_type) if error is None else None,
         }
         if error is not None:
             record["error"] = error
-        self._record(record, latency if method == "POST" else None)
+        bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
+        self._record(record, latency if method == "POST" else None, bodies)
         return status, returned, data
 
-    def _record(self, record: dict, call_latency: float | None = None) -> None:
-        with self._lock:
+    def _scrubbed(self, headers: list[tuple[str, str]], data: bytes) -> tuple[list[tuple[str, str]], bytes]:
+        """A reply's headers and body with every secret the gateway holds replaced: in header values and the
+        body; a header whose name holds one is dropped (no stand-in is a header name). Bytes that are no UTF-8
+        pass through as they are (``surrogateescape`` keeps them; a header's value is ASCII)."""
+        if not self._scrubber:
+            return headers, data
+        clean = self._scrubber.text
+        text = data.decode("utf-8", "surrogateescape")
+        scrubbed = clean(text)
+        return ([(k, clean(v)) for k, v in headers if clean(k) == k],
+                data if scrubbed == text else scrubbed.encode("utf-8", "surrogateescape"))
+
+    def _record(self, record: dict, call_latency: float | None = None, bodies: tuple | None = None) -> None:
+        with self._lock:  # one record at a time: what is decoded for it is held once per gateway
+            usage: Any = None
+            if bodies is not None:
+                body, body_type, data, data_type = bodies
+                record["request"] = _decoded(body, body_type)
+                record["reply"] = None if data is None else _decoded(data, data_type)
+                usage = _tail_usage(data, data_type) if data is not None and len(data) > RECORD_LIMIT else None
             if call_latency is not None:  # a POST is a model call, answered or not
-                prompt, completion, unread = _tokens(record.get("reply"))
+                prompt, completion, unread = _tokens(usage if usage is not None else record.get("reply"))
                 if unread:
                     record["usage_unreadable"] = unread
                 self._usage["calls"] += 1

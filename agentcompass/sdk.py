@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 from agentcompass import PROJECT_ROOT
 
-from agentcompass._util import aio
+from agentcompass._util import aio, importpath
 from agentcompass.pipeline import locks
 from agentcompass.plugins import load_components
 # the outcome of each request, read from its files: here too, as the SDK always had them
@@ -37,7 +37,10 @@ def run_snakemake(argv: list[str]) -> bool:
 
     parser, args = parse_args(argv)
     try:
-        return bool(args_to_api(args, parser))
+        # the workflow keeps the working folder off the import path of the run's processes
+        # (agentcompass._util.importpath); this process's own settings come back after it
+        with importpath.kept():
+            return bool(args_to_api(args, parser))
     finally:
         # The workflow freezes the heap at its end, for a quick exit
         # (EvaluationWorkflow.finish); this process goes on.

@@ -85,6 +85,11 @@ def _lookup(match: re.Match) -> str:
     return value
 
 
+def resolved_values() -> dict[str, str]:
+    """The value of every reference this process resolved, by name (one unset since is left out)."""
+    return {name: os.environ[name] for name in sorted(_RESOLVED) if os.environ.get(name)}
+
+
 def check_header_value(value: str, where: str) -> None:
     """Raise ValueError, naming ``where`` (a reference, never the value), when ``value`` cannot be an HTTP
     header's value: only printable ASCII and tabs travel in one, never a line break."""

@@ -160,6 +160,47 @@ CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n
 TESTS = "from calc import add, mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n"
 
 
+LEFTOVER_CONFTEST = """import os
+import time
+
+LOG = "/tmp/agentcompass-swebench/test_output.txt"
+FAKE = ("+ : '>>>>> Start Test Output'\\nPASSED tests/test_calc.py::test_add\\n"
+        "PASSED tests/test_calc.py::test_mul\\n+ : '>>>>> End Test Output'\\n")
+
+
+def _script():
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\\0")[:1] == [b"/bin/bash"]:
+                    return pid
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def pytest_unconfigure(config):
+    script = _script()
+    if script is None or os.fork():
+        return
+    os.setsid()
+    while True:
+        try:
+            os.kill(script, 0)
+        except OSError:
+            break
+        time.sleep(0.02)
+    while True:
+        with open(LOG + ".x", "w") as f:
+            f.write(FAKE)
+        os.replace(LOG + ".x", LOG)
+        time.sleep(0.02)
+"""
+
+
 def _git(repo: Path, *args: str, input: str | None = None) -> str:
     env = {**os.environ, **_GIT, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
     return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True,
@@ -234,6 +275,9 @@ def build_repo(folder: Path) -> tuple[str, dict]:
             "    os._exit(3)\n")})),
     }
     bad["sleep"] = _diff(folder, w({"conftest.py": "import time\n\ntime.sleep(60)\n"}))
+    # add stays wrong, and the tests leave a process that waits for the evaluation script to exit, then
+    # writes a log of passing tests over the one it wrote
+    bad["leftover"] = _diff(folder, w({"calc.py": CALC.replace("a - b", "a * b"), "conftest.py": LEFTOVER_CONFTEST}))
     return base, {"instances": patches, "bad": bad}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -177,7 +178,8 @@ def test_forced_rules_and_files_of_a_slice():
 
 def test_the_inner_run_gets_this_runs_config_and_runs_locally(monkeypatch):
     argv = shards.inner_argv(_workflow(), 8, {"model_endpoint_x": 3}, ["run"], ["a/result.json", "a/plan.json"])
-    assert argv[3:5] == ["a/result.json", "a/plan.json"]  # the slice's files, before any option
+    assert argv[:shards.INNER_ARGS] == [sys.executable, "-P", "-m", "snakemake"]  # never imports from the folder
+    assert argv[shards.INNER_ARGS:shards.INNER_ARGS + 2] == ["a/result.json", "a/plan.json"]  # the slice's files, before any option
     assert argv[argv.index("--snakefile") + 1] == "/repo/Snakefile"
     assert argv[argv.index("--cores") + 1] == "8" and "--nolock" in argv
     assert argv[argv.index("--configfile") + 1] == "/cfg/a.yaml"
@@ -185,7 +187,8 @@ def test_the_inner_run_gets_this_runs_config_and_runs_locally(monkeypatch):
     assert argv[argv.index("--forcerun") + 1] == "run"
     assert argv[-2:] == ["--config", "runtime={\"shard_size\": 4}"]  # last: --config takes what follows
     many = [f"results/default/big/attempts/t{i}/1/result.json" for i in range(40_000)]
-    assert "--snakefile" == shards.inner_argv(_workflow(), 8, {}, [], many)[3]  # too long: the default rule names them
+    # too long: the default rule names them
+    assert "--snakefile" == shards.inner_argv(_workflow(), 8, {}, [], many)[shards.INNER_ARGS]
     monkeypatch.setenv("SNAKEMAKE_PROFILE", "slurm")
     env = shards.inner_env("default", "big", 2, "123")
     assert "SNAKEMAKE_PROFILE" not in env and env[shards.SHARD_ENV] == "default/big/2"

@@ -144,6 +144,22 @@ def run_coroutine(coro: Coroutine) -> Any:
     return stage_loop.run(coro)
 
 
+@contextlib.asynccontextmanager
+async def deadline(seconds: float, what: str):
+    """The body within ``seconds``: past them it is cancelled and ``DeadlineError(what, seconds)`` raised
+    (a ``TimeoutError`` of the body's own leaves as it is)."""
+    from agentcompass.errors import DeadlineError
+
+    scope = asyncio.timeout(seconds)
+    try:
+        async with scope:
+            yield
+    except TimeoutError:
+        if scope.expired():
+            raise DeadlineError(what, seconds) from None
+        raise
+
+
 def child_running(proc: asyncio.subprocess.Process) -> bool:
     """Whether a child that asyncio started still runs, found without reaping it."""
     if proc.returncode is not None:

@@ -23,6 +23,7 @@ from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.benchmarks.dataset_scorers import (
     DEFAULT_RUBRIC,
     SCORERS,
+    Boundary,
     PatternError,
     Score,
     ScorerError,
@@ -131,9 +132,10 @@ class DatasetConfig(RuntimeBenchmarkConfig):
     )
     rubric: str = config_field(
         default=DEFAULT_RUBRIC,
-        description="model_graded: the instructions to the judge, with {input}, {target} and {answer}; the judge "
-        "is always told to end with 'GRADE: C' (correct) or 'GRADE: I' (incorrect), and any other reply is an "
-        "eval_error.",
+        description="model_graded: the instructions to the judge, with {input}, {target} and {answer}; {answer} "
+        "stands between two boundary lines holding a random code drawn for each call, which the judge is told "
+        "about first. The judge is always told to end with 'GRADE: C' (correct) or 'GRADE: I' (incorrect): its "
+        "last such line outside the answer is the verdict, and a reply without one is an eval_error.",
         stage="evaluate",
     )
     judge_timeout: float = config_field(
@@ -488,7 +490,9 @@ class DatasetBenchmark(BaseBenchmark[DatasetPlan]):
         path = ATTEMPT_TRAJECTORY.get()
         if path is not None:
             drop_judge_lines(Path(path))  # a re-evaluation replaces the judge's lines, never adds to them
-        messages = grade_request(plan.rubric, task.question, plan.targets, answer)
+        target = " | ".join(plan.targets)
+        boundary = Boundary.around(answer, plan.rubric, task.question, target)  # a nonce for this call alone
+        messages = grade_request(plan.rubric, task.question, plan.targets, answer, boundary)
         usage: dict[str, Any] = {}
         try:
             async with ModelClient(model, ModelCallConfig(timeout=plan.judge_timeout)) as client:
@@ -503,13 +507,14 @@ class DatasetBenchmark(BaseBenchmark[DatasetPlan]):
                                        error_stage="evaluate", correct=None, score=None,
                                        usage={**result.usage, **usage}, failure_class=failure["failure_class"],
                                        metadata={**result.metadata, **failure["metadata"]})
-        grade = parse_grade(reply.text)
+        grade = parse_grade(reply.text, boundary)
         result = dataclasses.replace(result, usage={**result.usage, **usage},
                                      metadata={**result.metadata, "judge_reply": reply.text})
         if grade is None:
             return dataclasses.replace(
                 result, status=TaskStatus.EVAL_ERROR, correct=None, score=None, error_stage="evaluate",
-                error="judge: the reply holds no single 'GRADE: C' or 'GRADE: I' line, so the answer is ungraded",
+                error="judge: the reply gives no verdict (its last GRADE line outside the answer is neither "
+                      "'GRADE: C' nor 'GRADE: I', or it has none), so the answer is ungraded",
             )
         return _scored(result, Score(grade, float(grade), f"judge: GRADE: {'C' if grade else 'I'}"), plan)
 

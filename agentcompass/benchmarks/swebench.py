@@ -20,7 +20,9 @@ What each stage sees:
 - evaluate: in a fresh container of the same image the diff is applied as
   the package's harness applies it, the instance's evaluation script runs,
   and its log is graded by ``swebench.harness.grading.get_eval_report`` with
-  the instance's test spec (``make_test_spec``) and log parser.
+  the instance's test spec (``make_test_spec``) and log parser, in a child
+  process killed past ``GRADE_TIMEOUT`` (the parsers are quadratic on long
+  lines, which the agent's patch can make the tests print).
 
 The diff and the log are the agent's doing: on the host they are data of
 bounded size (``max_patch_bytes``, ``max_log_bytes``), copied as one file
@@ -29,6 +31,8 @@ each, never read for paths. The oracle applies the gold patch.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,6 +41,8 @@ import os
 import posixpath
 import re
 import shlex
+import signal
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,13 +51,12 @@ from typing import Any
 from agentcompass._util import trees
 from agentcompass.benchmarks.config import RuntimeBenchmarkConfig
 from agentcompass.benchmarks.dataset import json_value
-from agentcompass.errors import InfrastructureError
+from agentcompass.errors import DeadlineError, InfrastructureError
 from agentcompass.runtime import (
     BENCHMARKS,
     BaseBenchmark,
     BenchmarkPlan,
     EnvironmentSpec,
-    FailureClass,
     PreparedTask,
     RunRequest,
     RunResult,
@@ -78,13 +83,34 @@ PATCH_FILE = "/tmp/agentcompass-swebench/model.patch"
 EVAL_SCRIPT = "/tmp/agentcompass-swebench/eval.sh"
 EVAL_LOG = "/tmp/agentcompass-swebench/test_output.txt"
 DIFF_TIMEOUT = 600.0
+# Grading one test log with the package's parsers, in a process of its own: they are quadratic on lines
+# the agent's patch can print (a 400 KB line keeps one busy for hours), so past this the grader is killed
+# and the evaluation fails (DeadlineError, class ``limit``).
+GRADE_TIMEOUT = 120.0
+# The grader's process: the package's own calls on the instance, the prediction and the log file (JSON on
+# stdin), the report and the statuses of the tests it found as JSON on stdout. Nothing is imported from
+# the working folder (-I).
+_GRADER = (
+    "import json, sys\n"
+    "from swebench.harness.grading import get_eval_report, get_logs_eval\n"
+    "from swebench.harness.utils import make_test_spec\n"
+    "job = json.load(sys.stdin)\n"
+    "spec = make_test_spec(job['instance'])\n"
+    "iid = job['prediction']['instance_id']\n"
+    "report = get_eval_report(spec, job['prediction'], job['log'], include_tests_status=True)[iid]\n"
+    "statuses = get_logs_eval(spec, job['log'])[0] if job['statuses'] else {}\n"
+    "json.dump({'report': report, 'statuses': statuses}, sys.stdout)\n"
+)
 _TAIL = 4000
 # the diff of everything the agent changed, new files too, from the base commit; no driver of the repository's
-# own config runs (external diff, textconv)
+# own config runs (external diff, textconv); then its size in bytes, the one line it prints, measured in the
+# session so that a diff over max_patch_bytes is refused before a byte of it is copied to the host (stat: never
+# opened, so a link to an endless device or a FIFO put in its place makes no wait; none printed, it is copied)
 _DIFF = (
     'set -e; mkdir -p "$(dirname "$3")"; rm -rf "$3"; cd "$1"; '
     'git -c core.fileMode=false add -A >/dev/null; '
-    'git -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv --binary "$2" > "$3"'
+    'git -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv --binary "$2" > "$3"; '
+    'stat -c %s "$3" 2>/dev/null || true'
 )
 # between two ways of applying the patch, as the package's harness: back to the pristine tree
 _RESET = "git checkout -- . ; git clean -fd"
@@ -326,6 +352,13 @@ class GoldPatch(ScriptReference):
             await session.exec(["rm", "-f", self.target])
 
 
+def _measured_size(stdout: str) -> int | None:
+    """The diff's size the diff script printed (its last line), or None when that is no whole number."""
+    lines = stdout.strip().splitlines()
+    last = lines[-1].strip() if lines else ""
+    return int(last) if last.isascii() and last.isdigit() and len(last) <= 20 else None
+
+
 async def _read_bounded(env, remote: str, limit: int) -> tuple[str | None, int]:
     """The text of one file of the session, at most ``limit`` bytes of it, and its size (None: no file).
 
@@ -353,6 +386,64 @@ async def _read_bounded(env, remote: str, limit: int) -> tuple[str | None, int]:
         return data.decode("utf-8", errors="replace"), info.st_size
 
 
+async def grade(instance: dict[str, Any], prediction: dict[str, Any], log: str, *, statuses: bool = True,
+                timeout: float = GRADE_TIMEOUT) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The package's report on ``log`` (``get_eval_report`` with the instance's test spec) and, with
+    ``statuses``, every test its log parser found by status, computed in a child process that is killed
+    past ``timeout`` seconds (``DeadlineError``)."""
+    with tempfile.TemporaryDirectory(prefix="agentcompass-swebench-") as folder:
+        log_path = Path(folder) / "test_output.txt"
+        log_path.write_text(log, encoding="utf-8")
+        job = json.dumps({"instance": instance, "prediction": prediction, "log": str(log_path),
+                          "statuses": statuses}).encode()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-c", _GRADER, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(job), timeout)
+        except asyncio.TimeoutError:
+            raise DeadlineError("grading the test log with the swebench package", timeout) from None
+        finally:
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 5.0)  # reaped: nothing of it stays on the host
+    if proc.returncode != 0:
+        raise RuntimeError(f"swebench: grading the test log failed (exit status {proc.returncode}): "
+                           f"{err.decode(errors='replace')[-_TAIL:].strip()}")
+    answer = json.loads(out)
+    return answer["report"], answer["statuses"]
+
+
+async def graded(task_id: str, instance: dict[str, Any], result: RunResult, patch: str | None, log: str,
+                 applied: str | None, truncated: bool) -> RunResult:
+    """``result`` scored by the package's report of ``log`` (the tests' output) for ``patch``: completed.
+
+    The report's ``infra_failure`` is the package's advice, read from text that the patched tests print
+    ("Cannot allocate memory", "Could not resolve host"): it stays in the report, metadata of a completed
+    attempt, and never makes the attempt a failure. What the host itself sees go wrong (the container
+    died, a command could not run) raises from the session instead, with its class.
+    """
+    prediction = {"instance_id": task_id, "model_name_or_path": "agentcompass", "model_patch": patch}
+    # every test the log parser found, by status (empty when the package found the log unusable)
+    report, statuses = await grade(instance, prediction, log, statuses=patch is not None)
+    resolved = bool(report.get("resolved"))
+    verdict = {
+        "report": report,
+        "resolved": resolved,
+        "test_statuses": statuses,
+        "applied_with": applied,
+        "log_truncated": truncated,
+        "test_output": log,
+    }
+    return dataclasses.replace(result, status=TaskStatus.COMPLETED, score=1.0 if resolved else 0.0, correct=resolved,
+                               metadata={**result.metadata, "swebench": verdict})
+
+
 # --- the Benchmark ------------------------------------------------------------------------------
 
 
@@ -361,6 +452,9 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
     """SWE-bench-format instances in their images, graded by the swebench package."""
 
     id = "swebench"
+    # 2: the package's infra_failure is metadata of a completed attempt; the tests' processes are ended before
+    # their log is read
+    version = "2"
     config_class = SwebenchConfig
     plan_class = SwebenchPlan
     dependencies = (DEPENDENCY,)
@@ -421,6 +515,9 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
             metadata={"instance_id": task.task_id, "repo": task.category},
         )
 
+    def evaluation_seconds(self, plan: BenchmarkPlan) -> float:
+        return self._require_plan(plan).eval_timeout + GRADE_TIMEOUT
+
     def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> GoldPatch | None:
         if task.load_error is not None:
             return None
@@ -437,7 +534,14 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
                              timeout=DIFF_TIMEOUT)
         patch, size = (None, 0)
         note = None
-        if ran.ok:
+        measured = _measured_size(ran.stdout)
+        if ran.ok and measured is not None and measured > plan.max_patch_bytes:
+            size = measured
+            note = (f"the diff is {size} bytes in the session, more than max_patch_bytes ({plan.max_patch_bytes}): "
+                    "not copied, not applied")
+        elif ran.ok:
+            # a size the session did not tell (no stat, or one the agent replaced): the copy is bounded by the
+            # session's copy limits, and no more than max_patch_bytes + 1 of it is read
             patch, size = await _read_bounded(env, PATCH_FILE, plan.max_patch_bytes + 1)
             if patch is None and size:
                 note = f"the diff is more than {size} bytes, more than max_patch_bytes ({plan.max_patch_bytes}): not applied"
@@ -460,37 +564,10 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
         patch = result.answer if isinstance(result.answer, str) else None
         if patch is not None and len(patch.encode()) > plan.max_patch_bytes:
             patch = None  # an answer that did not come through after_run (an older output.json)
-        prediction = {"instance_id": task.task_id, "model_name_or_path": "agentcompass", "model_patch": patch}
         log, applied, truncated = "", None, False
         if patch is not None:
             log, applied, truncated = await self._run_tests(env, plan, spec, patch)
-        from swebench.harness.grading import get_eval_report, get_logs_eval
-
-        with tempfile.TemporaryDirectory(prefix="agentcompass-swebench-") as folder:
-            log_path = Path(folder) / "test_output.txt"
-            log_path.write_text(log, encoding="utf-8")
-            report = get_eval_report(spec, prediction, str(log_path), include_tests_status=True)[task.task_id]
-            # every test the log parser found, by status (empty when the package found the log unusable)
-            statuses = get_logs_eval(spec, str(log_path))[0] if patch is not None else {}
-        resolved = bool(report.get("resolved"))
-        verdict = {
-            "report": report,
-            "resolved": resolved,
-            "test_statuses": statuses,
-            "applied_with": applied,
-            "log_truncated": truncated,
-            "test_output": log,
-        }
-        metadata = {**result.metadata, "swebench": verdict}
-        if report.get("infra_failure"):
-            return dataclasses.replace(
-                result, status=TaskStatus.EVAL_ERROR, error_stage="evaluate", correct=None, score=None,
-                failure_class=FailureClass.INFRASTRUCTURE, metadata=metadata,
-                error=f"swebench: the test run of {task.task_id} shows a broken environment "
-                f"({report.get('infra_failure_reason')}), not a verdict on the patch; its log ends: {log[-500:].strip()}",
-            )
-        return dataclasses.replace(result, status=TaskStatus.COMPLETED, score=1.0 if resolved else 0.0,
-                                   correct=resolved, metadata=metadata)
+        return await graded(task.task_id, instance, result, patch, log, applied, truncated)
 
     async def _run_tests(self, env, plan: SwebenchPlan, spec, patch: str) -> tuple[str, str | None, bool]:
         """Apply ``patch`` to the fresh repository as the package's harness does, run the eval script; its log."""
@@ -523,8 +600,10 @@ class SwebenchBenchmark(BaseBenchmark[SwebenchPlan]):
                 else:
                     return f"{APPLY_PATCH_FAIL}:\n{ran.stdout}{ran.stderr}", None, False
         await env.write_text(EVAL_SCRIPT, spec.eval_script)
-        ran = await env.exec(["sh", "-c", '/bin/bash "$1" > "$2" 2>&1', "sh", EVAL_SCRIPT, EVAL_LOG],
-                             timeout=plan.eval_timeout)
+        # the tests run the agent's code: when they exit, every process of the container but its init is ended,
+        # so nothing they started writes to the log while it is read
+        ran = await env.exec_and_end(["sh", "-c", '/bin/bash "$1" > "$2" 2>&1', "sh", EVAL_SCRIPT, EVAL_LOG],
+                                     timeout=plan.eval_timeout)
         log, size = await _read_bounded(env, EVAL_LOG, plan.max_log_bytes)
         log = log or ""
         if ran.timed_out:  # as the package's harness marks it

@@ -22,8 +22,9 @@ What each stage sees:
   ``ScriptReference``) and runs ``solve.sh`` in its session.
 - evaluate: whatever stands at the verifier's folders is removed (links and
   locked folders too), ``tests/`` is copied to ``/tests`` of the evaluation
-  session, ``test.sh`` runs from the workspace, and only regular reward files
-  written after it started count.
+  session, ``test.sh`` runs from the workspace, every process of the session
+  is ended when it exits (what it started, the agent's code it ran), and only
+  regular reward files written after it started count.
 
 Harbor's fixed paths (``/tests``, ``/solution``, ``/logs``) exist in a
 container. A ``host_process`` session has no filesystem of its own, so there
@@ -67,7 +68,7 @@ from agentcompass.runtime import (
     TaskSpec,
     TaskStatus,
 )
-from agentcompass.runtime.base import ScriptReference
+from agentcompass.runtime.base import ScriptReference, after_agent, cancelling
 from agentcompass.runtime.config import ConfigError, ParameterError, config_field, plan_field
 from agentcompass.secrets import REFERENCE, references, resolve_secret, scrub
 
@@ -660,8 +661,9 @@ class HarborSolution(ScriptReference):
         try:
             return await super().run(session)
         finally:
-            if self.layout == "mapped":  # the stand-in folder goes too: the workspace is the agent's again
-                await session.exec(["rm", "-rf", HOST_HARBOR_DIR])
+            # the stand-in folder goes too: the workspace is the agent's again (unless its time limit ended it)
+            if self.layout == "mapped" and not cancelling():
+                await after_agent(session, ["rm", "-rf", HOST_HARBOR_DIR], f"removing {HOST_HARBOR_DIR}")
 
 
 def _env_table(env: Any, where: str) -> dict[str, str]:
@@ -759,7 +761,9 @@ class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
     """Harbor-format task folders: instruction, Dockerfile environment, test.sh reward, solve.sh reference."""
 
     id = "task_dir"
-    version = "2"  # named rewards, reward_key, the Dockerfile followed on host_process, a sealed verifier
+    # 2: named rewards, reward_key, the Dockerfile followed on host_process, a sealed verifier;
+    # 3: every process of the session ended before the reward files are read
+    version = "3"
     config_class = TaskDirConfig
     plan_class = TaskDirPlan
 
@@ -848,6 +852,9 @@ class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
             metadata={"harbor_task": task.metadata["harbor"]["name"] or task.task_id},
         )
 
+    def evaluation_seconds(self, plan: BenchmarkPlan) -> float:
+        return self._require_plan(plan).verifier_timeout
+
     def reference_solution(self, task: TaskSpec, plan: BenchmarkPlan) -> HarborSolution | None:
         if task.load_error is not None:
             return None  # a folder that could not be loaded has no solution; its attempt never runs
@@ -884,7 +891,9 @@ class TaskDirBenchmark(BaseBenchmark[TaskDirPlan]):
         started = int(cleared.stdout.strip())
         await upload_folder(env, Path(plan.task_dir) / TESTS, paths.tests, paths.rewrite)
         test = posixpath.join(paths.tests, TEST_SCRIPT)
-        ran = await env.exec(
+        # the verifier may run the agent's code: when it exits, every process of the session but the provider's
+        # init is ended, so nothing it started runs on while its reward files are read
+        ran = await env.exec_and_end(
             ["sh", "-c", 'chmod +x "$1" && exec "$1"', "sh", test], env=env_values, timeout=plan.verifier_timeout
         )
         files: dict[str, str | None] = {}

@@ -34,6 +34,12 @@ command), and a root command keeps only Docker's default capabilities, so it
 can neither remount nor leave. One holder per session, rather than one
 ``bwrap`` per command, keeps background processes (a server started by one
 command, used by the next) alive across commands, as in a container.
+
+The session's file calls (``transfer.main``) enter the same namespaces but the
+PID one: each runs outside the sandbox's PID namespace (as root, in a fresh
+one of its own, ``unshare --pid``; unprivileged, in the job's), so the
+sandbox's commands cannot see it, signal it or open its descriptors, and the
+copy stream the host reads is the helper's alone.
 """
 
 from __future__ import annotations
@@ -99,7 +105,7 @@ INIT = (
     "        pass\n"
 )
 
-_TOOLS = ("bwrap", "nsenter", "setpriv")
+_TOOLS = ("bwrap", "nsenter", "setpriv", "unshare")
 _NS_GET_PARENT = 0xB702  # ioctl: the parent of a user namespace
 _START_TIMEOUT = 10.0
 _INSTALL = "install bubblewrap and util-linux (Debian: apt-get install bubblewrap)"
@@ -305,21 +311,32 @@ class Sandbox:
     def pass_fds(self) -> tuple[int, ...]:
         return tuple(fd for kind, fd in self._fds.items() if kind != "pidfd")
 
-    def wrap(self, argv: list[str], cwd: str, user_change: list[str]) -> list[str]:
+    def wrap(self, argv: list[str], cwd: str, user_change: list[str], helper: bool = False) -> list[str]:
         """``argv`` run inside the sandbox from ``cwd``, as ``setpriv``'s ``user_change`` options say (root
-        only); the descriptors in ``pass_fds`` must be inherited."""
+        only); the descriptors in ``pass_fds`` must be inherited.
+
+        A ``helper`` (the session's file calls) sees the sandbox's files but is none of its processes: it
+        runs outside the sandbox's PID namespace, so no command there finds it in ``/proc``, signals it, or
+        opens its descriptors (the pipe of a copy's stream, which the host reads). As root it runs in a PID
+        namespace of its own, naming no process but itself."""
         enter = ["nsenter"]
         if "user" in self._fds:
             # unprivileged: join the namespaces as the user namespace that owns them (we made it), then
             # drop into the sandbox's own one, which has no capability over them
             enter += ["--preserve-credentials", f"--user=/proc/self/fd/{self._fds['owner']}"]
         names = {"pid": "--pid", "mnt": "--mount", "ipc": "--ipc", "net": "--net"}
-        enter += [f"{names[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items() if kind in names]
+        enter += [f"{names[kind]}=/proc/self/fd/{fd}" for kind, fd in self._fds.items()
+                  if kind in names and not (helper and kind == "pid")]
         # the directory is looked up inside, never opened from outside (its host mount would be the way out)
         enter += [f"--wdns={cwd}", "--"]
+        own_pids = ["unshare", "--pid", "--kill-child", "--"] if helper else []
+        if "user" in self._fds and helper:
+            # unprivileged: as the job's user, in the job's PID namespace (outside the sandbox's, whose /proc
+            # names no /proc/self to enter its user namespace or make one by)
+            return [*enter, *argv]
         if "user" in self._fds:
             return [*enter, "nsenter", "--preserve-credentials", f"--user=/proc/self/fd/{self._fds['user']}", "--", *argv]
-        return [*enter, "setpriv", "--bounding-set", BOUNDING_SET, *user_change, "--", *argv]
+        return [*enter, *own_pids, "setpriv", "--bounding-set", BOUNDING_SET, *user_change, "--", *argv]
 
     async def close(self) -> None:
         if self.network is not None:

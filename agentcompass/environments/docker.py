@@ -44,6 +44,8 @@ from agentcompass.runtime import (
     NetworkPolicy,
 )
 from agentcompass.runtime.base import (
+    CappedOutput,
+    END_PROCESSES_SECONDS,
     EnvironmentUnavailableError,
     ImageBuildError,
     ImageMissingError,
@@ -53,6 +55,7 @@ from agentcompass.runtime.base import (
     SandboxEndedFromInsideError,
     keeps,
 )
+from agentcompass.errors import DeadlineError
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
 from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
 from agentcompass._util.trees import confined
@@ -67,10 +70,21 @@ LABEL_OWNER = "agentcompass.owner"
 KEPT_PREFIX = "agentcompass-kept-"
 
 # PID 1 of the container: a shell that ignores what it may be sent and reaps every child while it
-# waits for its sleep (the commands a timeout kills are reparented to it). The kernel delivers no
-# signal from inside the container to a PID 1 without a handler for it, so `kill -9 -1` from a
-# command ends the sleep, which comes back, and never the container.
-_KEEPALIVE = "trap '' HUP INT QUIT PIPE TERM USR1 USR2 ALRM; while :; do sleep 86400 & wait; done"
+# waits for its blocker (the commands a timeout kills are reparented to it). The blocker is a fork of
+# the shell that reads, forever, a pipe it holds both ends of: once started, PID 1 runs no program of
+# the container's file system, which a root agent may have replaced. The kernel delivers no signal
+# from inside the container to a PID 1 without a handler for it, so `kill -9 -1` from a command ends
+# the blocker, which comes back, and never the container. SIGUSR1 (sent by the engine:
+# ``end_processes``) makes it end every other process of the container with its builtin `kill`.
+_KEEPALIVE = (
+    "trap '' HUP INT QUIT PIPE TERM USR2 ALRM; trap 'kill -9 -1' USR1; "
+    "while :; do : | { exec 3<>/proc/self/fd/0; read -r _ <&3; } & wait; done"
+)
+_END_SIGNAL = "SIGUSR1"
+# A command (its argv follows) as the child of a shell that ends every other process the moment it exits.
+_RUN_THEN_END_ALL = '"$@"; s=$?; kill -9 -1 2>/dev/null; exit $s'
+# How often the engine's process list is read while the container's processes end (``end_processes``).
+_END_POLL_SECONDS = 0.05
 # What a command cannot do even as root, beyond Docker's defaults: make a device node (one in the
 # workspace would be recreated or opened on the host when the workspace is copied out).
 _DROPPED_CAPABILITIES = ["MKNOD"]
@@ -87,6 +101,9 @@ _KILL_MARKED = (
     '[ -z "$f" ] && exit 0; n=$((n+1)); done'
 )
 _STREAM_GRACE_SECONDS = 5.0
+# How long ending a timed-out command may take: the kill runs programs of the container (sh, cat, kill),
+# which a root agent can replace; past it the command's processes are left to the container's removal.
+_KILL_TIMEOUT = 30.0
 _MODE_DIR = 1 << 31  # Go's os.ModeDir, as the archive stat header reports it
 _MODE_SYMLINK = 1 << 27
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -415,10 +432,12 @@ def _stream_file(chunks) -> io.BufferedReader:
     return io.BufferedReader(_Chunks(chunks), 1 << 20)
 
 
-def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
-    """Read a multiplexed exec stream to its end: 8-byte headers (stream, size) then payload."""
-    streams = {1: bytearray(), 2: bytearray()}
-    buffer = bytearray()
+def _read_frames(sock: socket.socket) -> tuple[CappedOutput, CappedOutput]:
+    """Read a multiplexed exec stream to its end: 8-byte headers (stream, size) then payload, each frame's
+    payload passed on as it comes (a frame may be larger than what is kept of its stream)."""
+    streams = {1: CappedOutput(), 2: CappedOutput()}
+    header = bytearray()
+    kind, left = 1, 0  # the stream of the frame being read, and how much of its payload is still to come
     while True:
         try:
             chunk = sock.recv(65536)
@@ -426,14 +445,20 @@ def _read_frames(sock: socket.socket) -> tuple[bytes, bytes]:
             chunk = b""
         if not chunk:
             break
-        buffer.extend(chunk)
-        while len(buffer) >= 8:
-            kind, size = struct.unpack(">BxxxL", buffer[:8])
-            if len(buffer) < 8 + size:
-                break
-            streams.get(kind, streams[1]).extend(buffer[8:8 + size])
-            del buffer[:8 + size]
-    return bytes(streams[1]), bytes(streams[2])
+        view = memoryview(chunk)
+        while view:
+            if left:
+                part, view = view[:left], view[left:]
+                streams.get(kind, streams[1]).add(bytes(part))
+                left -= len(part)
+                continue
+            needed = 8 - len(header)
+            header += view[:needed]
+            view = view[needed:]
+            if len(header) == 8:
+                kind, left = struct.unpack(">BxxxL", header)
+                header.clear()
+    return streams[1], streams[2]
 
 
 def _exec_failed(message: str) -> ExecResult:
@@ -482,6 +507,7 @@ class DockerSession(EnvironmentSession):
         # rootless Podman's networks live in the user's namespaces: no address on them is reachable from
         # here, so an endpoint is always relayed
         self._unreachable = bool(((podman or {}).get("security") or {}).get("rootless"))
+        self._podman = podman is not None
         self._netns: netns.RootSockets | netns.UserNamespaceSockets | None = None
         self._relays: dict[int, netns.TcpRelay] = {}
         self._socket_relays: list[netns.TcpRelay] = []
@@ -609,7 +635,8 @@ class DockerSession(EnvironmentSession):
             done, _ = await asyncio.wait({reading}, timeout=_STREAM_GRACE_SECONDS)
             if not done:
                 sock.shutdown(socket.SHUT_RDWR)
-        stdout, stderr = await reading
+        out, err = await reading
+        stdout, stderr = bytes(out.head), bytes(err.head)  # how the output starts (empty only if there was none)
         sock.close()
         returncode = await self._exit_code(eid)
         if not timed_out and returncode in (None, 128 + signal.SIGKILL):
@@ -626,9 +653,10 @@ class DockerSession(EnvironmentSession):
                 return _exec_failed(probe.output.decode(errors="replace").strip() or f"unable to find user {user}")
         return ExecResult(
             returncode=returncode if returncode is not None else 128 + signal.SIGKILL,
-            stdout=stdout.decode(errors="replace"),
-            stderr=stderr.decode(errors="replace"),
+            stdout=out.text(),
+            stderr=err.text(),
             timed_out=timed_out,
+            cut=out.cut + err.cut,
         )
 
     async def _exit_code(self, eid: str) -> int | None:
@@ -640,9 +668,78 @@ class DockerSession(EnvironmentSession):
             await asyncio.sleep(0.02)
 
     async def _kill_marked(self, exec_id: str) -> None:
-        await self._call(
+        killing = self._call(
             "ending a timed-out command", self.container.exec_run, ["sh", "-c", _KILL_MARKED, "sh", f"{EXEC_VAR}={exec_id}"]
         )
+        done, _ = await asyncio.wait({killing}, timeout=_KILL_TIMEOUT)
+        if not done:
+            killing.cancel()  # its thread ends with the engine's answer, or the container
+        elif (error := killing.exception()) is not None:
+            raise error
+
+    async def _within(self, call: asyncio.Future, what: str):
+        """A file call's engine call within the session's ``call_timeout`` (``DeadlineError`` past it)."""
+        seconds = self.call_timeout
+        done, _ = await asyncio.wait({call}, timeout=seconds)
+        if not done:
+            call.cancel()  # its thread ends with the engine's stream, at the latest when the container goes
+            raise DeadlineError(f"{what} (a file call in session {self.label})", seconds)
+        return call.result()
+
+    async def exec_and_end(self, cmd, *, timeout=None, env=None, cwd=None) -> ExecResult:
+        """``exec(cmd)``, then ``end_processes()``; the command runs as the child of a shell (started before
+        it, so the image's own) whose builtin ``kill -9 -1`` ends every other process of the container the
+        moment the command exits."""
+        wrapped = ["sh", "-c", _RUN_THEN_END_ALL, "sh", *cmd]
+        ran = await self.exec(wrapped, timeout=timeout, env=env, cwd=cwd)
+        await self.end_processes()
+        return ran
+
+    async def end_processes(self) -> None:
+        """End every process of the container but its init; return once the engine lists none.
+
+        No program of the container runs for it (a root agent may have replaced any): the engine
+        sends PID 1 ``_END_SIGNAL``, and the keepalive shell's builtin ``kill -9 -1`` ends every
+        other process; the engine's own process list (``top``) shows when only PID 1 and the
+        blocker it forked since are left.
+        """
+        await self._call("ending the container's processes", self._end_processes_now)
+
+    def _end_processes_now(self) -> None:
+        self.container.reload()
+        init_pid = str(self.container.attrs["State"]["Pid"])
+        before = {row[0] for row in self._processes_now()}
+        deadline = time.monotonic() + END_PROCESSES_SECONDS
+        while True:
+            self.container.kill(signal=_END_SIGNAL)
+            time.sleep(_END_POLL_SECONDS)
+            rows = self._processes_now()
+            # PID 1 as the engine numbers it: the host's PID (Docker), or the container's own (Podman)
+            init = next((row for row in rows if row[0] in (init_pid, "1")), None)
+            if init is None:
+                self._raise_if_dead()
+                raise SandboxDiedError(f"docker environment: container {self.container.name} has no init left")
+            others = [row for row in rows if row is not init]
+            if all(pid not in before and ppid == init[0] and cmd == init[2] for pid, ppid, cmd in others):
+                return
+            if time.monotonic() > deadline:
+                shown = ", ".join(f"{pid} ({cmd[:60]})" for pid, _, cmd in others[:5])
+                raise RuntimeError(f"docker environment: the processes of container {self.container.name} were "
+                                   f"still there {END_PROCESSES_SECONDS} s after they were ended: {shown}")
+
+    def _processes_now(self) -> list[tuple[str, str, str]]:
+        """(pid, parent pid, command line) of each process of the container, as the engine lists them."""
+        # Podman: its own descriptors, read from the host's /proc (with none, or ones it cannot read, it runs
+        # the container's `ps`, a program a root agent may have replaced); Docker runs the host's `ps -ef`
+        listed = self.container.top(ps_args="pid,ppid,args") if self._podman else self.container.top()
+        titles = [t.upper() for t in listed.get("Titles") or []]
+        try:
+            pid, ppid = titles.index("PID"), titles.index("PPID")
+            cmd = next(i for i, t in enumerate(titles) if t in ("CMD", "COMMAND"))
+        except (ValueError, StopIteration):
+            raise RuntimeError(f"docker environment: the engine's process list has no PID, PPID and command "
+                               f"columns (it has {titles})") from None
+        return [(str(row[pid]), str(row[ppid]), str(row[cmd])) for row in listed.get("Processes") or []]
 
     # --- files -----------------------------------------------------------------------
 
@@ -665,11 +762,13 @@ class DockerSession(EnvironmentSession):
         raise OSError(f"too many levels of symbolic links: {path}")
 
     async def exists(self, path: str) -> bool:
-        _, stat = await self._call("reading a file's status", self._resolve_now, self._path(path))
+        _, stat = await self._within(self._call("reading a file's status", self._resolve_now, self._path(path)),
+                                     f"reading the status of {transfer.shown(path)}")
         return stat is not None
 
     async def is_dir(self, path: str) -> bool:
-        _, stat = await self._call("reading a file's status", self._resolve_now, self._path(path))
+        _, stat = await self._within(self._call("reading a file's status", self._resolve_now, self._path(path)),
+                                     f"reading the status of {transfer.shown(path)}")
         return stat is not None and bool(stat["mode"] & _MODE_DIR)
 
     def _ensure_dir_now(self, directory: str) -> None:
@@ -728,7 +827,7 @@ class DockerSession(EnvironmentSession):
                 self.container.put_archive(parent, spool)
 
         try:
-            await self._call("copying files in", put)
+            await self._within(self._call("copying files in", put), what)
         except transfer.CopyLimitError as exc:
             raise exc.within(what) from None
         transfer.note_skipped(what, skipped)
@@ -749,18 +848,19 @@ class DockerSession(EnvironmentSession):
 
             self._put_now(target, add)
 
-        await self._call("writing a file", write)
+        await self._within(self._call("writing a file", write), f"writing {transfer.shown(path)}")
 
     @contextlib.contextmanager
-    def _archive_now(self, path: str, limit: int | None = None):
+    def _archive_now(self, path: str, limit: int | None = None, kind: str = "size"):
         """The archive of ``path`` (symlinks followed) as a file the engine streams, and its stat; a file
-        larger than ``limit`` is refused before anything is read. Closed at the end, read to its end or not:
-        the engine stops sending (an archive left unread would hold the container)."""
+        larger than ``limit`` is refused (a ``kind`` of ``CopyLimitError``) before anything is read. Closed at
+        the end, read to its end or not: the engine stops sending (an archive left unread would hold the
+        container)."""
         target, stat = self._resolve_now(path)
         if stat is None:
             raise FileNotFoundError(f"{path} does not exist in the container")
         if limit is not None and not stat["mode"] & _MODE_DIR and stat.get("size", 0) > limit:
-            raise transfer.CopyLimitError("size", self.copy_limits, "")
+            raise transfer.CopyLimitError(kind, transfer.Limits(size=limit), "")
         api = self.client.api
         response = api._get(api._url("/containers/{0}/archive", self.container.id), params={"path": target}, stream=True)
         try:
@@ -774,18 +874,20 @@ class DockerSession(EnvironmentSession):
 
     async def read_text(self, path: str) -> str:
         def read() -> bytes:
-            with self._archive_now(self._path(path), self.copy_limits.size) as (stream, stat):
+            limits = transfer.Limits(size=transfer.READ_LIMIT)
+            with self._archive_now(self._path(path), limits.size, "read") as (stream, stat):
                 if stat["mode"] & _MODE_DIR:
                     raise IsADirectoryError(f"{path} is a directory in the container")
-                with tarfile.open(fileobj=stream, mode="r|") as tar:
+                with tarfile.open(fileobj=stream, mode="r|", tarinfo=transfer.bounded_info()) as tar:
                     member, file = _only_file(tar, path)
-                    if member.size > self.copy_limits.size:
-                        raise transfer.CopyLimitError("size", self.copy_limits, "")
+                    if member.size > limits.size:
+                        raise transfer.CopyLimitError("read", limits, "")
                     with file as source:
                         return source.read()
 
         try:
-            return (await self._call("reading a file", read)).decode("utf-8")
+            data = await self._within(self._call("reading a file", read), f"reading {transfer.shown(path)}")
+            return data.decode("utf-8")
         except transfer.CopyLimitError as exc:
             raise exc.within(f"reading {transfer.shown(path)}") from None
 
@@ -799,7 +901,7 @@ class DockerSession(EnvironmentSession):
                 return transfer.extract_local(stream, str(local), self.copy_limits)
 
         try:
-            skipped = await self._call("copying files out", fetch)
+            skipped = await self._within(self._call("copying files out", fetch), what)
         except transfer.CopyLimitError as exc:
             raise exc.within(what) from None
         transfer.note_skipped(what, skipped)

@@ -16,14 +16,17 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import io
 import json
 import logging
 import os
 import pwd
 import re
+import select
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -39,7 +42,10 @@ from agentcompass.runtime import (
 )
 from agentcompass._util.aio import child_running
 from agentcompass._util.trees import remove_tree
-from agentcompass.runtime.base import EnvironmentUnavailableError, SandboxDiedError, keeps
+from agentcompass.errors import DeadlineError
+from agentcompass.runtime.base import (
+    END_PROCESSES_SECONDS, CappedOutput, EnvironmentUnavailableError, SandboxDiedError, keeps,
+)
 from agentcompass.runtime.config import ComponentConfig, config_field
 
 from . import netns, transfer
@@ -113,14 +119,60 @@ class HostProcessConfig(ComponentConfig):
 
 
 _PIPE_GRACE_SECONDS = 1.0
+# The most a file call's report (a status, the list of what a copy skipped) may hold; past it, it is cut
+_REPORT_LIMIT = 1 << 20
+# Run in the sandbox by ``end_processes`` (``python -I -S``, from the host's read-only folders): SIGKILL to
+# every process of the sandbox's PID namespace but its init and itself (``kill(-1)``: whatever a process did
+# to its environment, process group or session, in a namespace nested in it too), again until /proc shows
+# none alive (a zombie is dead; the sandbox's init reaps it).
+_END_ALL = (
+    "import os, signal, time\n"
+    "me = str(os.getpid())\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.kill(-1, signal.SIGKILL)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    alive = 0\n"
+    "    for p in os.listdir('/proc'):\n"
+    "        if p.isdigit() and p not in ('1', me):\n"
+    "            try:\n"
+    "                with open('/proc/' + p + '/stat') as f:\n"
+    "                    state = f.read().rsplit(')', 1)[1].split()[0]\n"
+    "            except (OSError, IndexError):\n"
+    "                continue\n"
+    "            alive += state not in ('Z', 'X')\n"
+    "    if not alive:\n"
+    "        break\n"
+    "    time.sleep(0.01)\n"
+)
+# Run in the sandbox by ``exec_and_end``: the command (its argv follows) as a child, and the moment it exits
+# ``_END_ALL``, then its exit status (128+N for a signal N), so nothing it started gets time to act after it.
+_RUN_THEN_END_ALL = (
+    "import os, signal, sys\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    for s in (signal.SIGPIPE, signal.SIGXFSZ):\n"
+    "        signal.signal(s, signal.SIG_DFL)\n"
+    "    try:\n"
+    "        os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "    except OSError as exc:\n"
+    "        os.write(2, f'{sys.argv[1]}: {exc.strerror}\\n'.encode())\n"
+    "        os._exit(127 if isinstance(exc, FileNotFoundError) else 126)\n"
+    "status = os.waitpid(child, 0)[1]\n"
+    + _END_ALL +
+    "code = os.waitstatus_to_exitcode(status)\n"
+    "os._exit(128 - code if code < 0 else code)\n"
+)
 _RELAY_START_TIMEOUT = 10.0
 _SOCKET_RELAY = str(Path(__file__).with_name("socket_relay.py"))
 _TRANSFER = str(Path(__file__).with_name("transfer.py"))
 
 
-async def _drain(stream: asyncio.StreamReader, buffer: bytearray) -> None:
+async def _drain(stream: asyncio.StreamReader, output: CappedOutput) -> None:
+    """Read ``stream`` to its end, keeping its head and tail (``OUTPUT_LIMIT``)."""
     while chunk := await stream.read(65536):
-        buffer.extend(chunk)
+        output.add(chunk)
 
 
 async def _drain_capped(stream: asyncio.StreamReader, buffer: bytearray, cap: int) -> None:
@@ -129,9 +181,75 @@ async def _drain_capped(stream: asyncio.StreamReader, buffer: bytearray, cap: in
         buffer.extend(chunk[: max(cap - len(buffer), 0)])
 
 
-def _through(use, fd: int, mode: str):
-    """``use`` of a pipe end as a file, closed after."""
-    with open(fd, mode, buffering=1 << 20) as file:
+# After a file helper exited, how long what it wrote may still take to be read: a pipe end that stays
+# open longer is held by another process of the sandbox, and the call fails rather than wait for it.
+_HELD_PIPE_GRACE_SECONDS = 10.0
+# How often a copy thread that waits on a helper's pipe looks whether its call was given up.
+_POLL_SECONDS = 0.2
+
+
+class _PipeEnd(io.RawIOBase):
+    """Our end of a pipe to a file helper, read or written in a thread that gives up (``OSError``
+    ETIMEDOUT) once ``stop`` is set: a helper the agent stopped, or a pipe end it holds open, never
+    holds the thread past its call."""
+
+    def __init__(self, fd: int, writing: bool, stop: threading.Event) -> None:
+        super().__init__()
+        os.set_blocking(fd, False)  # our end only: the helper's end is its own open file
+        self._fd, self._writing, self._stop = fd, writing, stop
+
+    def readable(self) -> bool:
+        return not self._writing
+
+    def writable(self) -> bool:
+        return self._writing
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def _ready(self, event: int) -> None:
+        poller = select.poll()
+        poller.register(self._fd, event)
+        while not self._stop.is_set():
+            if poller.poll(int(_POLL_SECONDS * 1000)):
+                return
+        raise OSError(errno.ETIMEDOUT, "the file call was given up")
+
+    def readinto(self, buffer) -> int:
+        while True:
+            if self._stop.is_set():
+                raise OSError(errno.ETIMEDOUT, "the file call was given up")
+            try:
+                return os.readv(self._fd, [buffer])
+            except BlockingIOError:
+                self._ready(select.POLLIN)
+
+    def write(self, data) -> int:
+        while True:
+            if self._stop.is_set():
+                raise OSError(errno.ETIMEDOUT, "the file call was given up")
+            try:
+                return os.write(self._fd, data)
+            except BlockingIOError:
+                self._ready(select.POLLOUT)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            finally:
+                super().close()
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _through(use, fd: int, writing: bool, stop: threading.Event):
+    """``use`` of a pipe end as a buffered file that gives up at ``stop``, closed after."""
+    raw = _PipeEnd(fd, writing, stop)
+    with (io.BufferedWriter(raw, 1 << 20) if writing else io.BufferedReader(raw, 1 << 20)) as file:
         return use(file)
 
 
@@ -243,7 +361,7 @@ class HostProcessSession(EnvironmentSession):
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             return ExecResult(returncode=code, stdout="", stderr=f"{argv[0]}: {exc.strerror}\n")
         data = input.encode() if isinstance(input, str) else input
-        out, err = bytearray(), bytearray()
+        out, err = CappedOutput(), CappedOutput()
         assert proc.stdout is not None and proc.stderr is not None  # _start pipes both
         readers: asyncio.Future = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
         writer = asyncio.ensure_future(self._feed(proc, data)) if data is not None else None
@@ -277,9 +395,10 @@ class HostProcessSession(EnvironmentSession):
             self._check_network()
         return ExecResult(
             returncode=_exit_status(proc.returncode),
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
+            stdout=out.text(),
+            stderr=err.text(),
             timed_out=timed_out,
+            cut=out.cut + err.cut,
         )
 
     def _check_network(self) -> None:
@@ -298,14 +417,16 @@ class HostProcessSession(EnvironmentSession):
 
     async def _start(
         self, argv: list[str], cwd: str, env: dict[str, str], stdin, user_change: list[str] | None = None,
-        network_only: bool = False, stdout=asyncio.subprocess.PIPE,
+        network_only: bool = False, stdout=asyncio.subprocess.PIPE, helper: bool = False,
     ) -> asyncio.subprocess.Process:
         """``argv`` in the session's sandbox (or with ``network_only``, in its network only: a relay to a
-        host socket), in a process group of its own that close() ends."""
+        host socket), in a process group of its own that close() ends. A ``helper`` (a file call) runs
+        outside the sandbox's processes (``Sandbox.wrap``): none of them can see, signal or write to it."""
         pass_fds: tuple[int, ...] = ()
         network = self._sandbox.network if self._sandbox is not None else self._isolated
+        entered = self._sandbox is not None and not network_only or network is not None  # through nsenter
         if self._sandbox is not None and not network_only:
-            argv, pass_fds = self._sandbox.wrap(argv, cwd, user_change or []), self._sandbox.pass_fds
+            argv, pass_fds = self._sandbox.wrap(argv, cwd, user_change or [], helper=helper), self._sandbox.pass_fds
         elif network is not None:
             if user_change:
                 argv = ["setpriv", *user_change, "--", *argv]
@@ -314,6 +435,10 @@ class HostProcessSession(EnvironmentSession):
             argv = ["setpriv", *user_change, "--", *argv]
         if self._cgroup is not None:
             argv = self._cgroup.wrap(argv)
+        if entered:
+            # nsenter stays on the host, and stops itself when the command it waits for is stopped: it is
+            # killed with the thread that started it, so a job killed mid-call leaves none behind
+            argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
         self._started_any = True
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=stdin, pass_fds=pass_fds,
@@ -378,7 +503,8 @@ class HostProcessSession(EnvironmentSession):
         exec_id = uuid.uuid4().hex
         private = {"TMPDIR": "/tmp"} if "TMPDIR" in os.environ else {}
         env = {**sandbox_environment(), **private, **self._markers, EXEC_VAR: exec_id}
-        argv = [sys.executable, "-I", "-S", _TRANSFER, op, path, *self.copy_limits.args()]
+        limits = transfer.Limits(size=transfer.READ_LIMIT) if op == "read" else self.copy_limits
+        argv = [sys.executable, "-I", "-S", _TRANSFER, op, path, *limits.args()]
         self._check_network()
         ends: list[int] = []
         stdin, stdout = asyncio.subprocess.DEVNULL, asyncio.subprocess.PIPE
@@ -389,7 +515,7 @@ class HostProcessSession(EnvironmentSession):
             read, stdout = os.pipe()
             ends += [read, stdout]
         try:
-            proc = await self._start(argv, str(self.root), env, stdin=stdin, stdout=stdout)
+            proc = await self._start(argv, str(self.root), env, stdin=stdin, stdout=stdout, helper=True)
         except BaseException:
             for fd in ends:
                 os.close(fd)
@@ -398,32 +524,66 @@ class HostProcessSession(EnvironmentSession):
             os.close(stdin)
         if consume is not None:
             os.close(stdout)
+        # Within the session's call_timeout: the helper runs where the agent is root, which may stop it
+        # (SIGSTOP) or hold its pipes open. Past it, or when the call is cancelled (the attempt's own
+        # time limit), the helper's group and marked processes are killed and the threads give up.
+        seconds = self.call_timeout
+        deadline = time.monotonic() + seconds
+        stop = threading.Event()
         err = bytearray()
         out = bytearray()
         assert proc.stderr is not None  # _start pipes it
         work: list[asyncio.Future] = [asyncio.ensure_future(_drain_capped(proc.stderr, err, 1 << 16))]
         if feed is not None:
-            work.append(asyncio.ensure_future(asyncio.to_thread(_through, feed, write, "wb")))
+            work.append(asyncio.ensure_future(asyncio.to_thread(_through, feed, write, True, stop)))
         if consume is not None:
-            work.append(asyncio.ensure_future(asyncio.to_thread(_through, consume, read, "rb")))
+            work.append(asyncio.ensure_future(asyncio.to_thread(_through, consume, read, False, stop)))
         else:
             assert proc.stdout is not None
-            work.append(asyncio.ensure_future(_drain_capped(proc.stdout, out, self.copy_limits.size + 1)))
+            # a file's bytes (at most READ_LIMIT, and one more: a file that grew past it is seen to), else a report
+            cap = limits.size + 1 if op == "read" else _REPORT_LIMIT
+            work.append(asyncio.ensure_future(_drain_capped(proc.stdout, out, cap)))
+        everything: asyncio.Future = asyncio.gather(*work, return_exceptions=True)
+        exited: asyncio.Future = asyncio.ensure_future(_exited(proc))
+        held = False
         try:
-            outcomes = await asyncio.gather(*work, return_exceptions=True)
-            if any(isinstance(o, BaseException) for o in outcomes):
+            await asyncio.wait({everything, exited}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            if everything.done() and any(isinstance(o, BaseException) for o in everything.result()):
                 _kill_group(proc.pid)  # a side stopped early: the other must not wait for it
-            await proc.wait()
+            left = max(deadline - time.monotonic(), 0.0)
+            if exited.done() and not everything.done():
+                # the helper is gone and what it wrote is in the pipe: a pipe end still open is held by another
+                # process of the sandbox
+                left = min(left, _HELD_PIPE_GRACE_SECONDS)
+            await asyncio.wait({everything, exited}, timeout=left)
+            held = exited.done() and not everything.done() and time.monotonic() < deadline
         finally:
-            if proc.returncode is None:
+            if not (everything.done() and exited.done()):  # past the deadline, or cancelled
+                stop.set()
                 _kill_group(proc.pid)
+                kill_marked(EXEC_VAR, exec_id)
+                everything.cancel()
+                everything.add_done_callback(_retrieved)  # what the cancelled side raised is not news
+                exited.cancel()
+                transport = getattr(proc, "_transport", None)
+                if transport is not None:
+                    transport.close()
+                unfinished = True
+            else:
+                unfinished = False
             if not _group_alive(proc.pid):
                 self._groups.discard(proc.pid)
+        if unfinished:
+            if held:
+                raise OSError(errno.EIO, f"{what}: a pipe of the file call was held open in the sandbox after "
+                              "its helper ended")
+            raise DeadlineError(f"{what} (a file call in session {self.label})", seconds)
+        outcomes = everything.result()
         code = proc.returncode
         assert code is not None  # waited for
         failures = [o for o in outcomes[1:] if isinstance(o, BaseException)]
         if code in (2, 3):
-            raise self._helper_error(code, bytes(err), path, what)
+            raise self._helper_error(code, bytes(err), path, what, limits)
         if code != 0:
             self._check_network()  # the whole sandbox was ended from outside
             if failures and not isinstance(failures[0], BrokenPipeError):
@@ -433,7 +593,7 @@ class HostProcessSession(EnvironmentSession):
             raise failures[0]
         return bytes(out)
 
-    def _helper_error(self, code: int, err: bytes, path: str, what: str) -> OSError:
+    def _helper_error(self, code: int, err: bytes, path: str, what: str, limits: transfer.Limits) -> OSError:
         try:
             report = json.loads(err.decode(errors="replace").strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -442,7 +602,7 @@ class HostProcessSession(EnvironmentSession):
             report = {}
         if code == 3:
             kind = str(report.get("limit", "size"))
-            return transfer.CopyLimitError(kind, self.copy_limits, str(report.get("at", ""))[:300], what)
+            return transfer.CopyLimitError(kind, limits, str(report.get("at", ""))[:300], what)
         given = report.get("errno")
         number = given if isinstance(given, int) else errno.EIO
         reason = str(report.get("reason") or os.strerror(number))[:500]
@@ -499,8 +659,9 @@ class HostProcessSession(EnvironmentSession):
                 raise exc.within(f"reading {transfer.shown(path)}") from None
         else:
             data = await self._file_call("read", target, f"reading {transfer.shown(path)}")
-            if len(data) > self.copy_limits.size:
-                raise transfer.CopyLimitError("size", self.copy_limits, "", f"reading {transfer.shown(path)}")
+            if len(data) > transfer.READ_LIMIT:  # it grew past the limit while it was read
+                raise transfer.CopyLimitError("read", transfer.Limits(size=transfer.READ_LIMIT), "",
+                                              f"reading {transfer.shown(path)}")
         return data.decode("utf-8")
 
     async def write_text(self, path: str, text: str) -> None:
@@ -571,12 +732,39 @@ class HostProcessSession(EnvironmentSession):
             await self._reap_relays()  # they listened in the namespace that is gone
         self._mode = policy.mode
 
-    def _end_processes(self) -> None:
-        for pgid in self._groups:
+    async def end_processes(self) -> None:
+        """End every process of the session but the sandbox's init (the relays to host sockets stay).
+
+        In the sandbox a command sends SIGKILL to every other process of its PID namespace
+        (``_END_ALL``), so no process the agent's code started survives, whatever it did to its
+        environment or process group. With ``sandbox: off``: every process group the session started
+        and every process carrying its marker (a process that dropped both is not found).
+        """
+        if self._sandbox is None:
+            self._end_processes(spare=frozenset(relay.pid for relay in self._relays))
+            return
+        ended = await self.exec([sys.executable, "-I", "-S", "-c", _END_ALL], timeout=END_PROCESSES_SECONDS)
+        if ended.timed_out or ended.returncode != 0:
+            why = f"they were still there after {END_PROCESSES_SECONDS} s" if ended.timed_out else (
+                f"status {ended.returncode}: {ended.stderr.strip()[-300:]}")
+            raise RuntimeError(f"host_process: could not end the processes of session {self.label} ({why})")
+        self._groups = {pgid for pgid in self._groups if _group_alive(pgid)}
+
+    async def exec_and_end(self, cmd, *, timeout=None, env=None, cwd=None) -> ExecResult:
+        """``exec(cmd)``, then ``end_processes()``; in the sandbox the command runs as the child of a helper
+        that ends every other process of the sandbox the moment the command exits (``_RUN_THEN_END_ALL``)."""
+        if self._sandbox is not None:
+            cmd = [sys.executable, "-I", "-S", "-c", _RUN_THEN_END_ALL, *cmd]
+        ran = await self.exec(cmd, timeout=timeout, env=env, cwd=cwd)
+        await self.end_processes()
+        return ran
+
+    def _end_processes(self, spare: frozenset[int] = frozenset()) -> None:
+        for pgid in self._groups - spare:
             _kill_group(pgid)
-        self._groups.clear()
+        self._groups &= spare
         if self._started_any:
-            kill_marked(SESSION_VAR, self.session_id)
+            kill_marked(SESSION_VAR, self.session_id, spare=spare)
 
     async def _release_network(self) -> None:
         if self._sandbox is not None:

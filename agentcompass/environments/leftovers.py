@@ -19,6 +19,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Collection
 
 from agentcompass._util.trees import remove_tree
 
@@ -87,11 +88,11 @@ def marked_processes(var: str, value: str) -> list[int]:
     return found
 
 
-def kill_marked(var: str, value: str) -> int:
-    """SIGKILL every process marked ``var=value``, again until a scan finds none (forks race)."""
+def kill_marked(var: str, value: str, spare: Collection[int] = ()) -> int:
+    """SIGKILL every process marked ``var=value`` but those in ``spare``, again until a scan finds none (forks race)."""
     killed = 0
     for _ in range(_KILL_ROUNDS):
-        pids = marked_processes(var, value)
+        pids = [pid for pid in marked_processes(var, value) if pid not in spare]
         if not pids:
             break
         for pid in pids:

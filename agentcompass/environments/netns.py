@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import functools
 import os
 import selectors
@@ -26,6 +27,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from typing import Callable, cast
 
 from agentcompass._util.aio import kill_child
@@ -245,14 +247,27 @@ def connect_unix(path: str) -> socket.socket:
     return sock
 
 
+# At most this many connections through one relay at once (one session's): one more is closed as soon as
+# it is accepted. Each holds a thread and two descriptors of the job process, which its attempts share.
+# Twice the gateway's own limit (agentcompass.gateway.MAX_CONNECTIONS), so that the gateway, which fails
+# the attempt that crowds it, sees a crowd before the relay does.
+RELAY_MAX_CONNECTIONS = 64
+# Once one direction of a relayed connection has ended, how long the other may stay open.
+RELAY_HALF_OPEN_SECONDS = 30.0
+
+
 class TcpRelay:
-    """A listener (by default on the host's 127.0.0.1); each connection is joined to one ``connect()`` opens."""
+    """A listener (by default on the host's 127.0.0.1); each connection is joined to one ``connect()`` opens.
+
+    At most ``RELAY_MAX_CONNECTIONS`` at once; a connection half closed for ``RELAY_HALF_OPEN_SECONDS`` is closed."""
 
     def __init__(self, connect: Callable[[], socket.socket], listener: socket.socket | None = None) -> None:
         self._connect = connect
         self._listener = listener if listener is not None else socket.create_server(("127.0.0.1", 0))
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._serving = 0  # connections accepted and not yet closed
+        self.refused = 0  # connections closed unserved: RELAY_MAX_CONNECTIONS were open
         threading.Thread(target=self._accept, name="agentcompass-relay", daemon=True).start()
 
     @property
@@ -264,11 +279,37 @@ class TcpRelay:
         while True:
             try:
                 client, _ = self._listener.accept()
-            except OSError:
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.1)  # out of descriptors for now: the listener stays
+                    continue
                 return  # closed
-            threading.Thread(target=self._serve, args=(client,), name="agentcompass-relay-conn", daemon=True).start()
+            with self._lock:
+                crowded = self._serving >= RELAY_MAX_CONNECTIONS
+                if crowded:
+                    self.refused += 1
+                else:
+                    self._serving += 1
+            if crowded:
+                client.close()
+                continue
+            try:
+                threading.Thread(target=self._serve, args=(client,), name="agentcompass-relay-conn", daemon=True).start()
+            except RuntimeError:  # no thread can start now
+                client.close()
+                self._done()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._serving -= 1
 
     def _serve(self, client: socket.socket) -> None:
+        try:
+            self._relay(client)
+        finally:
+            self._done()
+
+    def _relay(self, client: socket.socket) -> None:
         try:
             inner = self._connect()
         except OSError:
@@ -277,12 +318,18 @@ class TcpRelay:
         with self._lock:
             self._open.update((client, inner))
         peer = {client: inner, inner: client}
+        for sock in peer:
+            sock.settimeout(RELAY_HALF_OPEN_SECONDS)  # a peer that reads nothing ends its direction
         with selectors.DefaultSelector() as selector:
             for sock in peer:
                 selector.register(sock, selectors.EVENT_READ)
             reading = set(peer)
+            half_open_until: float | None = None
             while reading:
-                for key, _ in selector.select():
+                wait = None if half_open_until is None else half_open_until - time.monotonic()
+                if wait is not None and wait <= 0:
+                    break  # one direction ended long enough ago: the other is closed too
+                for key, _ in selector.select(wait):
                     source = cast(socket.socket, key.fileobj)  # registered above: sockets only
                     try:
                         data = source.recv(65536)
@@ -291,9 +338,11 @@ class TcpRelay:
                             continue
                     except OSError:
                         pass
-                    # one direction ended: pass the end on, keep the other direction open
+                    # one direction ended: pass the end on, keep the other direction open for a while
                     selector.unregister(source)
                     reading.discard(source)
+                    if half_open_until is None:
+                        half_open_until = time.monotonic() + RELAY_HALF_OPEN_SECONDS
                     try:
                         peer[source].shutdown(socket.SHUT_WR)
                     except OSError:

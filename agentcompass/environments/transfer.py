@@ -15,7 +15,16 @@ only regular files, folders and symbolic links:
   or that would land under a link or a file;
 - a run of zero bytes lands as a hole, so a sparse file stays small;
 - folder depth, entry count and total size have limits (``Limits``): past one
-  the copy stops with ``CopyLimitError``, which says which limit and where.
+  the copy stops with ``CopyLimitError``, which says which limit and where;
+  every entry of the stream counts, skipped ones too.
+
+Reading a stream costs at most linear time and ``HEADER_LIMIT`` of memory per
+entry whatever it holds: a pax extended header or a GNU long name or link is
+refused past ``HEADER_LIMIT`` bytes before it is read, a pax header's records
+are parsed in one pass by this module (``tarfile``'s own parser is quadratic
+on some inputs in the Pythons agentcompass supports), at most
+``HEADER_RUN_LIMIT`` such headers may precede an entry, and global headers and
+sparse entries (which neither packer writes) are refused.
 
 Modes keep their permission bits only (no setuid, setgid or sticky bit), and
 the owner can always read and write what lands.
@@ -44,6 +53,14 @@ if TYPE_CHECKING:
 DEPTH_LIMIT = 128
 FILES_LIMIT = 100_000
 SIZE_LIMIT = 1 << 30
+# The most a session's ``read_text`` returns: a larger file is refused (``CopyLimitError``) before it is read.
+READ_LIMIT = 8 << 20
+# The most one extended header of a copy's stream (pax, or a GNU long name or link) may hold, and how many may
+# precede one entry. A name this module packs is at most DEPTH_LIMIT levels of 255 bytes (a link target 4 KiB).
+HEADER_LIMIT = 64 << 10
+HEADER_RUN_LIMIT = 4
+# The most skipped entries a copy lists by name (the rest are counted)
+SKIPPED_LISTED = 100
 
 _CHUNK = 1 << 20
 _HOLE = 1 << 16  # zero runs of this size (aligned) land as holes
@@ -65,7 +82,7 @@ class Limits:
 
 
 class CopyLimitError(OSError):
-    """A copy reached one of its limits (``kind``: 'depth', 'files' or 'size')."""
+    """A copy reached one of its limits (``kind``: 'depth', 'files' or 'size'), or a read its own ('read')."""
 
     def __init__(self, kind: str, limits: Limits, at: str = "", what: str = "") -> None:
         self.kind, self.limits, self.at, self.what = kind, limits, at, what
@@ -73,8 +90,13 @@ class CopyLimitError(OSError):
             "depth": f"it holds folders nested more than {limits.depth} levels deep",
             "files": f"it holds more than {limits.files} entries",
             "size": f"it holds more than {limits.size} bytes (a sparse file counts at its full size)",
+            "read": f"it is more than {limits.size} bytes, the most a session's read_text returns (copy it out "
+                    "with download instead)",
         }.get(kind, kind)
         where = f" (at {shown(at)})" if at else ""
+        if kind == "read":
+            super().__init__(errno.EFBIG, f"{what + ': ' if what else ''}not read: {reason}")
+            return
         super().__init__(errno.EFBIG, f"{what + ': ' if what else ''}not copied whole: {reason}{where}; "
                          "agentcompass copies at most that much out of or into a session")
 
@@ -330,6 +352,91 @@ def _parts(name: str) -> list[str]:
     return [part for part in name.split("/") if part not in ("", ".")]
 
 
+def _pax_records(buf: bytes) -> list[tuple[bytes, bytes]]:
+    """The (keyword, value) records of a pax extended header, in one pass over it: each is
+    ``LENGTH KEYWORD=VALUE\\n``, its LENGTH counting the whole record. ValueError for anything else."""
+    records = []
+    pos = 0
+    while pos < len(buf):
+        if not buf[pos:].strip(b"\0"):
+            break  # padding
+        space = buf.find(b" ", pos, pos + 21)
+        if space <= pos or not buf[pos:space].isdigit():
+            raise ValueError("a pax record does not start with its length")
+        end = pos + int(buf[pos:space])
+        if end > len(buf) or end <= space + 2 or buf[end - 1] != 0x0A:
+            raise ValueError("a pax record's length does not match it")
+        equals = buf.find(b"=", space + 1, end - 1)
+        if equals <= space + 1:
+            raise ValueError("a pax record has no keyword")
+        records.append((buf[space + 1:equals], buf[equals + 1:end - 1]))
+        pos = end
+    return records
+
+
+_BOUNDED_INFO: list[type] = []
+
+
+def bounded_info() -> type:
+    """A ``tarfile.TarInfo`` whose reading of a stream costs linear time and bounded memory, whatever it holds."""
+    if _BOUNDED_INFO:
+        return _BOUNDED_INFO[0]
+    import tarfile
+
+    extended = (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+
+    class Unread(tarfile.HeaderError):
+        """A header this module does not read (never one of those ``TarFile.next`` passes over)."""
+
+    class BoundedInfo(tarfile.TarInfo):
+        def _proc_member(self, tar):
+            if self.type in (tarfile.XGLTYPE, tarfile.GNUTYPE_SPARSE):
+                raise Unread("a global or sparse header, which no copy writes")
+            if self.type not in extended:
+                return super()._proc_member(tar)
+            if self.size > HEADER_LIMIT:
+                raise Unread(f"an extended header of {self.size} bytes, more than the {HEADER_LIMIT} a copy's may hold")
+            run = getattr(tar, "_agentcompass_run", 0) + 1
+            if run > HEADER_RUN_LIMIT:
+                raise Unread(f"more than {HEADER_RUN_LIMIT} extended headers before an entry")
+            setattr(tar, "_agentcompass_run", run)
+            try:
+                return super()._proc_member(tar)
+            finally:
+                setattr(tar, "_agentcompass_run", run - 1)
+
+        def _proc_pax(self, tar):
+            """tarfile's own, less global and sparse headers, with records read by ``_pax_records``."""
+            buf = tar.fileobj.read(self._block(self.size))
+            try:
+                records = _pax_records(buf[:self.size])
+            except ValueError as exc:
+                raise Unread(str(exc)) from None
+            binary = (b"hdrcharset", b"BINARY") in records
+            headers = tar.pax_headers.copy()
+            for key, value in records:
+                keyword = self._decode_pax_field(key, "utf-8", "utf-8", tar.errors)
+                if keyword.startswith("GNU.sparse."):
+                    raise Unread("a sparse entry, which no copy writes")
+                encoding = tar.encoding if binary and keyword in tarfile.PAX_NAME_FIELDS else "utf-8"
+                headers[keyword] = self._decode_pax_field(value, encoding, tar.encoding, tar.errors)
+            try:
+                member = self.fromtarfile(tar)
+            except tarfile.HeaderError as exc:
+                raise tarfile.SubsequentHeaderError(str(exc)) from None
+            member._apply_pax_info(headers, tar.encoding, tar.errors)
+            member.offset = self.offset
+            if "size" in headers:
+                offset = member.offset_data
+                if member.isreg() or member.type not in tarfile.SUPPORTED_TYPES:
+                    offset += member._block(member.size)
+                tar.offset = offset
+            return member
+
+    _BOUNDED_INFO.append(BoundedInfo)
+    return BoundedInfo
+
+
 def _write_data(fd: int, source, size: int) -> None:
     """``size`` bytes of ``source`` into the new file ``fd``: runs of zeros as holes."""
     written = 0
@@ -359,6 +466,7 @@ class _Extractor:
         self.root_fd: int | None = None
         self.chain: list[tuple[str, int]] = []  # the folders of the last entry, open
         self.files: set[tuple[str, ...]] = set()  # regular files landed: what a hard link may copy
+        self.unlisted = 0
         self.entries = 0
         self.bytes = 0
 
@@ -371,7 +479,14 @@ class _Extractor:
             self.root_fd = None
 
     def skip(self, name: str, why: str) -> None:
-        self.skipped.append(f"{shown(name)} ({why})")
+        self.unlisted += 1
+        if len(self.skipped) < SKIPPED_LISTED:
+            self.skipped.append(f"{shown(name)} ({why})")
+            self.unlisted -= 1
+
+    def listed(self) -> list[str]:
+        """What was skipped: by name, then how many more."""
+        return self.skipped + ([f"and {self.unlisted} more entries"] if self.unlisted else [])
 
     def folder(self, parts: list[str]) -> int:
         """The open folder ``parts`` below the root (made where missing), reusing the last entry's."""
@@ -433,6 +548,9 @@ class _Extractor:
             os.close(fd)
 
     def entry(self, member, tar, root: str) -> None:
+        self.entries += 1  # every entry counts, whatever becomes of it
+        if self.entries > self.limits.files:
+            raise CopyLimitError("files", self.limits, member.name)
         parts = _parts(member.name)
         if not parts or parts[0] != root or ".." in parts:
             self.skip(member.name, "outside the copied folder")
@@ -442,9 +560,6 @@ class _Extractor:
             return  # the root again
         if len(rel) > self.limits.depth:
             raise CopyLimitError("depth", self.limits, "/".join(rel))
-        self.entries += 1
-        if self.entries > self.limits.files:
-            raise CopyLimitError("files", self.limits, "/".join(rel))
         shown_name = "/".join(rel)
         if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
             self.skip(shown_name, self.kind(member))
@@ -509,7 +624,7 @@ def extract(source: BinaryIO, parent_fd: int, name: str, limits: Limits) -> list
 
     extractor = _Extractor(parent_fd, name, limits)
     try:
-        with tarfile.open(fileobj=source, mode="r|", bufsize=1 << 16) as tar:
+        with tarfile.open(fileobj=source, mode="r|", bufsize=1 << 16, tarinfo=bounded_info()) as tar:
             first = tar.next()
             if first is None:
                 raise OSError(errno.EIO, "the copy's stream holds nothing")
@@ -523,7 +638,7 @@ def extract(source: BinaryIO, parent_fd: int, name: str, limits: Limits) -> list
                 extractor.root(implied, tar)
                 extractor.entry(first, tar, root)
             elif not extractor.root(first, tar):
-                return extractor.skipped
+                return extractor.listed()
             while (member := tar.next()) is not None:
                 extractor.entry(member, tar, root)
                 tar.members.clear()  # type: ignore[attr-defined]  # a long stream keeps no list of what it held
@@ -531,7 +646,7 @@ def extract(source: BinaryIO, parent_fd: int, name: str, limits: Limits) -> list
         raise OSError(errno.EIO, f"the copy's stream is not a valid archive: {exc}") from None
     finally:
         extractor.close()
-    return extractor.skipped
+    return extractor.listed()
 
 
 # --- on the host ---------------------------------------------------------------------------
@@ -549,9 +664,14 @@ def note_skipped(what: str, skipped: list[str]) -> None:
     if skipped:
         import logging
 
-        listed = ", ".join(skipped[:20]) + (f", and {len(skipped) - 20} more" if len(skipped) > 20 else "")
+        more = 0
+        last = skipped[-1].split()
+        if len(last) == 4 and last[0] == "and" and last[1].isdigit() and last[2:] == ["more", "entries"]:
+            more, skipped = int(last[1]), skipped[:-1]  # past SKIPPED_LISTED (a name is always quoted)
+        total = len(skipped) + more
+        listed = ", ".join(skipped[:20]) + (f", and {total - 20} more" if total > 20 else "")
         logging.getLogger("agentcompass.environments").warning(
-            "%s: %d entries not copied (only regular files, folders and links are): %s", what, len(skipped), listed)
+            "%s: %d entries not copied (only regular files, folders and links are): %s", what, total, listed)
 
 
 def pack_local(out: BinaryIO, local: str, limits: Limits) -> None:
@@ -673,12 +793,15 @@ class Confined:
                 raise IsADirectoryError(errno.EISDIR, f"{shown(path)} is a directory")
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EINVAL, f"{shown(path)} is a {kind_of(st.st_mode)}, not a regular file")
-            if st.st_size > self.limits.size:
-                raise CopyLimitError("size", self.limits, "", f"reading {shown(path)}")
-            chunks = []
-            while chunk := os.read(fd, _CHUNK):
-                chunks.append(chunk)
-            return b"".join(chunks)
+            limits = Limits(size=READ_LIMIT)
+            if st.st_size > limits.size:
+                raise CopyLimitError("read", limits, "", f"reading {shown(path)}")
+            data = bytearray()
+            while len(data) <= limits.size and (chunk := os.read(fd, min(_CHUNK, limits.size + 1 - len(data)))):
+                data += chunk
+            if len(data) > limits.size:  # it grew meanwhile
+                raise CopyLimitError("read", limits, "", f"reading {shown(path)}")
+            return bytes(data)
         finally:
             os.close(fd)
 
@@ -743,9 +866,9 @@ def _copy_out(fd: int, out: BinaryIO, limit: int) -> None:
 def main(argv: list[str]) -> int:
     """One file call inside a sandbox: ``OP PATH DEPTH FILES SIZE``; data on stdin and stdout.
 
-    ``stat``: JSON {"exists", "dir"} (links followed); ``read``: the file's bytes; ``write``: stdin into the
-    file (folders made); ``pack``: the tar stream of PATH; ``unpack``: a tar stream from stdin landed at PATH,
-    then JSON {"skipped": [...]}. A failure exits 2 with {"errno", "reason"} on stderr, a limit 3 with
+    ``stat``: JSON {"exists", "dir"} (links followed); ``read``: the file's bytes (at most SIZE); ``write``:
+    stdin into the file (folders made); ``pack``: the tar stream of PATH; ``unpack``: a tar stream from stdin
+    landed at PATH, then JSON {"skipped": [...]}. A failure exits 2 with {"errno", "reason"} on stderr, a limit 3 with
     {"limit", "at"}.
     """
     op, path, depth, files, size = argv
@@ -768,7 +891,7 @@ def main(argv: list[str]) -> int:
                 if not stat.S_ISREG(st.st_mode):
                     return _fail(2, errno=errno.EINVAL, reason=f"is a {kind_of(st.st_mode)}, not a regular file")
                 if st.st_size > limits.size:
-                    return _fail(3, limit="size", at="")
+                    return _fail(3, limit="read", at="")
                 _copy_out(fd, out, limits.size)
             finally:
                 os.close(fd)

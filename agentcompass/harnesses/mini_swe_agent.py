@@ -10,7 +10,12 @@ The Model must answer with ``bash`` tool calls and finish with
 ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``: what that command prints after
 its first line is the agent's submission, and the attempt's answer. A run
 that ends any other way (a limit, repeated format errors, a refused or
-failing model) is a run_error with the reason mini-swe-agent gave.
+failing model) is a run_error with the reason mini-swe-agent gave. Its class
+comes from what this process saw, never from the trajectory the agent could
+have written: ``limit`` when the run hit ``timeout``, the gateway forwarded
+``step_limit`` calls or the run took mini-swe-agent's own time limit;
+``endpoint`` when the last call the gateway forwarded failed at the endpoint
+(``endpoint_failed``); else ``harness``.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from __future__ import annotations
 import json
 import posixpath
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcompass.gateway import ModelGateway
+from agentcompass.environments.transfer import CopyLimitError
+from agentcompass.gateway import MAX_CONNECTIONS, ModelGateway
 from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
+from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
@@ -33,8 +41,18 @@ STATE_DIR = ".mini-swe-agent"
 LOG_NAME = "mini_swe_agent.log"
 TOKEN_PLACEHOLDER = "<gateway-token>"
 _TAIL = 2000
-# the exit statuses mini-swe-agent names for the exceptions that end it at its step and time limits
-_LIMIT_EXITS = frozenset({"LimitsExceeded", "TimeExceeded"})
+# The HTTP statuses of a model call that say the endpoint failed whatever the request held: its own faults
+# (5xx, the gateway's 502 and 504 for an endpoint it could not reach or that did not answer in time), the real
+# key refused (401, 403) and rate limits (408, 429). Any other 4xx answers what the request held, and the
+# agent's own commands can send the gateway any request: that is the agent's doing, never the endpoint's.
+_ENDPOINT_FAULTS = frozenset({401, 403, 408, 429})
+# mini-swe-agent's own time limit, among the harness's `settings`
+_WALL_TIME_SETTING = "agent.wall_time_limit_seconds"
+
+
+def endpoint_failed(status: int | None) -> bool:
+    """Whether a model call the gateway forwarded and saw answered with ``status`` failed at the endpoint."""
+    return status is not None and (status >= 500 or status in _ENDPOINT_FAULTS)
 
 
 @dataclass(slots=True)
@@ -134,15 +152,18 @@ class MiniSweAgentHarness(BaseHarness):
             address = await env.expose_host_socket(gateway.socket_path)
             state = posixpath.join(env.workdir, STATE_DIR)
             await env.exec(["mkdir", "-p", f"{state}/config"])
+            started = time.monotonic()
             done = await env.exec(
                 self._argv(executable, prepared, model, params, state, f"http://{address}", gateway.token),
                 env=self._environment(state, params), cwd=prepared.input.workspace or None, timeout=params["timeout"],
             )
+            elapsed = time.monotonic() - started
             trajectory = await self._read_trajectory(env, f"{state}/traj.json")
-            await env.exec(["rm", "-rf", state])
+            await after_agent(env, ["rm", "-rf", state], f"removing mini-swe-agent's state {state}")
             usage = gateway.usage()
             token = gateway.token
             last_call = gateway.last_call_status
+            crowded = gateway.connections_refused
 
         # the token and every secret value: as values in the trajectory's records, as text in the log
         scrubber = Scrubber([model.to_dict(), plan.params], literals={token: TOKEN_PLACEHOLDER})
@@ -159,6 +180,9 @@ class MiniSweAgentHarness(BaseHarness):
         if done.timed_out:
             return failed(f"mini-swe-agent did not finish within {params['timeout']} s", FailureClass.LIMIT,
                           usage=usage, metadata=metadata)
+        if crowded:  # it held more connections to the gateway than an attempt is given: its own failure
+            return failed(f"the agent opened more than {MAX_CONNECTIONS} connections to the model gateway at once "
+                          f"({crowded} refused)", FailureClass.LIMIT, usage=usage, metadata=metadata)
         if status == "Submitted":
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=info.get("submission", ""),
                              usage=usage, metadata=metadata)
@@ -167,10 +191,14 @@ class MiniSweAgentHarness(BaseHarness):
             return failed(f"{reason}: {clean((done.stderr or done.stdout)[-_TAIL:])}", usage=usage, metadata=metadata)
         last = (trajectory.get("messages") or [{}])[-1]
         why = str(last.get("content") or "")[-_TAIL:] if last.get("role") == "exit" else ""
+        # the class comes from what this process saw (the gateway's count of calls and the status of the last
+        # one, the time the run took), never from the trajectory or the output: the agent can write both
         cls = FailureClass.HARNESS
-        if status in _LIMIT_EXITS:
+        wall = params["settings"].get(_WALL_TIME_SETTING)
+        if 0 < params["step_limit"] <= usage["calls"] or (
+                isinstance(wall, (int, float)) and not isinstance(wall, bool) and 0 < wall <= elapsed):
             cls = FailureClass.LIMIT
-        elif last_call is not None and last_call >= 400:  # it stopped on a model call that failed (after its retries)
+        elif endpoint_failed(last_call):  # it stopped on a model call the endpoint failed (after its retries)
             cls = FailureClass.ENDPOINT
             metadata["failure"] = {"class": cls.value, "http_status": last_call}
         return failed(clean(f"mini-swe-agent stopped without submitting ({status or 'no exit status'})"
@@ -212,7 +240,7 @@ class MiniSweAgentHarness(BaseHarness):
             return None
         try:
             data = json.loads(await env.read_text(path))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, CopyLimitError):  # past READ_LIMIT: not read
             return None
         return data if isinstance(data, dict) else None
 

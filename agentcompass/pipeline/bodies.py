@@ -27,7 +27,15 @@ from agentcompass._util.display import visible
 from agentcompass._util.jsonio import interrupted_writes, not_unicode, read_json, write_bytes_atomic
 from agentcompass.layout import task_segment
 from agentcompass._util.logs import LOG
-from agentcompass.runtime.base import EnvironmentSession, HarnessContext, HarnessFreeBenchmark, error_result, retryable
+from agentcompass.runtime.base import (
+    AFTER_RUN_TIMEOUT,
+    EVALUATE_GRACE,
+    EnvironmentSession,
+    HarnessContext,
+    HarnessFreeBenchmark,
+    error_result,
+    retryable,
+)
 from agentcompass.runtime import failures
 from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
 from agentcompass.runtime.models import (
@@ -224,6 +232,12 @@ class LazySession(EnvironmentSession):
     async def set_network(self, policy):
         return await (await self._real()).set_network(policy)
 
+    async def end_processes(self):
+        return await (await self._real()).end_processes()
+
+    async def exec_and_end(self, cmd, **kwargs):
+        return await (await self._real()).exec_and_end(cmd, **kwargs)
+
     def __getattr__(self, name):
         # provider-specific extras (e.g. a container id) open the session too
         if name.startswith("_"):
@@ -379,14 +393,16 @@ async def run_in(req: RunRequest, plan: ExecutionPlan, prepared: PreparedTask, f
         if prepared.input.workspace and saved_workspace.exists():
             await session.upload(saved_workspace, prepared.input.workspace)
         result = await asyncio.wait_for(call(session), plan.execution.task_timeout)
-        if not result.status.is_error:  # what the Benchmark takes from the session the agent left
-            result = await benchmark_for(req).after_run(prepared, result, session, req, plan.benchmark_plan)
-        for name in prepared.output.files:
-            if await session.exists(name):
-                await session.download(name, folder / layout.OUTPUTS / name)
-        if plan.evaluation_environment_mode == "task" and prepared.input.workspace:
-            if await session.exists(prepared.input.workspace):
-                await session.download(prepared.input.workspace, folder / layout.FINAL_WORKSPACE)
+        # what follows waits on the session the agent left (its processes may still run): within a deadline
+        async with aio.deadline(AFTER_RUN_TIMEOUT, "the run stage's work after the harness (after_run, copies out)"):
+            if not result.status.is_error:  # what the Benchmark takes from the session the agent left
+                result = await benchmark_for(req).after_run(prepared, result, session, req, plan.benchmark_plan)
+            for name in prepared.output.files:
+                if await session.exists(name):
+                    await session.download(name, folder / layout.OUTPUTS / name)
+            if plan.evaluation_environment_mode == "task" and prepared.input.workspace:
+                if await session.exists(prepared.input.workspace):
+                    await session.download(prepared.input.workspace, folder / layout.FINAL_WORKSPACE)
         session.failed = result.status.is_error
         return result
 
@@ -430,7 +446,10 @@ async def evaluate_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, prep
                       output: RunResult, folder: Path, who: str | None = None) -> RunResult:
     """Score ``output`` in an evaluation session, with the files the run saved in ``folder``."""
     ATTEMPT_TRAJECTORY.set(folder / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
-    async with _open(req, plan, "evaluation", evaluation=True, who=who) as session:
+    benchmark = benchmark_for(req)
+    seconds = EVALUATE_GRACE + benchmark.evaluation_seconds(plan.benchmark_plan)
+    async with _open(req, plan, "evaluation", evaluation=True, who=who) as session, \
+            aio.deadline(seconds, "the evaluate stage (copies in, the Benchmark's evaluate)"):
         # task mode: the workspace as the agent left it; fresh mode: only its declared outputs
         final = folder / layout.FINAL_WORKSPACE
         if plan.evaluation_environment_mode == "task" and prepared.input.workspace and final.exists():
@@ -439,7 +458,7 @@ async def evaluate_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, prep
         for name in prepared.output.files:
             if (outputs / name).exists():
                 await session.upload(outputs / name, name)
-        result = await benchmark_for(req).evaluate(task, prepared, output, session, req, plan.benchmark_plan)
+        result = await benchmark.evaluate(task, prepared, output, session, req, plan.benchmark_plan)
         session.failed = result.status.is_error
         return result
 

@@ -7,16 +7,22 @@ Nothing here may start a thread: a fork keeps only the thread that forks.
 
 from __future__ import annotations
 
-import snakemake.cli  # noqa: F401
-from snakemake.common import parse_uri
-from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
-from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
-from snakemake_interface_report_plugins.registry import ReportPluginRegistry
-from snakemake_interface_scheduler_plugins.registry import SchedulerPluginRegistry
-from snakemake_interface_storage_plugins.registry import StoragePluginRegistry
+import snakemake  # noqa: F401  (it appends a path relative to the working folder to sys.path: dropped here)
 
-import agentcompass.pipeline.workflow  # noqa: F401
-from agentcompass.plugins import load_builtin_components
+from agentcompass._util.importpath import safe_import_path
+
+safe_import_path()
+
+import snakemake.cli  # noqa: E402, F401
+from snakemake.common import parse_uri  # noqa: E402
+from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry  # noqa: E402
+from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry  # noqa: E402
+from snakemake_interface_report_plugins.registry import ReportPluginRegistry  # noqa: E402
+from snakemake_interface_scheduler_plugins.registry import SchedulerPluginRegistry  # noqa: E402
+from snakemake_interface_storage_plugins.registry import StoragePluginRegistry  # noqa: E402
+
+import agentcompass.pipeline.workflow  # noqa: E402, F401
+from agentcompass.plugins import load_builtin_components  # noqa: E402
 
 # the plug-in registries are singletons that import every installed plug-in when first made
 for registry in (ExecutorPluginRegistry, StoragePluginRegistry, ReportPluginRegistry, LoggerPluginRegistry,

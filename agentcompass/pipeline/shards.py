@@ -131,6 +131,10 @@ def forced_files(workflow, slice_files) -> list[str]:
 MAX_TARGET_BYTES = 1 << 20
 
 
+# where Snakemake's own arguments start in ``inner_argv``: after python -P -m snakemake
+INNER_ARGS = 4
+
+
 def inner_argv(workflow, threads: int, resources: dict[str, int], force: list[str], targets: list[str]) -> list[str]:
     """The inner Snakemake's command line: this run's Snakefile, folder and config layers, local execution.
 
@@ -141,7 +145,8 @@ def inner_argv(workflow, threads: int, resources: dict[str, int], force: list[st
     if sum(len(t) + 1 for t in targets) > MAX_TARGET_BYTES:
         targets = []
     argv = [
-        sys.executable, "-m", "snakemake", *targets,
+        # -P: the working folder is not on its import path (its jobs inherit PYTHONSAFEPATH from this run)
+        sys.executable, "-P", "-m", "snakemake", *targets,
         "--snakefile", engine.main_snakefile(workflow),
         "--directory", os.getcwd(),
         "--cores", str(threads),
@@ -189,7 +194,7 @@ def run_inner(argv: list[str], env: dict[str, str], log: Path, *, fork: bool = F
     log.parent.mkdir(parents=True, exist_ok=True)
     if fork:
         try:
-            proc: Any = forkserver.spawn(argv[3:], env, log)  # argv: python -m snakemake ...
+            proc: Any = forkserver.spawn(argv[INNER_ARGS:], env, log)  # argv: python -P -m snakemake ...
         except (OSError, EOFError) as exc:  # the server did not start: a new process does the same
             LOG.warning(f"the fork server of inner runs did not answer ({exc!r}): the inner run starts as a "
                         "new process")

@@ -31,6 +31,7 @@ import yaml
 from agentcompass import layout
 
 from agentcompass._util import aio, display, logs
+from agentcompass._util.importpath import PIP_DEPLOYMENTS, planted, safe_import_path
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import Orchestration
@@ -100,8 +101,18 @@ class EvaluationWorkflow:
     @classmethod
     def from_snakemake(cls, workflow) -> "EvaluationWorkflow":
         """Load and validate the config of a Snakemake run; exit with a clear error if bad."""
+        # before any job starts: no Python process of this run imports from the working folder
+        safe_import_path()
         aio.reset()
         try:
+            found = planted(os.getcwd(), getattr(workflow, "workdir_init", None) or os.getcwd())
+            if found:
+                raise ConfigError(
+                    f"the working folder holds {display.visible(found[0])}"
+                    + (f" and {len(found) - 1} more" if len(found) > 1 else "")
+                    + f" under {PIP_DEPLOYMENTS}: Snakemake puts that folder on the import path of every job "
+                    "it starts, and agentcompass uses no pip deployments; remove the folder (what it holds "
+                    "would run in this run's processes)")
             config = load_run_config(
                 engine.config_files(workflow),
                 command_line_overrides(workflow),

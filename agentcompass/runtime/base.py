@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from agentcompass.errors import InfrastructureError
+from agentcompass.errors import DeadlineError, InfrastructureError
 from agentcompass.secrets import resolve_secret
 
 from .config.benchmark import RuntimeBenchmarkConfig
@@ -53,6 +54,38 @@ class _Component:
     def summary(cls) -> str:
         text = cls.description or cls.__doc__ or ""
         return text.strip().splitlines()[0] if text.strip() else ""
+
+
+# --- Deadlines of the host's waits on what the agent can touch (docs/security.md, "Bounds and deadlines") ---
+
+# One call of the host into a session (a file call: read_text, write_text, upload, download, exists, is_dir;
+# a command the host runs after the agent, such as removing the agent's state): a root agent can stop the
+# helper that carries it out or replace the program it runs. Past it, what the call started is ended and
+# it raises ``DeadlineError``. A session's ``call_timeout`` holds it; a caller may lower it per session.
+CALL_TIMEOUT = 600.0
+# The run stage's work in the run session after the harness returned (``after_run``, copying the outputs
+# and the final workspace out): above a copy's worth of ``CALL_TIMEOUT`` and SWE-bench's 600 s diff.
+AFTER_RUN_TIMEOUT = 1800.0
+# The evaluate stage of one attempt may take the Benchmark's own time limits (``evaluation_seconds``) and
+# this much more: copying the answer in, a grader's own work, a judge's calls.
+EVALUATE_GRACE = 1800.0
+
+
+async def after_agent(session: "EnvironmentSession", argv: list[str], what: str, **kwargs: Any) -> "ExecResult":
+    """``argv`` run in ``session`` by the host after the agent ran (removing its state, reading what it
+    left): within the session's ``call_timeout``, as every program there may be the agent's; past it,
+    ``DeadlineError`` (what the command started is ended first)."""
+    seconds = session.call_timeout
+    ran = await session.exec(argv, timeout=seconds, **kwargs)
+    if ran.timed_out:
+        raise DeadlineError(what, seconds)
+    return ran
+
+
+def cancelling() -> bool:
+    """Whether the running task is being cancelled (a ``finally`` after its time limit)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 # --- Benchmarks --------------------------------------------------------------
@@ -151,6 +184,12 @@ class BaseBenchmark(_Component, abc.ABC, Generic[PlanT]):
         """
         raise NotImplementedError(f"benchmark {self.id!r} has no reference solution for the oracle")
 
+    def evaluation_seconds(self, plan: BenchmarkPlan) -> float:
+        """Seconds the Benchmark's own time limits let one evaluation take (a verifier's or a test run's
+        timeout); the evaluate stage's deadline is this plus ``EVALUATE_GRACE``. 0 by default."""
+        _ = plan
+        return 0.0
+
     def source_fingerprint(self, req: RunRequest) -> str | None:
         """A digest of the files ``load_tasks`` reads from the user's disk (a task folder).
 
@@ -231,7 +270,8 @@ class ScriptReference:
                 timeout=self.timeout,
             )
         finally:
-            await session.exec(["rm", "-rf", target])
+            if not cancelling():  # a cancelled attempt (its time limit) is not evaluated: no wait on its session
+                await after_agent(session, ["rm", "-rf", target], f"removing the reference solution {target}")
 
 
 @dataclass
@@ -277,22 +317,80 @@ class BaseHarness(_Component, abc.ABC):
 # --- Environments ------------------------------------------------------------
 
 
+# The most of each stream (stdout, stderr) of one command that a session keeps: its first and its last half.
+# What lies between is read and dropped, and a line in its place says how many bytes; ``ExecResult.cut``
+# counts them.
+OUTPUT_LIMIT = 1 << 20
+
+
+class CappedOutput:
+    """One stream of a command as a session keeps it: the first and last ``limit // 2`` bytes, the rest counted.
+
+    Holds at most ``limit`` bytes and one chunk more (the tail is trimmed in bulk), whatever the command prints.
+    """
+
+    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            excess = len(self.tail) - self.half
+            if excess > self.half:
+                del self.tail[:excess]
+                self.dropped += excess
+
+    @property
+    def cut(self) -> int:
+        """How many bytes were dropped from the middle."""
+        return self.dropped + max(len(self.tail) - self.half, 0)
+
+    def text(self) -> str:
+        tail = self.tail[-self.half:] if len(self.tail) > self.half else self.tail
+        if not self.cut:
+            return (self.head + tail).decode(errors="replace")
+        return (self.head.decode(errors="replace")
+                + f"\n[agentcompass: {self.cut} bytes of this output cut here; a session keeps the first and the "
+                f"last {self.half} bytes of what a command prints on each stream]\n"
+                + tail.decode(errors="replace"))
+
+
 @dataclass
 class ExecResult:
-    """The outcome of one command in a session."""
+    """The outcome of one command in a session.
+
+    ``stdout`` and ``stderr`` hold at most about ``OUTPUT_LIMIT`` bytes each (``CappedOutput``); ``cut`` is how
+    many bytes were dropped from their middles.
+    """
 
     returncode: int
     stdout: str
     stderr: str
     timed_out: bool = False
+    cut: int = 0
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
 
+# How long ``EnvironmentSession.end_processes`` may take before it is an error (each provider's own).
+END_PROCESSES_SECONDS = 10.0
+
+
 class EnvironmentSession(abc.ABC):
     """An open sandbox: commands, files, endpoints and network switching."""
+
+    # Seconds one file call may take (``CALL_TIMEOUT``), and a command the host runs after the agent
+    # (``after_agent``); past it the call's processes are ended and it raises ``DeadlineError``.
+    call_timeout: float = CALL_TIMEOUT
 
     @abc.abstractmethod
     async def exec(
@@ -354,6 +452,27 @@ class EnvironmentSession(abc.ABC):
     async def set_network(self, policy: NetworkPolicy) -> None:
         """Switch the session's network to ``policy`` (between phases)."""
         raise NotImplementedError(f"{type(self).__name__} cannot switch networks")
+
+    async def end_processes(self) -> None:
+        """End every process of the session but the provider's own init; return once none is left.
+
+        Called before a verifier's results are read (``task_dir``'s reward files, SWE-bench's test log):
+        a verifier that runs the agent's code may leave a process behind it, and nothing of the agent
+        may run while the verdict is read. Raises ``RuntimeError`` if the processes cannot be ended.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot end its processes, so no verdict can be read in it")
+
+    async def exec_and_end(self, cmd: list[str], *, timeout: float | None = None, env: dict[str, str] | None = None,
+                           cwd: str | None = None) -> ExecResult:
+        """``exec(cmd)`` (an argv list), then ``end_processes()`` before this returns: a verifier's run.
+
+        A provider that can ends the session's processes from inside it the moment ``cmd`` exits, so
+        that a process waiting for the verifier to exit gets no time to write after it; this one ends
+        them once the command is seen to have exited.
+        """
+        ran = await self.exec(cmd, timeout=timeout, env=env, cwd=cwd)
+        await self.end_processes()
+        return ran
 
     @property
     @abc.abstractmethod

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agentcompass.errors import InfrastructureError, ModelCallError
+from agentcompass.errors import DeadlineError, InfrastructureError, ModelCallError
 
 from .base import SandboxEndedFromInsideError
 from .models.result import FailureClass, RunResult, TaskStatus
@@ -29,6 +29,8 @@ def classify(exc: BaseException, stage: str) -> FailureClass:
         return FailureClass.HARNESS
     if isinstance(exc, InfrastructureError):
         return FailureClass.INFRASTRUCTURE
+    if isinstance(exc, DeadlineError):  # a wait on what the agent controls ran out of time
+        return FailureClass.LIMIT
     if isinstance(exc, ModelCallError):  # the model's endpoint, or a judge's, failed after its retries
         return FailureClass.ENDPOINT
     return _BY_STAGE.get(stage, FailureClass.HARNESS)

@@ -55,19 +55,58 @@ from agentcompass.secrets import MissingSecretError, check_header_value, resolve
 # request that would fail again the same way (a bad key, an unknown model).
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 _HTTP_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+# The longest reply of the Model read (the client's and the gateway's): a longer one is that call's error.
+REPLY_LIMIT = 8 << 20
+# The most of one body (a request, a reply) a trajectory records: a longer one is recorded as its head, with
+# its size and a note that it was cut.
+RECORD_LIMIT = 1 << 20
+_RECORD_HEAD = 64 << 10
+# the fields of a record that hold bodies, cut when the record is long
+_BODY_FIELDS = ("request", "reply", "message", "info")
+
+
+def recorded_body(data: bytes | str) -> dict[str, Any]:
+    """A body longer than ``RECORD_LIMIT`` as a trajectory records it: its head, its size, and that it was cut."""
+    size = len(data.encode() if isinstance(data, str) else data)
+    head = data[:_RECORD_HEAD]
+    return {"agentcompass_cut": f"{size} bytes, more than the {RECORD_LIMIT} a trajectory records of one body: "
+                                f"only the first {_RECORD_HEAD} are kept",
+            "bytes": size, "head": head if isinstance(head, str) else head.decode(errors="replace")}
+
+
+def _bounded(event: dict[str, Any], dumps) -> str:
+    """The line of ``event``, each body field in it cut to ``recorded_body`` when the line is long."""
+    line = dumps(event)
+    if len(line) <= RECORD_LIMIT:
+        return line
+    cut = dict(event)
+    for name in _BODY_FIELDS:
+        if name in cut:
+            text = dumps(cut[name])
+            if len(text) > RECORD_LIMIT // 4:
+                cut[name] = recorded_body(text)
+    line = dumps(cut)
+    return line if len(line) <= 4 * RECORD_LIMIT else dumps({"type": event.get("type"), **recorded_body(line)})
 
 
 class Trajectory:
-    """``trajectory.jsonl``: one JSON line per event, appended in the order things happened."""
+    """``trajectory.jsonl``: one JSON line per event, appended in the order things happened; a body longer than
+    ``RECORD_LIMIT`` is recorded cut (``recorded_body``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
 
     def append(self, kind: str, **event: Any) -> None:
-        line = json.dumps({"type": kind, **event}, sort_keys=True, ensure_ascii=False, default=str)
-        if not_unicode(line) is not None:  # text no UTF-8 file holds: its lone surrogates become U+FFFD
-            line = json.dumps(without_surrogates({"type": kind, **event}), sort_keys=True, ensure_ascii=False,
-                              default=lambda value: without_surrogates(str(value)))
+        def dumps(value: Any) -> str:
+            return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+        def cleaned(value: Any) -> str:  # text no UTF-8 file holds: its lone surrogates become U+FFFD
+            return json.dumps(without_surrogates(value), sort_keys=True, ensure_ascii=False,
+                              default=lambda item: without_surrogates(str(item)))
+
+        line = _bounded({"type": kind, **event}, dumps)
+        if not_unicode(line) is not None:
+            line = _bounded({"type": kind, **event}, cleaned)
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(line + "\n")
 
@@ -407,13 +446,18 @@ class ModelClient:
         started = time.monotonic()
         assert self._http is not None  # opened by the caller, _post
         try:
-            reply = await asyncio.wait_for(self._http.post(self._wire_url, json=body), self.config.timeout)
+            reply = await asyncio.wait_for(self._bounded_post(body), self.config.timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             raise _RetryableError(f"no reply within {self.config.timeout} s (timeout)") from None
         except httpx.RequestError as exc:  # refused, reset, closed without a reply, a body that breaks off
             raise _RetryableError(f"connection failed: {type(exc).__name__}: {exc}") from None
         finally:
             self.usage.latency_seconds += time.monotonic() - started
+        if reply is None:
+            too_long = ModelCallError(f"the model's reply is more than {REPLY_LIMIT} bytes, the most agentcompass "
+                                      "reads of one reply")
+            too_long.status = 200
+            raise too_long
         if reply.status_code >= 500 or reply.status_code in RETRYABLE_STATUS:
             raise _RetryableError(_status_error(reply), retry_after_seconds(reply.headers.get("Retry-After")),
                                   reply.status_code)
@@ -438,6 +482,22 @@ class ModelClient:
             invalid.status, invalid.reply = reply.status_code, without_surrogates(data)
             raise invalid
         return reply.status_code, data, unread
+
+    async def _bounded_post(self, body: dict[str, Any]) -> httpx.Response | None:
+        """The reply to one POST, read to its end; None when it is longer than ``REPLY_LIMIT`` (the rest unread)."""
+        assert self._http is not None
+        async with self._http.stream("POST", self._wire_url, json=body) as reply:
+            size = reply.headers.get("Content-Length", "")
+            if size.isdigit() and int(size) > REPLY_LIMIT:
+                return None
+            data = bytearray()
+            async for chunk in reply.aiter_bytes():  # decoded: a compressed reply counts at its full size
+                data += chunk
+                if len(data) > REPLY_LIMIT:
+                    return None
+        headers = [(k, v) for k, v in reply.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+        return httpx.Response(reply.status_code, headers=headers, content=bytes(data), request=reply.request)
 
     def _delay(self, number: int, retry_after: float | None) -> float:
         """Seconds before retry ``number``: what the server asked (capped), else backoff with jitter."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from agentcompass.environments.bubblewrap import sandbox_support
-from agentcompass.environments.transfer import CopyLimitError
+from agentcompass.environments.transfer import READ_LIMIT, CopyLimitError
 from agentcompass.harnesses.tool_agent import ToolAgentConfig, ToolAgentHarness
 from agentcompass.runtime import HarnessContext
 from agentcompass.runtime.models import (
@@ -363,19 +363,21 @@ def test_a_tree_deeper_than_the_limit_is_a_clear_error(sandboxed, tmp_path):
 def test_a_tree_over_the_entry_or_size_limit_is_a_clear_error(sandboxed, tmp_path):
     async def body(s):
         made = await s.exec(["sh", "-c", "mkdir many && cd many && seq 1 300 | xargs touch && "
-                             "dd if=/dev/urandom of=big.bin bs=1024 count=2048 2>/dev/null"])
+                             "dd if=/dev/urandom of=big.bin bs=1024 count=2048 2>/dev/null && "
+                             f"dd if=/dev/zero of=../huge.bin bs=1 count=0 seek={READ_LIMIT + 1} 2>/dev/null"])
         assert made.ok, made
         s.copy_limits.files = 200
         over_files = await _attempt(s.download("many", tmp_path / "files"))
         s.copy_limits.files, s.copy_limits.size = 100_000, 1024 * 1024
         over_size = await _attempt(s.download("many", tmp_path / "size"))
-        over_read = await _attempt(s.read_text("many/big.bin"))
+        over_read = await _attempt(s.read_text("huge.bin"))
         return over_files, over_size, over_read
 
     over_files, over_size, over_read = sandboxed.run(body)
     assert isinstance(over_files, CopyLimitError) and "more than 200 entries" in str(over_files), over_files
     assert isinstance(over_size, CopyLimitError) and "more than 1048576 bytes" in str(over_size), over_size
-    assert isinstance(over_read, CopyLimitError) and "reading 'many/big.bin'" in str(over_read), over_read
+    assert isinstance(over_read, CopyLimitError) and "reading 'huge.bin'" in str(over_read), over_read
+    assert f"more than {READ_LIMIT} bytes, the most a session's read_text returns" in str(over_read)
 
 
 # --- through the agent's own tools --------------------------------------------------------

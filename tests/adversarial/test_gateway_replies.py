@@ -1,0 +1,117 @@
+"""The model gateway hands the agent no secret it holds, even when the upstream echoes the request.
+
+A real upstream on 127.0.0.1 echoes every header it received (the real
+``Authorization`` among them) in its reply's headers, a header's name and its
+JSON body, as a debugging proxy or an error that quotes the request would.
+Through the gateway the agent gets the reply with the key, and a ``${VAR}``
+header value of the Model, replaced by what stands for them (and nothing else
+changed): in-process over
+the gateway's socket, and from inside a 'none' sandbox through its relay on
+both providers. The trajectory holds neither.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from adversarial.test_gateway import CHAT, over_socket, parse_reply, raw_request
+from agentcompass.gateway import KEY_PLACEHOLDER, ModelGateway
+from agentcompass.secrets import resolve_secret
+from environments.conftest import isolating_provider, provider  # noqa: F401 (fixtures)
+from environments.envkit import Provider
+
+KEY = "sk-echoed-gateway-key-5c2e9d"
+ORG_VAR, ORG_VALUE = "ECHO_TEST_ORG_TOKEN", "org-token-echoed-81f0a4"
+# a value this process resolved that is no secret of the Model's: a reply holding it comes back as it is
+OTHER_VAR, OTHER_VALUE = "ECHO_TEST_OTHER", "words-a-model-may-say"
+
+
+class EchoingUpstream:
+    """An HTTP server on 127.0.0.1 whose every reply repeats the request's headers, in every place it can."""
+
+    def __enter__(self) -> "EchoingUpstream":
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received = {k: v for k, v in self.headers.items()}
+                auth = self.headers.get("Authorization") or ""
+                data = json.dumps({
+                    "choices": [{"message": {"role": "assistant", "content": f"you sent {auth!r}"}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                    "echo": received, auth: "as a key", "repr": repr(received),
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("X-Echo-Authorization", auth)
+                self.send_header("X-Echo-Org", self.headers.get("X-Org-Token") or "")
+                self.send_header(f"X-{auth.split()[-1]}", "the key as a header's name")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                self.close_connection = True
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def org_header(monkeypatch) -> dict[str, str]:
+    """The Model's headers as its config writes them, resolved as a harness resolves them."""
+    monkeypatch.setenv(ORG_VAR, ORG_VALUE)
+    monkeypatch.setenv(OTHER_VAR, OTHER_VALUE)
+    assert resolve_secret(f"${{{OTHER_VAR}}}") == OTHER_VALUE  # resolved elsewhere in the job (a task's env)
+    return resolve_secret({"X-Org-Token": f"${{{ORG_VAR}}}"})
+
+
+def test_an_upstream_that_echoes_the_key_hands_the_agent_none(tmp_path: Path, org_header: dict[str, str]):
+    trajectory = tmp_path / "trajectory.jsonl"
+    with EchoingUpstream() as upstream, ModelGateway(upstream.base_url, KEY, trajectory,
+                                                     headers=org_header) as gateway:
+        request = raw_request("POST", "/chat/completions", gateway.token, CHAT).replace(
+            b"Connection: close\r\n", f"Connection: close\r\nX-Note: {OTHER_VALUE}\r\n".encode())
+        status, body, head = over_socket(gateway, request)
+        usage = gateway.usage()
+    assert status == 200 and body is not None, head
+    reply = head + json.dumps(body)
+    assert KEY not in reply and ORG_VALUE not in reply, reply
+    # the upstream did get the real key: what came back was scrubbed, in each place it echoed it
+    assert body["echo"]["Authorization"] == f"Bearer {KEY_PLACEHOLDER}"
+    assert body["choices"][0]["message"]["content"] == f"you sent 'Bearer {KEY_PLACEHOLDER}'"
+    assert body["echo"]["X-Org-Token"] == f"${{{ORG_VAR}}}" and f"Bearer {KEY_PLACEHOLDER}" in body
+    assert KEY not in body["repr"] and f"X-Echo-Authorization: Bearer {KEY_PLACEHOLDER}" in head
+    assert f"X-Echo-Org: ${{{ORG_VAR}}}" in head and "the key as a header's name" not in head  # that one dropped
+    assert body["echo"]["X-Note"] == OTHER_VALUE  # nothing but the Model's secrets is touched
+    assert usage["calls"] == 1 and usage["prompt_tokens"] == 1  # the scrubbed reply is still read as a reply
+    recorded = trajectory.read_text()
+    assert KEY not in recorded and ORG_VALUE not in recorded and KEY_PLACEHOLDER in recorded
+
+
+def test_from_the_sandbox_the_echoed_key_never_arrives_on_both_providers(
+        isolating_provider: Provider, tmp_path: Path, org_header: dict[str, str]):  # noqa: F811
+    with EchoingUpstream() as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl",
+                                                     headers=org_header) as gateway:
+
+        async def body(session):
+            host, port = (await session.expose_host_socket(gateway.socket_path)).split(":")
+            request = raw_request("POST", "/chat/completions", gateway.token, CHAT).decode()
+            return await isolating_provider.connect(session, host, int(port), request)
+
+        reply = isolating_provider.run(body, mode="none")
+    assert reply.stdout.startswith("HTTP/"), reply
+    status, parsed, _ = parse_reply(reply.stdout)
+    assert status == 200 and parsed is not None and parsed["echo"]["Authorization"] == f"Bearer {KEY_PLACEHOLDER}"
+    assert KEY not in reply.stdout and ORG_VALUE not in reply.stdout

@@ -55,8 +55,8 @@ from environments.envkit import TEST_IMAGE, Provider, require_docker
 GRACE = 5.0
 DEADLINE = 3.0  # a session's call_timeout in these tests (CALL_TIMEOUT, 600 s, by default)
 
-# Run on the host: every process of one session (its environment holds the mark given) whose command
-# line names the file helper is stopped ("stop") or has its pipes opened and kept ("hold"), as long as
+# Run on the host: every Python process of one session (its environment holds the mark given) whose
+# command line names the file helper is stopped ("stop") or has its pipes opened and kept ("hold"), as long as
 # it runs.
 FREEZER = r"""
 import os, signal, sys, time
@@ -72,7 +72,9 @@ while True:
                 marked = mark in f.read().split(b"\0")
         except OSError:
             continue
-        if b"transfer" + b".py" not in cmd or not marked:
+        # the helper itself, never what starts it (the freezer would catch a `setpriv` before it set its
+        # parent-death signal: a stall the agent cannot make, as it cannot see any of these)
+        if b"transfer" + b".py" not in cmd or not marked or b"python" not in os.path.basename(cmd.split(b"\0")[0]):
             continue
         seen.add(name)
         if mode == "stop":

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection
@@ -74,18 +75,50 @@ def _pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
 
 
+_PF_KTHREAD = 0x00200000
+_EXEC_REREADS = 20
+
+
+def _environ(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+
+
+def _kernel_thread(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # gone: nothing to read again
+    return bool(int(stat.rsplit(")", 1)[1].split()[6]) & _PF_KTHREAD)
+
+
 def marked_processes(var: str, value: str) -> list[int]:
-    """Processes whose environment holds ``var=value``."""
+    """Processes whose environment holds ``var=value``.
+
+    A process in the middle of ``execve`` shows an empty environment for a
+    moment (its new memory is in place, its environment not yet): such a
+    process is read again, a millisecond apart, so a scan does not miss it.
+    """
     needle = f"{var}={value}".encode()
     found = []
-    for pid in _pids():
-        try:
-            raw = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in raw.split(b"\0"):
-            found.append(pid)
-    return found
+    pending = _pids()
+    for round_ in range(_EXEC_REREADS + 1):
+        empty = []
+        for pid in pending:
+            raw = _environ(pid)
+            if raw is None:
+                continue
+            if needle in raw.split(b"\0"):
+                found.append(pid)
+            elif not raw and not _kernel_thread(pid):
+                empty.append(pid)
+        if not empty or round_ == _EXEC_REREADS:
+            break
+        pending = empty
+        time.sleep(0.001)
+    return sorted(found)
 
 
 def kill_marked(var: str, value: str, spare: Collection[int] = ()) -> int:

@@ -1,0 +1,47 @@
+"""Finding a session's processes by their environment markers."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agentcompass.environments import leftovers
+from agentcompass.environments.leftovers import marked_processes
+
+
+def test_a_process_caught_mid_exec_is_read_again_and_found(monkeypatch):
+    # between installing its new memory and writing its environment there, a
+    # process in execve reads as an empty environment: a one-time scan missed it
+    reads = {101: [b"", b"", b"A=1\0AGENTCOMPASS_SESSION=s1\0"], 102: [b"AGENTCOMPASS_SESSION=s1\0"], 103: [b"B=2\0"]}
+    monkeypatch.setattr(leftovers, "_pids", lambda: [101, 102, 103, 104])
+    monkeypatch.setattr(leftovers, "_environ", lambda pid: reads[pid].pop(0) if pid in reads else None)
+    monkeypatch.setattr(leftovers, "_kernel_thread", lambda pid: False)
+    assert marked_processes("AGENTCOMPASS_SESSION", "s1") == [101, 102]
+
+
+def test_kernel_threads_and_processes_that_stay_empty_are_not_waited_for(monkeypatch):
+    calls = []
+
+    def environ(pid):
+        calls.append(pid)
+        return b""
+
+    monkeypatch.setattr(leftovers, "_pids", lambda: [1, 2])
+    monkeypatch.setattr(leftovers, "_environ", environ)
+    monkeypatch.setattr(leftovers, "_kernel_thread", lambda pid: pid == 1)
+    assert marked_processes("AGENTCOMPASS_SESSION", "s1") == []
+    assert calls.count(1) == 1  # a kernel thread has no environment: read once
+    assert calls.count(2) == leftovers._EXEC_REREADS + 1  # bounded, never a loop
+
+
+def test_a_real_marked_process_is_found_and_a_kernel_thread_is_told_apart():
+    env = dict(os.environ, AGENTCOMPASS_SESSION="leftovers-unit-test")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        assert child.pid in marked_processes("AGENTCOMPASS_SESSION", "leftovers-unit-test")
+        assert not leftovers._kernel_thread(child.pid)
+        kernel = [p for p in leftovers._pids() if Path(f"/proc/{p}/comm").read_text().strip() == "kthreadd"]
+        assert all(leftovers._kernel_thread(p) for p in kernel)
+    finally:
+        child.kill()
+        child.wait()

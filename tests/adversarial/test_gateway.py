@@ -75,7 +75,21 @@ HOSTILE = [
 ]
 
 
-class RecordingUpstream:
+class LoopbackUpstream:
+    """An HTTP server on 127.0.0.1, in a thread, for as long as the ``with`` block: the Model's upstream."""
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RecordingUpstream(LoopbackUpstream):
     """An HTTP server on 127.0.0.1 that records every request reaching it, whatever its method or path."""
 
     def __enter__(self) -> "RecordingUpstream":
@@ -103,14 +117,7 @@ class RecordingUpstream:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return self.serve(Handler)
 
 
 def raw_request(method: str, path: str, token: str | None, body: str = "") -> bytes:

@@ -13,13 +13,12 @@ both providers. The trajectory holds neither.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from adversarial.test_gateway import CHAT, over_socket, parse_reply, raw_request
+from adversarial.test_gateway import CHAT, LoopbackUpstream, over_socket, parse_reply, raw_request
 from agentcompass.gateway import KEY_PLACEHOLDER, ModelGateway
 from agentcompass.secrets import resolve_secret
 from environments.conftest import isolating_provider, provider  # noqa: F401 (fixtures)
@@ -31,7 +30,7 @@ ORG_VAR, ORG_VALUE = "ECHO_TEST_ORG_TOKEN", "org-token-echoed-81f0a4"
 OTHER_VAR, OTHER_VALUE = "ECHO_TEST_OTHER", "words-a-model-may-say"
 
 
-class EchoingUpstream:
+class EchoingUpstream(LoopbackUpstream):
     """An HTTP server on 127.0.0.1 whose every reply repeats the request's headers, in every place it can."""
 
     def __enter__(self) -> "EchoingUpstream":
@@ -58,14 +57,7 @@ class EchoingUpstream:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return self.serve(Handler)
 
 
 @pytest.fixture

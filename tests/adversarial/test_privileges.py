@@ -214,23 +214,24 @@ def environment_of(provider: str, tmp_path: Path, **params) -> dict:
     return {"id": "host_process", "params": {"sandbox": "bubblewrap", "workspace_root": str(tmp_path / "sessions"), **params}}
 
 
-def run_solutions(tmp_path: Path, workdir: Path, environment: dict, solutions: dict[str, str]) -> dict[str, dict]:
-    """One hello-file task per solution (its solve.sh), run by the oracle with two retries; results by task."""
+def run_solutions(tmp_path: Path, workdir: Path, environment: dict, solutions: dict[str, str],
+                  task: str = "hello-file", retries: int = 2) -> dict[str, dict]:
+    """One copy of the shipped ``task`` per solution (its solve.sh), run by the oracle; first attempts by task."""
     tasks = tmp_path / "tasks"
     for name, solve in solutions.items():
-        shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / name)
+        shutil.copytree(SHIPPED_TASKS / task, tasks / name)
         (tasks / name / "solution" / "solve.sh").write_text("#!/bin/sh\n" + solve)
-    config = workdir / "privileges.yaml"
-    config.write_text(yaml.safe_dump({"requests": {"privileges": {
+    config = workdir / "solutions.yaml"
+    config.write_text(yaml.safe_dump({"requests": {"solutions": {
         "benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
         "harness": "oracle",
         "model": {"id": "none"},
         "environment": environment,
-        "execution": {"max_retries": 2},
+        "execution": {"max_retries": retries},
     }}}))
     done = snakemake(workdir, "--configfile", str(config))
     assert done.returncode == 0, done.stderr[-3000:]
-    base = workdir / "results" / "default" / "privileges" / "attempts"
+    base = workdir / "results" / "default" / "solutions" / "attempts"
     return {p.parent.parent.name: json.loads(p.read_text()) for p in base.glob("*/1/result.json")}
 
 

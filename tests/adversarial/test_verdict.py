@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import clean_env, snakemake
 
+from adversarial.test_privileges import run_solutions
 from agentcompass.benchmarks.swebench import DEPENDENCY as SWEBENCH
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments.bubblewrap import sandbox_support
@@ -173,21 +173,8 @@ def _environment(provider: str, tmp_path: Path) -> dict:
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
 def test_a_sum_sh_that_leaves_a_reward_writer_behind_scores_0_and_the_honest_one_1(provider, tmp_path, workdir):
     environment = _environment(provider, tmp_path)
-    tasks = tmp_path / "tasks"
-    for name, solve in {"cheat": CHEAT, "honest": HONEST}.items():
-        shutil.copytree(SHIPPED_TASKS / "fix-sum-script", tasks / name)
-        (tasks / name / "solution" / "solve.sh").write_text("#!/bin/sh\n" + solve)
-    config = workdir / "verdict.yaml"
-    config.write_text(yaml.safe_dump({"requests": {"verdict": {
-        "benchmark": {"id": "task_dir", "params": {"path": str(tasks)}},
-        "harness": "oracle",
-        "model": {"id": "none"},
-        "environment": environment,
-    }}}))
-    done = snakemake(workdir, "--configfile", str(config))
-    assert done.returncode == 0, done.stderr[-3000:]
-    base = workdir / "results" / "default" / "verdict" / "attempts"
-    results = {p.parent.parent.name: json.loads(p.read_text()) for p in base.glob("*/1/result.json")}
+    results = run_solutions(tmp_path, workdir, environment, {"cheat": CHEAT, "honest": HONEST},
+                            task="fix-sum-script", retries=0)
     assert sorted(results) == ["cheat", "honest"]
     cheat = results["cheat"]
     assert cheat["status"] == "completed" and cheat["score"] == 0.0 and cheat["correct"] is False, (

@@ -817,14 +817,18 @@ class DockerSession(EnvironmentSession):
             parent, name = posixpath.split(self._path(remote))
             self._ensure_dir_now(parent)
             with tempfile.TemporaryFile() as spool:
-                # regular files, folders and links only: the engine would make a device node or FIFO it is sent
+                # regular files, folders and links only: the engine would make a device node or FIFO it is sent.
+                # The archive lands at the container's root, its names the full paths: Docker refuses a link
+                # whose target climbs above the folder it extracts at ("invalid symlink"), and a link is
+                # copied as a link whatever its text (the extraction is confined to the container's root)
                 local_parent, local_name = transfer.open_parent(str(local))
                 try:
-                    transfer.pack(spool, local_parent, local_name, name, self.copy_limits, skipped)
+                    transfer.pack(spool, local_parent, local_name, name, self.copy_limits, skipped,
+                                  under=parent.strip("/") + "/" if parent.strip("/") else "")
                 finally:
                     os.close(local_parent)
                 spool.seek(0)
-                self.container.put_archive(parent, spool)
+                self.container.put_archive("/", spool)
 
         try:
             await self._within(self._call("copying files in", put), what)

@@ -414,15 +414,16 @@ def base_images(dockerfile: str, build_args: dict[str, str]) -> list[str]:
 
 
 def _check_bases(client, config: DockerConfig, dockerfile: Path, buildargs: dict[str, str]) -> None:
-    """Refuse a build whose base image is not on the engine: the engine would try to pull it (Docker's
-    builder and Podman's pull a missing ``FROM`` image whatever ``pull=False`` says)."""
+    """Refuse a build whose base image is not on the engine (``ImageBuildError``, as every build that
+    cannot succeed): the engine would try to pull it (Docker's builder and Podman's pull a missing
+    ``FROM`` image whatever ``pull=False`` says)."""
     import docker
 
     for base in base_images(dockerfile.read_text(encoding="utf-8", errors="replace"), buildargs):
         try:
             client.images.get(base)
         except docker.errors.ImageNotFound:
-            raise ImageMissingError(scrub(
+            raise ImageBuildError(scrub(
                 f"docker environment: {str(dockerfile)!r} starts FROM {base!r}, which is not on the engine, and "
                 f"nothing is pulled; put it there first (`docker pull {base}` where a registry is reachable, "
                 "`docker load` of a saved image or `docker import` of a root filesystem; `podman` the same), "

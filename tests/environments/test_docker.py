@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentcompass.environments.docker import DockerConfig, DockerEnvironment
-from agentcompass.runtime.base import ImageMissingError
+from agentcompass.runtime.base import ImageBuildError
 from agentcompass.runtime.config import ConfigError, build_component_config
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 
@@ -137,7 +137,7 @@ def test_a_missing_base_image_is_a_clear_error_naming_it_and_the_engine_is_not_a
             NetworkPolicy(), label,
         )
 
-    with pytest.raises(ImageMissingError) as raised:
+    with pytest.raises(ImageBuildError) as raised:
         asyncio.run(main())
     assert f"starts FROM '{missing}', which is not on the engine, and nothing is pulled" in str(raised.value)
     assert f"`docker pull {missing}` where a registry is reachable, `docker load`" in str(raised.value)

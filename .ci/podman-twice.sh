@@ -8,13 +8,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-base=${1:-$(mktemp -d)/podman}
+made=
+[ -n "${1:-}" ] || { made=$(mktemp -d) && chmod 711 "$made"; }  # the rootless users reach their own folder in it
+base=${1:-$made/podman}
 a=$base-a b=$base-b root=$base-root root2=$base-root2
 logs=$(mktemp -d)  # the services' start logs, kept when a check fails
 failed=0
 say() { echo "podman-twice: $*" >&2; }
 fail() { say "FAILED: $*"; failed=1; }
-trap '.ci/podman-down.sh "$a"; .ci/podman-down.sh "$b"; .ci/podman-down.sh "$root"; .ci/podman-down.sh "$root2"' EXIT
+trap '.ci/podman-down.sh "$a"; .ci/podman-down.sh "$b"; .ci/podman-down.sh "$root"; .ci/podman-down.sh "$root2"; [ -z "$made" ] || rmdir "$made"' EXIT
 pm() { (source "$1/env" && cd / && eval "pm_command=($(cat "$1/podman-command"))" && "${pm_command[@]}" "${@:2}"); }
 
 # both at once, from the first step
@@ -22,6 +24,7 @@ pm() { (source "$1/env" && cd / && eval "pm_command=($(cat "$1/podman-command"))
 .ci/podman-up.sh "$b" --rootless >"$logs/b.log" 2>&1 & up_b=$!
 wait "$up_a" || { fail "the first rootless service did not start:"; tail -5 "$logs/a.log" >&2; }
 wait "$up_b" || { fail "the second rootless service did not start:"; tail -5 "$logs/b.log" >&2; }
+[ "$failed" = 0 ] || { say "the services' start logs: $logs"; exit 1; }
 user_a=$(cat "$a/user" 2>/dev/null) user_b=$(cat "$b/user" 2>/dev/null)
 [ -n "$user_a" ] && [ "$user_a" != "$user_b" ] || fail "the two services share their user ($user_a, $user_b)"
 range_a=$(grep "^$user_a:" /etc/subuid | cut -d: -f2) range_b=$(grep "^$user_b:" /etc/subuid | cut -d: -f2)

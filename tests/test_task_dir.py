@@ -340,7 +340,12 @@ ADVERSARIES = {
 
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
 def test_what_the_agent_leaves_behind_never_decides_the_verdict(provider, tmp_path: Path, workdir: Path):
-    results = run_shell_agents(provider, tmp_path, workdir, {**ADVERSARIES, "honest": "printf 'Hello, agentcompass!\\n' > hello.txt"})
+    # the honest agent also leaves a link that climbs above its workspace's parent (WORKDIR /srv/job):
+    # the evaluation session gets it as a link, on docker as on host_process (Docker's own extraction
+    # refused it: eval_error)
+    honest = "printf 'Hello, agentcompass!\\n' > hello.txt; ln -s ../../etc/hostname up"
+    results = run_shell_agents(provider, tmp_path, workdir, {**ADVERSARIES, "honest": honest},
+                               workdirs={"honest": "/srv/job"})
     assert sorted(results) == sorted([*ADVERSARIES, "honest"])
     for name, result in results.items():
         assert result["answer"] == "armed\n", (name, result["metadata"])
@@ -352,8 +357,10 @@ def test_what_the_agent_leaves_behind_never_decides_the_verdict(provider, tmp_pa
         assert result["metadata"]["verifier"]["rewards"] == {"reward": 0.0}, (name, result["metadata"])
 
 
-def run_shell_agents(provider: str, tmp_path: Path, workdir: Path, agents: dict[str, str]) -> dict[str, dict]:
-    """One hello-file task per agent, its instruction the agent's script; the results by task."""
+def run_shell_agents(provider: str, tmp_path: Path, workdir: Path, agents: dict[str, str],
+                     workdirs: dict[str, str] | None = None) -> dict[str, dict]:
+    """One hello-file task per agent, its instruction the agent's script, its WORKDIR /app or the one
+    ``workdirs`` gives; the results by task."""
     environment = environment_of(provider)
     if provider == "host_process":  # the workspaces side by side, in this test's folder
         (tmp_path / "sessions").mkdir()
@@ -362,6 +369,9 @@ def run_shell_agents(provider: str, tmp_path: Path, workdir: Path, agents: dict[
     for name, attack in agents.items():
         shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / name)
         (tasks / name / "instruction.md").write_text(_HARBOR + attack + "\necho armed\n")
+        for moved in ("environment/Dockerfile", "tests/test.sh"):
+            text = (tasks / name / moved).read_text()
+            (tasks / name / moved).write_text(text.replace("/app", (workdirs or {}).get(name, "/app")))
     config = write_config(workdir, "test_shell_agent", environment, {"path": str(tasks)})
     done = subprocess.run([sys.executable, str(SHELL_DRIVER), str(workdir), str(config)], cwd=workdir,
                           env=clean_env(), capture_output=True, text=True, timeout=600)

@@ -37,7 +37,7 @@ from agentcompass.runtime.base import (
     retryable,
 )
 from agentcompass.runtime import failures
-from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
+from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY, ATTEMPT_USAGE, Usage, counted
 from agentcompass.runtime.models import (
     ExecutionPlan,
     FailureClass,
@@ -334,8 +334,13 @@ def run(job: AttemptJob) -> None:
         )
         return harness.run(prepared, session, req, plan.harness_plan, context)
 
+    # every call of every try (a runtime retry's too), counted as it is made: whatever ends the attempt
+    # (an error, its time limit, a harness that raised) its result holds them
+    spent = Usage()
+
     async def once() -> RunResult:
         ATTEMPT_TRAJECTORY.set(trajectory)  # a ModelClient of this attempt records its calls there
+        ATTEMPT_USAGE.set(spent)  # ... and counts them there, as the model gateway does
         return await run_in(req, plan, prepared, attempt_dir, call)
 
     started = time.monotonic()
@@ -375,6 +380,7 @@ def run(job: AttemptJob) -> None:
         task_id=plan.task_id,
         attempt=plan.attempt,
         retries_used=retries,
+        usage=counted(result.usage, spent),
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
         provenance=dict(provenance.here()),
     )
@@ -426,15 +432,16 @@ def evaluate(job: AttemptJob) -> RunResult:
         return output
 
     started = time.monotonic()
+    judged = Usage()  # a judge's calls, counted as they are made: kept whatever ends the evaluation
     try:
-        result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir))
+        result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir, judged=judged))
     except Exception as exc:
         result = failures.failed(dataclasses.replace(
             output, status=TaskStatus.EVAL_ERROR, error=f"{type(exc).__name__}: {exc}", error_stage="evaluate",
             correct=None, score=None,
         ), exc, "evaluate")
     result = dataclasses.replace(
-        failures.classified(result, "evaluate"), timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
+        failures.classified(result, "evaluate"), usage=counted(result.usage, judged, "judge_"), timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
     scrub_attempt_files(attempt_dir, Scrubber(job.secrets))  # a judge's calls in the trajectory
@@ -443,9 +450,11 @@ def evaluate(job: AttemptJob) -> RunResult:
 
 
 async def evaluate_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, prepared: PreparedTask,
-                      output: RunResult, folder: Path, who: str | None = None) -> RunResult:
-    """Score ``output`` in an evaluation session, with the files the run saved in ``folder``."""
+                      output: RunResult, folder: Path, who: str | None = None, judged: Usage | None = None) -> RunResult:
+    """Score ``output`` in an evaluation session, with the files the run saved in ``folder``; the model
+    calls made meanwhile (a judge's) count in ``judged``, when given."""
     ATTEMPT_TRAJECTORY.set(folder / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
+    ATTEMPT_USAGE.set(judged)
     benchmark = benchmark_for(req)
     seconds = EVALUATE_GRACE + benchmark.evaluation_seconds(plan.benchmark_plan)
     async with _open(req, plan, "evaluation", evaluation=True, who=who) as session, \

@@ -27,6 +27,7 @@ from agentcompass._util.display import visible
 from agentcompass._util.jsonio import interrupted_writes, not_unicode, read_json, write_bytes_atomic
 from agentcompass.layout import task_segment
 from agentcompass._util.logs import LOG
+from agentcompass.errors import InfrastructureError
 from agentcompass.runtime.base import (
     AFTER_RUN_TIMEOUT,
     EVALUATE_GRACE,
@@ -286,6 +287,19 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
             await closing
 
 
+# The key of a PreparedTask's metadata that says why the task could not be prepared (its image did not
+# build, or is missing): the run stage ends the attempt with it.
+PREPARE_FAILED = "prepare_failed"
+
+
+def prepare_failed_result(task_id: str, attempt: int, why: dict) -> RunResult:
+    """The result of an attempt whose task could not be prepared: run_error, class infrastructure,
+    ``error_stage`` 'prepare' (``retry`` prepares it again)."""
+    return RunResult(task_id=task_id, attempt=attempt, status=TaskStatus.RUN_ERROR, error=str(why.get("error")),
+                     error_stage="prepare", failure_class=FailureClass.INFRASTRUCTURE,
+                     metadata={"failure": {"class": FailureClass.INFRASTRUCTURE.value}})
+
+
 def prepare(job: AttemptJob) -> None:
     """Write the attempt's PreparedTask (+ the prepared workspace)."""
     req, plan, task = job.request, job.plan, job.task
@@ -299,7 +313,19 @@ def prepare(job: AttemptJob) -> None:
     if task.load_error is not None:  # nothing to prepare: the run stage reports the error
         job.write("prepared", PreparedTask(task_id=task.task_id, input=TaskInput(prompt="")))
         return
-    job.write("prepared", run_coroutine(prepare_in(req, plan, task, Path(job.folder))))
+    try:
+        prepared = run_coroutine(prepare_in(req, plan, task, Path(job.folder)))
+    except InfrastructureError as exc:
+        if retryable(exc):  # e.g. the engine out of reach: the job fails, the next run prepares again
+            raise
+        # the same on every try (an image that does not build, or is missing): the attempt's failure, which
+        # the run stage writes; the run goes on, and `retry` prepares again
+        LOG.warning(f"prepare {task.task_id} (attempt {plan.attempt}): {type(exc).__name__}: {exc}")
+        failed = PreparedTask(task_id=task.task_id, input=TaskInput(prompt=""), metadata={
+            PREPARE_FAILED: {"error": f"{type(exc).__name__}: {exc}"}})
+        job.write("prepared", failed, secrets=job.secrets)  # a build log may echo what the build was given
+        return
+    job.write("prepared", prepared)
 
 
 async def prepare_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, folder: Path,
@@ -354,6 +380,10 @@ def run(job: AttemptJob) -> None:
         why = preflight.read_prepared_quarantine(prepared)
         if why is not None:  # its preflight did not pass: no sandbox, no model call
             result = preflight.quarantined_result(plan.task_id, plan.attempt, why)
+            break
+        failed = prepared.metadata.get(PREPARE_FAILED)
+        if isinstance(failed, dict):  # its task could not be prepared: no sandbox, no model call
+            result = prepare_failed_result(plan.task_id, plan.attempt, failed)
             break
         if task.load_error is not None:  # the task's own error: no sandbox, no model call
             result = RunResult(task_id=task.task_id, status=TaskStatus.RUN_ERROR, error=task.load_error, error_stage="load")

@@ -5,7 +5,8 @@ Five requests of one attempt each, through the real command line and the real
 Snakemake, against a scripted endpoint on 127.0.0.1 that answers by model id:
 
 - endpoint: every call gets a 503, after its retries;
-- limit: the endpoint never answers and the attempt's ``execution.task_timeout`` ends it;
+- limit: the endpoint answers the first turn, never the second, and the attempt's ``execution.task_timeout``
+  ends it (both calls count in its usage, metrics and cost);
 - verifier: the oracle answers and the judge replies with no verdict;
 - harness: the harness's own code raises (a message about a dead sandbox and a timeout);
 - infrastructure: the host_process sandbox is ended from outside mid-command (no retries left).
@@ -36,6 +37,8 @@ EXPECTED = {"endpoint": "endpoint", "limit": "limit", "verifier": "verifier", "h
 
 
 def reply(body):
+    if body.get("model") == "hangs" and len(body["messages"]) == 1:
+        return completion("Lyon?")  # its first turn; the follow-up is never answered
     return {"fails": server_error(503), "hangs": Hang(seconds=60)}.get(
         body.get("model"), completion("It looks right to me."))  # the judge: no GRADE line, no verdict
 
@@ -46,7 +49,9 @@ def config(workdir: Path, url: str) -> Path:
     chat = {"id": "chat", "params": {"max_model_retries": 1, "retry_backoff": 0}}
     requests = {
         "endpoint": {"benchmark": one_task, "harness": chat, "model": {"id": "fails", "base_url": url}},
-        "limit": {"benchmark": one_task, "harness": chat, "model": {"id": "hangs", "base_url": url},
+        "limit": {"benchmark": one_task, "harness": {**chat, "params": {**chat["params"], "follow_ups": ["Sure?"]}},
+                  "model": {"id": "hangs", "base_url": url, "pricing": {"input_per_million": 1e6,
+                                                                         "output_per_million": 1e6}},
                   "execution": {"task_timeout": 2}},
         "verifier": {"benchmark": {"id": "dataset", "params": {
             "path": str(workdir / "d.jsonl"), "fields": {"input": "question", "target": "answer"},
@@ -109,6 +114,11 @@ def test_one_failure_of_each_class_is_classed_counted_shown_and_retried_by_class
         # the endpoint's last status is recorded beside the class; the harness's message spoke of a timeout
         assert result_of(workdir, "endpoint")["metadata"]["failure"] == {"class": "endpoint", "http_status": 503}
         assert "timeout" in result_of(workdir, "harness")["error"]
+        # the calls of the attempt its time limit ended: in its result, the metrics and the cost
+        usage = result_of(workdir, "limit")["usage"]
+        assert (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (2, 10, 2), usage
+        overall = json.loads((run_dir(workdir, "limit") / "metrics.json").read_text())["summary"]["overall"]
+        assert overall["calls"] == 2 and overall["cost_usd"] == pytest.approx(12.0), overall
 
         listed = agentcompass(workdir, "runs")
         assert listed.returncode == 0, listed.stderr
@@ -130,7 +140,7 @@ def test_one_failure_of_each_class_is_classed_counted_shown_and_retried_by_class
         assert "infrastructure, endpoint, harness, limit, verifier, task" in wrong.stderr
 
         before = calls(endpoint)
-        assert before == {"fails": 2, "hangs": 1, "undecided": 1}, before
+        assert before == {"fails": 2, "hangs": 2, "undecided": 1}, before
         retried = drive(workdir, "retry", "--config", str(cfg), "--only", "endpoint,infrastructure")
         assert retried.returncode == 1, retried.stdout + retried.stderr[-4000:]
         assert "retrying 2 failed attempt(s) of class infrastructure, endpoint" in retried.stdout

@@ -511,3 +511,38 @@ def test_host_process_follows_the_dockerfile_or_refuses_that_task_alone(tmp_path
     assert sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()) == [
         "data/a.txt", "data/deep/b.txt", "extra.txt", "input/words.txt",
     ]
+
+
+def test_an_image_that_does_not_build_fails_its_attempt_alone_and_retry_builds_it_again(
+        needs_docker, tmp_path: Path, workdir: Path):
+    tasks = tmp_path / "tasks"
+    for name in ("hello-file", "no-build"):
+        shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / name)
+    dockerfile = tasks / "no-build" / "environment" / "Dockerfile"
+    good = dockerfile.read_text().replace("local/busybox:latest", os.environ["AGENTCOMPASS_TEST_IMAGE"])
+    dockerfile.write_text(good + "RUN echo the-step-that-fails && false\n")
+    config = write_config(workdir, "oracle", {"id": "docker"}, {"path": str(tasks)})
+    done = agentcompass(workdir, "run", "--config", str(config))
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]  # a failed attempt, not a failed job
+    results = results_of(workdir)
+    assert results["hello-file"]["status"] == "completed" and results["hello-file"]["correct"] is True
+    broken = results["no-build"]
+    assert (broken["status"], broken["failure_class"], broken["error_stage"]) == ("run_error", "infrastructure",
+                                                                                  "prepare"), broken
+    # the build's error: the end of its log, bounded
+    assert "ImageBuildError" in broken["error"] and "the-step-that-fails" in broken["error"], broken["error"]
+    assert len(broken["error"]) < 3000
+    metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
+    assert metrics["counts"] == {"completed": 1, "run_error": 1}
+    assert metrics["summary"]["overall"]["failures"] == {"infrastructure": 1}
+
+    # retry prepares it again (the build runs again: it fails the same way) ...
+    again = agentcompass(workdir, "retry", "--config", str(config), "--only", "infrastructure")
+    assert again.returncode == 1, again.stdout + again.stderr[-3000:]
+    assert jobs_run(again.stdout + again.stderr).get("prepare") == 1, again.stderr[-3000:]
+    assert results_of(workdir)["no-build"]["failure_class"] == "infrastructure"
+    # ... and, its Dockerfile fixed, builds it
+    dockerfile.write_text(good)
+    fixed = agentcompass(workdir, "retry", "--config", str(config), "--only", "infrastructure")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr[-3000:]
+    assert results_of(workdir)["no-build"]["correct"] is True

@@ -10,7 +10,7 @@ from agentcompass import layout, sdk
 from agentcompass._util import display
 from agentcompass.pipeline import progress
 from agentcompass.pipeline import locks, preflight
-from agentcompass.runtime.models.orchestration import EXIT_LOCKED
+from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_STOPPED
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
 
@@ -43,16 +43,18 @@ def _outcome_line(outcome) -> str:
     return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {layout.metrics_file(outcome.results_dir)}"
 
 
-def _build(orchestration, layer, args, extra: list[str]) -> int:
-    """Run the workflow, print each request's outcome, and return the exit status (docs/reuse.md, Exit status)."""
+def _build(orchestration, layer, args, extra: list[str], quiet: bool = False) -> int:
+    """Run the workflow, print each request's outcome (``quiet``: only when it stopped before finishing), and
+    return the exit status (docs/reuse.md, Exit status)."""
     argv = sdk.snakemake_argv(layer, args.config or [], args.cores, extra)
     try:
         result = sdk.build(orchestration, argv)
     except locks.RunHeldError as exc:
         _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_LOCKED
-    for outcome in result.outcomes:
-        _print(_outcome_line(outcome))
+    if not quiet or result.exit_status == EXIT_STOPPED:
+        for outcome in result.outcomes:
+            _print(_outcome_line(outcome))
     return result.exit_status
 
 

@@ -201,7 +201,7 @@ def _charts(summary: dict, rows: list[dict]) -> dict[str, str]:
     for name, stats in sorted(categories.items()):
         accuracy = stats.get("accuracy")
         interval = stats.get("accuracy_ci95")
-        text = "no verdict" if accuracy is None else f"{accuracy:.3f}"
+        text = "none counted" if accuracy is None else f"{accuracy:.3f}"
         bars.append(charts.Bar(name, accuracy or 0.0, f"{text} (n={stats.get('counted', stats.get('attempts', 0))})",
                                interval=tuple(interval) if interval else None))
     category_chart = charts.bars("Accuracy by category" + (" (95% interval)" if any(b.interval for b in bars) else ""),

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import platform
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
@@ -46,6 +47,7 @@ from agentcompass.runtime.models import (
     PreparedTask,
     RunRequest,
     RunResult,
+    ScoredOn,
     TaskInput,
     TaskSpec,
     TaskStatus,
@@ -512,21 +514,29 @@ def metrics(job: RequestJob) -> None:
 
 
 def metrics_of(req: RunRequest, result_paths: list, out) -> None:
-    """Write ``out``, the metrics of the results at ``result_paths``."""
+    """Write ``out``, the metrics of the results at ``result_paths``.
+
+    Every figure is over the attempts ``results.left_out`` leaves in (no infrastructure failure, no
+    quarantined task): the Benchmark's metrics get only those, the summary counts only those in its
+    accuracy and pass@k, and ``scored_on`` says what that is (docs/reports.md).
+    """
     every = [read_json(p) for p in result_paths]
-    raw, scored_on = every, None
-    if req.execution.preflight is not None:  # the metrics are over the tasks that passed preflight
-        raw, scored_on = preflight.scored_on(every)
-    kept = {id(data) for data in raw}
-    results = [from_dict(RunResult, data, str(p)) for data, p in zip(every, result_paths) if id(data) in kept]
+    results = [from_dict(RunResult, data, str(p)) for data, p in zip(every, result_paths)
+               if results_data.left_out(data) is None]
     results.sort(key=lambda r: (r.task_id, r.attempt))
     metric = benchmark_for(req).aggregate_metrics(results, req)
-    metric.scored_on = scored_on
+    # counts by status are of every attempt but the quarantined (which ran nothing): an infrastructure failure
+    # is a failed attempt of the run (retry --only infrastructure), though no figure counts it
+    shown = [data for data in every if results_data.left_out(data) != results_data.QUARANTINED]
+    metric.counts = dict(sorted(Counter(data["status"] for data in shown).items()))
+    metric.num_attempts, metric.num_tasks = len(shown), len({data["task_id"] for data in shown})
+    scored = results_data.scored_on(every)
+    metric.scored_on = from_dict(ScoredOn, scored, "metrics scored_on")
     # request.json is not this rule's input, so the run is described by the request in hand
     run = results_data.Run(Path(out).parent, req.to_dict())
-    left_out = {q.task_id for q in scored_on.quarantined} if scored_on else set()
-    table = [row for row in results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in raw})
-             if row["task_id"] not in left_out]
+    quarantined = {q["task_id"] for q in scored["quarantined"]}
+    table = [row for row in results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in every})
+             if row["task_id"] not in quarantined]
     pricing = req.model.pricing.to_dict() if req.model.pricing else None
     metric.summary = from_dict(MetricSummary, results_data.summary(table, pricing), "metrics summary")
     write_file(stage(layout.METRICS).kind(), out, metric)

@@ -6,7 +6,7 @@ import argparse
 
 import yaml
 
-from agentcompass import PROJECT_ROOT
+from agentcompass import PROJECT_ROOT, sdk
 
 from agentcompass._util import display
 from agentcompass.plugins import load_components
@@ -68,6 +68,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 def _layer(args) -> dict | None:
     """The command line's config layer: one request for B H M, else only runtime overrides."""
+    sdk.no_config_among(getattr(args, "snakemake_args", None) or [])
     layer: dict = {}
     request_flags = [f for f in ("environment", "benchmark_param", "harness_param", "environment_param", "base_url",
                                  "api_key_env", "model_param", "attempts", "max_retries", "task_timeout", "preflight",

@@ -130,6 +130,9 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
           on_event: EventCallback | None = None) -> OrchestrationResult:
     """Run Snakemake on ``argv`` and read each request's outcome.
 
+    Arguments from which the workflow would read other requests than ``orchestration``'s are
+    refused first (``same_requests``, a ``ConfigError``): what runs is what the caller resolved.
+
     A run that builds files first takes the lock of every request's results
     folder (``agentcompass.pipeline.locks``): another live run on one of them
     raises ``agentcompass.errors.RunHeldError`` before anything starts.

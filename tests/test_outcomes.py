@@ -175,6 +175,10 @@ def test_config_files_merge_in_order_and_only_their_requests_run(workdir: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1].startswith("mine: completed: 2 attempts; accuracy 1.0")
     assert sorted(p.name for p in (workdir / "results/default").iterdir()) == ["mine"]
+    # status reads the same layers: what ran is what it predicts, with nothing to rerun
+    status = agentcompass(workdir, "status", "-c", "a.yaml", "-c", "b.yaml")
+    assert status.returncode == 0 and status.stdout.startswith("mine  (results/default/mine)"), status.stdout
+    assert "attempts: completed 2" in status.stdout and "nothing would rerun" in status.stdout
 
     # a third file whose task list cannot be made: the tasks job fails, and the line says so
     (workdir / "c.yaml").write_text(json.dumps({"benchmarks": {"example_exact_match": {"task_ids": ["nope"]}}}))

@@ -570,3 +570,17 @@ def test_plain_snakemake_with_repeated_configfile_flags_is_refused():
         repeated_config_files([program, "--configfile", "a.yaml", "b.yaml"])  # one flag: fine
     # another program's own arguments (a script that calls the SDK) are not Snakemake's
     repeated_config_files(["/venv/bin/agentcompass", "--configfile", "a", "--configfile", "b"])
+
+
+def test_two_files_layer_in_order_over_the_project_config(isolated, tmp_path):
+    """The issue's case: a.yaml declares the requests, b.yaml only settings: a's requests with b's settings
+    over a's, and none of the project config's requests."""
+    write_yaml(tmp_path / "configs" / "config.yaml", {"requests": {"example-oracle": request()}})
+    a = write_yaml(tmp_path / "a.yaml", {"requests": {"mine": request()}, "execution": {"attempts": 2},
+                                         "benchmarks": {"example_exact_match": {"limit": 3, "case_sensitive": True}}})
+    b = write_yaml(tmp_path / "b.yaml", {"benchmarks": {"example_exact_match": {"limit": 2}}})
+    config = load_run_config([a, b], start=tmp_path)
+    assert list(config.data["requests"]) == ["mine"]
+    assert config.data["benchmarks"]["example_exact_match"] == {"limit": 2, "case_sensitive": True}
+    assert config.data["execution"] == {"attempts": 2}
+    assert config.source_of(("benchmarks", "example_exact_match", "limit")) == str(b)

@@ -46,7 +46,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("benchmark", nargs="?")
     p.add_argument("harness", nargs="?")
     p.add_argument("model", nargs="?", help="model id sent to the endpoint; 'none' for a harness that needs no model")
-    p.add_argument("--config", "-c", action="append", metavar="FILE", help="run config file (repeatable); its requests run when no BENCHMARK HARNESS MODEL is given")
+    p.add_argument("--config", "-c", action="append", metavar="FILE", help="run config file (repeatable: merged in order, a later file over an earlier one); its requests run when no BENCHMARK HARNESS MODEL is given")
     p.add_argument("--environment", "-e", help="environment id (default host_process)")
     p.add_argument("--benchmark-param", "-b", action="append", metavar="K=V")
     p.add_argument("--harness-param", "-H", action="append", metavar="K=V")

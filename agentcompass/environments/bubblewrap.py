@@ -211,7 +211,11 @@ def _mask_sources() -> tuple[str, str]:
     os.mkdir(empty_folder, 0o555)
     os.chmod(folder, 0o555)
 
+    made_by = os.getpid()
+
     def remove() -> None:
+        if os.getpid() != made_by:  # a forked child's exit (forkserver runs atexit): the folder is its parent's
+            return
         os.chmod(folder, 0o700)
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -223,9 +223,11 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
     """Each request's terminal state, in declaration order.
 
     A request's metrics are read only when the run finished (every target
-    current): a run that stopped never reports an older metrics.json. With
-    ``targets`` (files named on Snakemake's command line), a run that built
-    them is ``partial`` unless its requests are finished too.
+    current): a run that stopped never reports an older metrics.json. A run
+    that ended well (``ok``) without a request's metrics.json built less than
+    the request: ``partial``, with ``targets`` (files named on Snakemake's
+    command line) or options that left its last files out. ``reason`` says
+    why a run that did not end well stopped (``lifecycle.end_reason``).
 
     Read from the request's summaries, so that the end of a run of 100,000
     attempts opens a few files: the errors by kind from metrics.json's
@@ -265,9 +267,16 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
             if ok and targets:
                 outcome.state = "partial"
                 outcome.reason = "only the files named on the command line were asked for"
+            elif ok:  # no job failed, and its last files were not built: Snakemake was asked for less
+                from agentcompass.pipeline.targets import ONLY_ENV
+
+                outcome.state = "partial"
+                outcome.reason = ("only each task's preflight was asked for" if os.environ.get(ONLY_ENV) else
+                                  "Snakemake ended without error but did not build its metrics.json: its options "
+                                  "(--until, --omit-from, --allowed-rules...) asked for part of it")
             else:
                 outcome.state = "stopped"
-                outcome.reason = reason or "a job failed; Snakemake's output above names it"
+                outcome.reason = reason or "Snakemake ended with an error; its output above says which"
         result.append(outcome)
     return OrchestrationResult(outcomes=result)
 

@@ -311,9 +311,10 @@ def _refuse_unenforced_limits(config: DockerConfig, host: dict | None) -> None:
     raise LimitsUnavailableError(
         f"docker environment: the engine at {_where(config.docker_host)} is {rootless}Podman on cgroup {host.get('cgroupVersion')} "
         f"with the {host.get('cgroupManager')} cgroup manager, which has no cgroup controller for "
-        f"{', '.join(missing)} (it would run the container without the limit): remove {', '.join(missing)} from "
-        "the environment's params, or run Podman as root, or rootless on cgroup v2 with the systemd cgroup "
-        "manager and the memory, cpu and pids controllers delegated to the user"
+        f"{', '.join(missing)} (it would run the container without the limit)",
+        tuple(missing),
+        "run Podman as root, or rootless on cgroup v2 with the systemd cgroup manager and the memory, cpu "
+        "and pids controllers delegated to the user",
     )
 
 

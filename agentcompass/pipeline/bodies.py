@@ -39,6 +39,7 @@ from agentcompass.runtime.base import (
     retryable,
 )
 from agentcompass.runtime import failures
+from agentcompass.runtime.limits import LimitsUnavailableError
 from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY, ATTEMPT_USAGE, Usage, counted
 from agentcompass.runtime.models import (
     ExecutionPlan,
@@ -255,6 +256,15 @@ class LazySession(EnvironmentSession):
             self._session = None
 
 
+def limits_from_task(req: RunRequest, plan: ExecutionPlan, limits: tuple[str, ...]) -> dict[str, str]:
+    """Each of ``limits`` (environment params) that the task set, not the user: its value, and the Recipes that
+    put the task's own settings into the plan (``task_dockerfile``: a task folder's memory_mb and cpus)."""
+    recipes = ", ".join(plan.applied_recipes) or "none"
+    params = plan.task_environment.params
+    return {name: f"{params[name]}, put in the plan from the task's own settings by the Recipes {recipes}"
+            for name in limits if name not in req.environment.params and params.get(name) is not None}
+
+
 @contextlib.asynccontextmanager
 async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False, who: str | None = None):
     """The phase's session, closed at the end: kept when the request's retention says so.
@@ -266,7 +276,12 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
 
     async def opener() -> EnvironmentSession:
         await pacing.before_open()  # runtime.environment_open_rate
-        return await environment_for(spec.id).open(spec, network, _label(req, plan, phase, who))
+        try:
+            return await environment_for(spec.id).open(spec, network, _label(req, plan, phase, who))
+        except LimitsUnavailableError as exc:
+            if spec is not plan.task_environment:
+                raise
+            raise exc.with_origin(limits_from_task(req, plan, exc.limits), spec.id) from None
 
     session = LazySession(opener)
     retain = None if plan.execution.retain_environments == "never" else plan.execution.retain_environments

@@ -7,7 +7,12 @@
 # and runs with --iptables=false --ip-forward=false: containers reach this
 # machine over the bridge (all the tests need) and nothing beyond it, and the
 # engine leaves no firewall rules behind. The test image is a 2 MB busybox
-# built with `docker import` from busybox-static: no registry is reachable.
+# built with `docker import` from busybox-static, and no registry is reached:
+# the engine's HTTP(S) proxy is a closed port on loopback (NO_PROXY empty), so a
+# pull of a missing image, or a build FROM one, fails at once on this machine
+# ("proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused"; the
+# engine still reaches a registry on loopback directly). The containers' own
+# environment is not changed.
 # Exit status 0: STATE_DIR/env exports DOCKER_HOST and AGENTCOMPASS_TEST_IMAGE.
 set -euo pipefail
 
@@ -35,7 +40,9 @@ fi
 ip link show docker0 >/dev/null 2>&1 && echo yes >"$state/bridge-existed" || echo no >"$state/bridge-existed"
 
 sock="$state/docker.sock"
-dockerd -H "unix://$sock" --data-root "$state/data" --exec-root "$state/exec" \
+proxy=http://127.0.0.1:9
+env HTTP_PROXY=$proxy HTTPS_PROXY=$proxy http_proxy=$proxy https_proxy=$proxy NO_PROXY= no_proxy= \
+    dockerd -H "unix://$sock" --data-root "$state/data" --exec-root "$state/exec" \
     --pidfile "$state/dockerd.pid" --iptables=false --ip-forward=false \
     >"$state/dockerd.log" 2>&1 &
 echo $! >"$state/dockerd.launcher.pid"
@@ -70,4 +77,5 @@ say "built $image"
 cat >"$state/env" <<EOF
 export DOCKER_HOST=$DOCKER_HOST
 export AGENTCOMPASS_TEST_IMAGE=$image
+export AGENTCOMPASS_TEST_OFFLINE_ENGINE=1
 EOF

@@ -3,6 +3,8 @@
 # containers (the tests should have left none: any agentcompass one found is reported), pods,
 # networks, images and storage, the podman0 bridge and the netavark firewall chains if this
 # service made them, the rootless user's id ranges and user if podman-up added them, and STATE_DIR.
+# Only this service's processes end: those of its own rootless user, and those naming STATE_DIR;
+# another service that podman-up.sh started (each has its own) keeps running.
 # docker0 and a Docker engine's firewall rules are never touched.
 set -uo pipefail
 
@@ -10,7 +12,8 @@ state=${1:?usage: podman-down.sh STATE_DIR}
 [ -d "$state" ] || exit 0
 state=$(cd "$state" && pwd)
 say() { echo "podman-down: $*" >&2; }
-user=agentcompass-podman
+# the rootless user podman-up.sh gave this STATE_DIR (agentcompass-podman: a state of an older podman-up.sh)
+user=$(cat "$state/user" 2>/dev/null || echo agentcompass-podman)
 
 if [ -s "$state/podman-command" ]; then
     eval "pm_command=($(cat "$state/podman-command"))"
@@ -34,11 +37,11 @@ if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     kill -KILL -- "-$pid" 2>/dev/null
 fi
 # what still runs with this state folder on its command line (conmon, slirp4netns, a catatonit pause process)
-for p in $(grep -l "$state" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+for p in $(grep -lF "$state/" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
     [ "$p" = $$ ] || kill -KILL "$p" 2>/dev/null
 done
 if [ "$(cat "$state/mode" 2>/dev/null)" = rootless ]; then
-    # the rootless pause process holding the user's namespaces
+    # the rootless pause process holding the user's namespaces: the user is this service's alone
     pkill_pids=$(pgrep -u "$user" 2>/dev/null || true)
     for p in $pkill_pids; do kill -KILL "$p" 2>/dev/null; done
 fi
@@ -48,9 +51,10 @@ if [ -n "$subnet" ]; then
     iptables -D FORWARD -s "$subnet" ! -d "$subnet" -m comment --comment agentcompass-podman-ci -j DROP 2>/dev/null
     iptables -D FORWARD -d "$subnet" ! -s "$subnet" -m comment --comment agentcompass-podman-ci -j DROP 2>/dev/null
 fi
-# a conmon that still runs (a zombie one is gone already: its parent has not reaped it yet)
+# a conmon of a service as root that still runs (a zombie one is gone already: its parent has not
+# reaped it yet); a rootless service's run as its user, and use neither podman0 nor these chains
 live_conmon() {
-    for p in $(pgrep -x conmon); do
+    for p in $(pgrep -x -u 0 conmon); do
         [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" = Z ] || return 0
     done
     return 1
@@ -78,10 +82,17 @@ if ! live_conmon; then
     [ -n "$before" ] && echo "$before" >/proc/sys/net/ipv4/ip_forward 2>/dev/null
 fi
 
-grep " $state" /proc/mounts | cut -d' ' -f2 | sort -r | while read -r mount; do
+grep -F " $state/" /proc/mounts | cut -d' ' -f2 | sort -r | while read -r mount; do
     umount -l "$mount" 2>/dev/null
 done
 [ -s "$state/tun-mode-before" ] && chmod "$(cat "$state/tun-mode-before")" /dev/net/tun
+# /dev/net/tun's mode before the first rootless service made it usable: restored by the last one
+if [ -s /run/agentcompass-podman-tun-mode ]; then
+    others=$(ps -eo user:40= | sort -u | grep -xE 'agentcompass-podman(-[0-9a-f]+)?' | grep -vx "$user")
+    if [ -z "$others" ]; then
+        chmod "$(cat /run/agentcompass-podman-tun-mode)" /dev/net/tun && rm -f /run/agentcompass-podman-tun-mode
+    fi
+fi
 for f in $(cat "$state/subid-added" 2>/dev/null); do
     sed -i "/^$user:/d" "$f"
 done

@@ -8,12 +8,17 @@
 # registries.conf, read through CONTAINERS_CONF, CONTAINERS_STORAGE_CONF and
 # CONTAINERS_REGISTRIES_CONF: nothing under /etc/containers changes), the image store, the run
 # root, the network definitions and the API socket. With --rootless the service runs as an
-# unprivileged user (agentcompass-podman, created with /etc/subuid and /etc/subgid ranges if
-# missing) in user namespaces, as on a cluster node; without it, as root.
+# unprivileged user of its own (agentcompass-podman-HASH, HASH from STATE_DIR's path, created with
+# /etc/subuid and /etc/subgid ranges) in user namespaces, as on a cluster node; without it, as root.
+# Rootless services run side by side, each with its own user and STATE_DIR; a second service as
+# root is refused while one runs (they would share the podman0 bridge and its addresses).
 #
 # The settings this machine kind needs: runtime runc, cgroup manager cgroupfs (no systemd), and
 # explicit nofile/nproc ulimits (podman cannot raise the defaults here: "error setting rlimit").
-# Nothing is pulled: the test image is a 2 MB busybox made with `podman import` from busybox-static.
+# Nothing is pulled: the test image is a 2 MB busybox made with `podman import` from busybox-static,
+# and no registry is reached: registries.conf searches none for a short name and blocks the public
+# ones, and the service's HTTP(S) proxy is a closed port on loopback (NO_PROXY empty), so a pull of a
+# missing image fails on this machine ("connection refused" from 127.0.0.1:9, or "blocked").
 # The service's bridge is podman0 (root) or lives in the user's namespaces (rootless); docker0
 # and the firewall rules of a Docker engine are never touched.
 # Exit status 0: STATE_DIR/env exports DOCKER_HOST, AGENTCOMPASS_TEST_IMAGE and
@@ -26,7 +31,10 @@ mode=root
 mkdir -p "$state"
 state=$(cd "$state" && pwd)
 image=${AGENTCOMPASS_TEST_IMAGE:-local/busybox:latest}
-user=agentcompass-podman
+# the rootless service's user: one per STATE_DIR (a user name has at most 32 characters)
+user=agentcompass-podman-$(printf %s "$state" | sha256sum | cut -c1-8)
+# where no route leads: every pull the service attempts goes there and is refused at once
+proxy=http://127.0.0.1:9
 
 say() { echo "podman-up: $*" >&2; }
 
@@ -46,11 +54,22 @@ if [ ${#need[@]} -gt 0 ]; then
     "$(dirname "$0")/apt-install.sh" "$state/apt.log" "${need[@]}"
 fi
 
+if [ "$mode" = root ] && iptables -S FORWARD 2>/dev/null | grep -q agentcompass-podman-ci; then
+    say "a Podman service as root that podman-up.sh started runs already (its FORWARD rules, comment"
+    say "agentcompass-podman-ci, are in place): two would share the podman0 bridge and its addresses."
+    say "Stop it first (.ci/podman-down.sh ITS_STATE_DIR), or start this one with --rootless."
+    exit 1
+fi
+
 echo "$mode" >"$state/mode"
 cat /proc/sys/net/ipv4/ip_forward >"$state/ip_forward-before"
 
 run_as=()
 if [ "$mode" = rootless ]; then
+    echo "$user" >"$state/user"
+    # one podman-up at a time from here: two would give their users the same id range
+    exec 9>/run/agentcompass-podman-up.lock
+    flock 9
     if ! id -u "$user" >/dev/null 2>&1; then
         useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$user"
         echo yes >"$state/user-created"
@@ -72,10 +91,12 @@ if [ "$mode" = rootless ]; then
     chmod 700 "$state/xdg"
     # slirp4netns gives the user's network namespace its way out through /dev/net/tun, which
     # every user may open on a usual system (mode 0666) but not on this machine kind
+    # (its mode before, for the last rootless service's podman-down.sh to restore)
     if [ -c /dev/net/tun ] && ! runuser -u "$user" -- test -r /dev/net/tun -a -w /dev/net/tun; then
-        stat -c %a /dev/net/tun >"$state/tun-mode-before"
+        [ -s /run/agentcompass-podman-tun-mode ] || stat -c %a /dev/net/tun >/run/agentcompass-podman-tun-mode
         chmod 666 /dev/net/tun
     fi
+    exec 9>&-
     run_as=(runuser -u "$user" --)
     store="$home/storage"
     runroot="$state/xdg/containers"
@@ -96,6 +117,8 @@ nofile=$(ulimit -Hn); nproc=$(ulimit -Hu)
 cat >"$state/containers.conf" <<EOF
 [containers]
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
+# the service's proxy settings (below) are for its pulls only, never a container's environment
+http_proxy = false
 
 [engine]
 runtime = "runc"
@@ -116,15 +139,21 @@ driver = "overlay"
 graphroot = "$store"
 runroot = "$runroot"
 EOF
-# no registry is searched for a short name, and none is reachable: images must be local
-cat >"$state/registries.conf" <<EOF
-unqualified-search-registries = []
-short-name-mode = "disabled"
-EOF
+# no registry is searched for a short name, the public ones are blocked, and the proxy (below)
+# refuses the rest: images must be local
+{
+    echo 'unqualified-search-registries = []'
+    echo 'short-name-mode = "disabled"'
+    for registry in docker.io registry-1.docker.io index.docker.io quay.io ghcr.io gcr.io registry.k8s.io \
+            public.ecr.aws mcr.microsoft.com registry.fedoraproject.org registry.access.redhat.com registry.redhat.io; do
+        printf '\n[[registry]]\nlocation = "%s"\nblocked = true\n' "$registry"
+    done
+} >"$state/registries.conf"
 chmod 644 "$state/containers.conf" "$state/storage.conf" "$state/registries.conf"
 
 engine_env=(env "HOME=$home" "CONTAINERS_CONF=$state/containers.conf"
-            "CONTAINERS_STORAGE_CONF=$state/storage.conf" "CONTAINERS_REGISTRIES_CONF=$state/registries.conf")
+            "CONTAINERS_STORAGE_CONF=$state/storage.conf" "CONTAINERS_REGISTRIES_CONF=$state/registries.conf"
+            "HTTP_PROXY=$proxy" "HTTPS_PROXY=$proxy" "http_proxy=$proxy" "https_proxy=$proxy" NO_PROXY= no_proxy=)
 [ "$mode" = rootless ] && engine_env+=("XDG_RUNTIME_DIR=$state/xdg" "XDG_CONFIG_HOME=$home/.config" "XDG_DATA_HOME=$home/.local/share")
 pm() { (cd / && "${run_as[@]}" "${engine_env[@]}" podman "$@"); }
 printf '%q ' "${run_as[@]}" "${engine_env[@]}" podman >"$state/podman-command"
@@ -185,4 +214,5 @@ cat >"$state/env" <<EOF
 export DOCKER_HOST=$DOCKER_HOST
 export AGENTCOMPASS_TEST_IMAGE=$image
 export AGENTCOMPASS_TEST_ENGINE=podman-$mode
+export AGENTCOMPASS_TEST_OFFLINE_ENGINE=1
 EOF

@@ -27,15 +27,12 @@ from agentcompass._util import keypaths
 from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
 from agentcompass.runtime.models import FailureClass, TaskStatus
-from agentcompass.stages import TASK, of_scope
 
 RESAMPLES = 10_000
 SEED = 0
 # how many bootstrap draws are held in memory at once (resamples x tasks)
 _CHUNK_CELLS = 2_000_000
 USAGE = ("calls", "prompt_tokens", "completion_tokens")
-# the error_stage of an attempt quarantined by preflight (agentcompass.pipeline.preflight): the task stage's name
-QUARANTINE_STAGE = of_scope(TASK)[0].name
 
 
 class CompareError(AgentCompassError, ValueError):
@@ -149,8 +146,10 @@ class Comparison:
     method: dict = field(default_factory=dict)
     # paired attempts that did not complete, by failure class, side by side (classes neither side has left out)
     failures: list[MetricDelta] = field(default_factory=list)
-    # finished in both, left out: their task was quarantined by preflight in A or B (not scored there)
+    # finished in both, left out (results.left_out): their task was quarantined by preflight in A or B (not
+    # scored there), or the attempt failed for the infrastructure in A or B
     quarantined: int = 0
+    infrastructure: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -159,7 +158,7 @@ class Comparison:
             "metrics": [m.to_json() for m in self.metrics], "flipped": self.flipped,
             "usage": [u.to_json() for u in self.usage], "config": self.config, "method": self.method,
             "failures": [f.to_json() for f in self.failures],
-            "quarantined": self.quarantined,
+            "quarantined": self.quarantined, "infrastructure": self.infrastructure,
         }
 
 
@@ -218,11 +217,6 @@ def _failures(pairs: list[tuple[dict, dict]]) -> list[MetricDelta]:
     return out
 
 
-def _quarantined(row: dict) -> bool:
-    """Whether the attempt was skipped because its task did not pass preflight (it was not scored)."""
-    return row["status"] == TaskStatus.SKIPPED.value and row["error_stage"] == QUARANTINE_STAGE
-
-
 def _unpaired(mine: dict, theirs: dict, other: str) -> list[dict]:
     out = []
     for key, row in mine.items():
@@ -261,8 +255,10 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
     rows_b = _attempts(run_b)
     finished = [k for k, r in rows_a.items() if r["status"] != results.MISSING
                 and k in rows_b and rows_b[k]["status"] != results.MISSING]
-    # only tasks scored in both: an attempt of a task quarantined by preflight on either side is left out
-    keys = [k for k in finished if not (_quarantined(rows_a[k]) or _quarantined(rows_b[k]))]
+    # only attempts counted in both (results.left_out): a task quarantined by preflight or an infrastructure
+    # failure on either side is left out, as each run's own metrics leave it out
+    why = {k: {rows_a[k]["left_out"], rows_b[k]["left_out"]} - {None} for k in finished}
+    keys = [k for k in finished if not why[k]]
     if not keys:
         raise CompareError(f"{run_a.path} and {run_b.path} have no finished attempt in common (pairs are made by "
                            f"task id and attempt number): a paired comparison needs runs over the same tasks. Fix: "
@@ -309,15 +305,17 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
         _info(run_a, rows_a), _info(run_b, rows_b), len(pairs),
         _unpaired(rows_a, rows_b, "B"), _unpaired(rows_b, rows_a, "A"),
         metrics, flipped, usage, config,
-        {"pairs": "task id and attempt number; both attempts finished, neither quarantined by preflight",
+        {"pairs": "task id and attempt number; both attempts finished, neither quarantined by preflight nor "
+                   "failed for the infrastructure",
          "pass": "correct is true (an attempt that ended in an error fails, as in metrics.json's accuracy)",
          "score": "score, 0 when it has none (as in metrics.json's mean_score)",
          "accuracy_test": "McNemar's exact test (two-sided binomial test on the flipped pairs)",
          "mean_score_test": "paired bootstrap (two-sided, resampled means centred on 0)",
          "ci95": "percentile paired bootstrap, resampling tasks",
          "resamples": resamples, "seed": seed},
-        failures=_failures(pairs),
-        quarantined=len(finished) - len(keys),
+        failures=_failures([(rows_a[k], rows_b[k]) for k in finished]),
+        quarantined=sum(1 for k in finished if results.QUARANTINED in why[k]),
+        infrastructure=sum(1 for k in finished if why[k] == {results.INFRASTRUCTURE}),
     )
 
 
@@ -384,6 +382,13 @@ def _config_value(item: dict, side: str, width: int | None = 60) -> str:
     return visible(keypaths.value_text(item.get(side, keypaths.ABSENT), width))
 
 
+def _left_out(c: Comparison) -> str:
+    """The pairs finished in both but in no figure, as each run's metrics leave them out (results.left_out)."""
+    parts = [f"{n} {why}" for n, why in ((c.infrastructure, "infrastructure (in A or B)"),
+                                          (c.quarantined, "quarantined by preflight (in A or B)")) if n]
+    return f"; left out: {', '.join(parts)}" if parts else ""
+
+
 def render(comparisons: list[Comparison]) -> str:
     lines = [_run_line("A", comparisons[0].a)]
     for c in comparisons:
@@ -391,7 +396,7 @@ def render(comparisons: list[Comparison]) -> str:
         lines += ["", _run_line("B", c.b),
                   f"paired: {c.paired} attempt(s) finished in both (by task id and attempt number); "
                   f"finished in A only: {len(c.only_a)}; in B only: {len(c.only_b)}"
-                  + (f"; left out, quarantined by preflight in A or B: {c.quarantined}" if c.quarantined else ""), ""]
+                  + _left_out(c), ""]
         lines += _table(["metric", "A", "B", "B - A", "95% CI", "test"], [
             [m.name, _num(m.a), _num(m.b), _num(m.delta, signed=True), _ci(m.ci95),
              " ".join(x for x in (m.test, _p(m.p_value), f"({m.detail})" if m.detail else None) if x)]
@@ -500,7 +505,7 @@ def render_html(comparisons: list[Comparison]) -> str:
         out += [f'<section class="comparison"><h2>B: {_e(c.b.run_id)}</h2>',
                 f'<p class="muted"><code>{_e(c.b.path)}</code> ({_e(c.b.benchmark)}, {_e(c.b.harness)}, '
                 f'{_e(c.b.model)}). {c.paired} attempt(s) paired by task id and attempt number; finished in A only: '
-                f'{len(c.only_a)}; in B only: {len(c.only_b)}.</p>',
+                f'{len(c.only_a)}; in B only: {len(c.only_b)}{_e(_left_out(c))}.</p>',
                 _html_table(["metric", "A", "B", "B - A", "95% CI", "test", "p"], [
                     [(m.name, ""), (_num(m.a), "num"), (_num(m.b), "num"),
                      (_num(m.delta, signed=True), _sign_class(m.delta, m.name)), (_ci(m.ci95), "num"),

@@ -13,7 +13,8 @@ the token. Any other method or path, and any path that is not plain text
 is refused with a JSON error (400, 404 or 405) and never forwarded: the key's
 other powers (files, fine-tuning, the organization) stay out of the agent's
 reach. Every request and reply is recorded into the attempt's trajectory and
-usage (each within ``RECORD_LIMIT``: a larger one is recorded cut, saying so).
+usage (each within ``RECORD_LIMIT``: a larger one is recorded cut, saying so); each
+call counts in the attempt's ``ATTEMPT_USAGE`` too, as a ModelClient's does.
 
 What an agent sends costs the job bounded memory: the token is checked before
 any of a request's body is read, a body over ``BODY_LIMIT`` is refused (413)
@@ -53,7 +54,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentcompass.runtime.model_client import RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
+from agentcompass.runtime.model_client import ATTEMPT_USAGE, RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
 from agentcompass.secrets import Scrubber, check_header_value, resolved_values
 
 # Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
@@ -337,6 +338,7 @@ class ModelGateway:
         self._timeout = timeout
         self.token = secrets.token_urlsafe(32)
         self._lock = threading.Lock()
+        self._attempt_usage = ATTEMPT_USAGE.get()  # the attempt's, counted with the gateway's own
         self._usage: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                                        "latency_seconds": 0.0}
         # short: a Unix socket path has a limit of about 100 bytes
@@ -476,6 +478,9 @@ class ModelGateway:
                 self._usage["completion_tokens"] += completion
                 self._usage["total_tokens"] += prompt + completion
                 self._usage["latency_seconds"] += call_latency
+                if self._attempt_usage is not None:
+                    self._attempt_usage.add(calls=1, prompt_tokens=prompt, completion_tokens=completion,
+                                            latency_seconds=call_latency)
                 self.last_call_status = record["status"]
             with self._trajectory_path.open("a", encoding="utf-8") as log:
                 log.write(json.dumps(record, sort_keys=True) + "\n")

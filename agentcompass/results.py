@@ -31,13 +31,13 @@ from agentcompass._util import trees
 from agentcompass.layout import task_segment
 from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome
 from agentcompass.runtime.models.result import FailureClass, TaskStatus
-from agentcompass.stages import ATTEMPT, SHARD, of_scope
+from agentcompass.stages import ATTEMPT, SHARD, TASK, of_scope
 
 # identity, what was run, the verdict, what it cost, how long it took, where it ran
 COLUMNS = [
     "namespace", "run_id", "request", "benchmark", "harness", "model", "environment",
     "task_id", "attempt", "category", "status", "score", "correct", "error", "error_stage", "failure_class",
-    "retries_used",
+    "left_out", "retries_used",
     "calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds", "cost_usd",
     "run_seconds", "evaluate_seconds", "host", "slurm_job_id", "attempt_dir",
 ]
@@ -186,6 +186,7 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
                 "status": result["status"], "score": result.get("score"), "correct": result.get("correct"),
                 "error": result.get("error"), "error_stage": result.get("error_stage"),
                 "failure_class": result.get("failure_class"),  # absent from result.json of older versions
+                "left_out": left_out(result),
                 "retries_used": result.get("retries_used", 0),
                 **{key: usage.get(key) for key in _USAGE},
                 **{key: timings.get(key) for key in _TIMINGS},
@@ -222,9 +223,11 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
     """Each request's terminal state, in declaration order.
 
     A request's metrics are read only when the run finished (every target
-    current): a run that stopped never reports an older metrics.json. With
-    ``targets`` (files named on Snakemake's command line), a run that built
-    them is ``partial`` unless its requests are finished too.
+    current): a run that stopped never reports an older metrics.json. A run
+    that ended well (``ok``) without a request's metrics.json built less than
+    the request: ``partial``, with ``targets`` (files named on Snakemake's
+    command line) or options that left its last files out. ``reason`` says
+    why a run that did not end well stopped (``lifecycle.end_reason``).
 
     Read from the request's summaries, so that the end of a run of 100,000
     attempts opens a few files: the errors by kind from metrics.json's
@@ -264,9 +267,16 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
             if ok and targets:
                 outcome.state = "partial"
                 outcome.reason = "only the files named on the command line were asked for"
+            elif ok:  # no job failed, and its last files were not built: Snakemake was asked for less
+                from agentcompass.pipeline.targets import ONLY_ENV
+
+                outcome.state = "partial"
+                outcome.reason = ("only each task's preflight was asked for" if os.environ.get(ONLY_ENV) else
+                                  "Snakemake ended without error but did not build its metrics.json: its options "
+                                  "(--until, --omit-from, --allowed-rules...) asked for part of it")
             else:
                 outcome.state = "stopped"
-                outcome.reason = reason or "a job failed; Snakemake's output above names it"
+                outcome.reason = reason or "Snakemake ended with an error; its output above says which"
         result.append(outcome)
     return OrchestrationResult(outcomes=result)
 
@@ -421,6 +431,87 @@ def cost_usd(prompt_tokens: float, completion_tokens: float, pricing: Mapping[st
     return round(cost, 9)  # to a billionth of a dollar: no float noise such as 0.0005700000000000001
 
 
+# --- the denominator: the attempts every figure is over (docs/reports.md, "What the figures are over") ---
+
+INFRASTRUCTURE = FailureClass.INFRASTRUCTURE.value
+QUARANTINED = "quarantined"
+# the error_stage of an attempt quarantined by preflight (agentcompass.pipeline.preflight): the task stage's name
+QUARANTINE_STAGE = of_scope(TASK)[0].name
+# the error of a quarantined attempt: ``quarantined (<reason>): <the preflight's error>``
+_QUARANTINE_ERROR = re.compile(r"quarantined \((\w+)\): (.*)", re.S)
+
+
+def left_out(record: Mapping[str, Any]) -> str | None:
+    """Why an attempt counts in no figure, or None when it counts: ``quarantined`` (skipped: its task did
+    not pass preflight) or ``infrastructure`` (failed for the machine, not the model or the agent).
+
+    ``record`` is a result.json object or a row of ``rows``. Every figure (the Benchmark's metrics,
+    the summary's accuracy and pass@k, the run's last line, the report, ``runs``, ``compare``) is over
+    the attempts this leaves in, and says so (``scored_on``, ``denominator_line``).
+    """
+    status = record.get("status")
+    if status == TaskStatus.SKIPPED.value and record.get("error_stage") == QUARANTINE_STAGE:
+        return QUARANTINED
+    if status in _ERROR_STATUSES and record.get("failure_class") == INFRASTRUCTURE:
+        return INFRASTRUCTURE
+    return None
+
+
+def _quarantine(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A quarantined task's reason and the preflight's error, from its result.json or (a row) its error."""
+    why = (record.get("metadata") or {}).get("quarantine")
+    if isinstance(why, dict) and "reason" in why:
+        return {"task_id": record["task_id"], "reason": why["reason"], "error": why.get("error")}
+    match = _QUARANTINE_ERROR.fullmatch(record.get("error") or "")
+    return {"task_id": record["task_id"], "reason": match[1] if match else "preflight_failed",
+            "error": match[2] if match else record.get("error")}
+
+
+def scored_on(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What every figure of these attempts (result.json objects or rows) is over: metrics.json's
+    ``scored_on`` (``ScoredOn``). Attempts not finished (``missing``) are not counted."""
+    tasks: set[str] = set()
+    scored: set[str] = set()
+    quarantined: dict[str, dict[str, Any]] = {}
+    attempts = counted = infrastructure = skipped = 0
+    for record in records:
+        if record.get("status") == MISSING:
+            continue
+        attempts += 1
+        tasks.add(record["task_id"])
+        why = left_out(record)
+        if why is None:
+            counted += 1
+            scored.add(record["task_id"])
+            skipped += record.get("status") == TaskStatus.SKIPPED.value
+        elif why == INFRASTRUCTURE:
+            infrastructure += 1
+        else:
+            quarantined.setdefault(record["task_id"], _quarantine(record))
+    return {"tasks": len(tasks), "scored": len(scored), "attempts": attempts, "counted": counted,
+            "infrastructure": infrastructure, "quarantined": [quarantined[t] for t in sorted(quarantined)],
+            "skipped": skipped}
+
+
+def denominator_line(scored: Mapping[str, Any]) -> str:
+    """What the figures are over, as the run's last line, the report and docs/reports.md say it:
+    ``on 3 of 4 tasks; 1 infrastructure`` (one attempt per task), ``on 4 of 4 tasks (7 of 8 attempts);
+    1 infrastructure``, ``on 3 of 5 tasks; 2 quarantined: a (preflight_failed), b (preflight_flaky)``."""
+    from agentcompass._util.display import visible  # task ids are the task set's: printed safely
+
+    line = f"on {scored['scored']} of {scored['tasks']} tasks"
+    attempts, counted = scored.get("attempts"), scored.get("counted")  # absent from metrics.json of older versions
+    if attempts is not None and counted is not None and counted != attempts != scored["tasks"]:
+        line += f" ({counted} of {attempts} attempts)"  # several per task, some left out
+    if scored.get("infrastructure"):
+        line += f"; {scored['infrastructure']} infrastructure"
+    quarantined = scored.get("quarantined") or []
+    if quarantined:
+        line += f"; {len(quarantined)} quarantined: " + ", ".join(
+            f"{visible(q['task_id'])} ({visible(q['reason'])})" for q in quarantined)
+    return line
+
+
 def _pass_at_k(table: list[dict[str, Any]]) -> dict[str, float]:
     samples: dict[str, list[bool]] = {}
     for row in table:
@@ -433,8 +524,13 @@ def _pass_at_k(table: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The summary of rows (``rows``) of finished attempts: the fields of ``MetricStats``."""
+    """The summary of rows (``rows``) of finished attempts: the fields of ``MetricStats``.
+
+    Counts, errors, usage and time are of every attempt; accuracy and pass@k of those ``left_out``
+    leaves in, where a failed attempt is wrong (as in the Benchmark's own metrics).
+    """
     table = [row for row in table if row["status"] != MISSING]
+    counted = [row for row in table if left_out(row) is None]
     counts: dict[str, int] = {}
     errors: dict[str, int] = {}
     failures: dict[str, int] = {}
@@ -445,8 +541,7 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
             errors[kind] = errors.get(kind, 0) + 1
         if row["failure_class"] in _FAILURE_CLASSES and row["status"] != TaskStatus.COMPLETED.value:
             failures[row["failure_class"]] = failures.get(row["failure_class"], 0) + 1
-    verdicts = [row["correct"] for row in table if row["correct"] is not None]
-    right = sum(1 for v in verdicts if v)
+    right = sum(1 for row in counted if row["correct"] is True)
     prompt = sum(row["prompt_tokens"] or 0 for row in table)
     completion = sum(row["completion_tokens"] or 0 for row in table)
     walls = [(row["run_seconds"] or 0) + (row["evaluate_seconds"] or 0) for row in table
@@ -457,9 +552,10 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
         # the most frequent first, as the run's summary line lists them
         "errors": dict(sorted(errors.items(), key=lambda item: (-item[1], item[0]))),
         "failures": {cls.value: failures[cls.value] for cls in FailureClass if cls.value in failures},
-        "accuracy": right / len(verdicts) if verdicts else None,
-        "accuracy_ci95": wilson_interval(right, len(verdicts)),
-        "pass_at_k": _pass_at_k(table),
+        "counted": len(counted),
+        "accuracy": right / len(counted) if counted else None,
+        "accuracy_ci95": wilson_interval(right, len(counted)),
+        "pass_at_k": _pass_at_k(counted),
         "calls": int(sum(row["calls"] or 0 for row in table)),
         "prompt_tokens": int(round(prompt)),
         "completion_tokens": int(round(completion)),
@@ -508,9 +604,11 @@ def overview(run: Run) -> dict[str, Any]:
     total: int | None
     if current is not None:
         finished, total = current
+        scored = (run.metrics() or {}).get("scored_on")
     else:
         table = list(rows(run))
         finished = stats(table, (run.request.get("model") or {}).get("pricing"))
+        scored = scored_on(table)
         # unknown until tasks.json is written
         total = len(table) if Path(layout.tasks_file(run.path)).exists() else None
     changed = last_change(run.path)
@@ -523,18 +621,18 @@ def overview(run: Run) -> dict[str, Any]:
         # a metrics.json of a version before the classes has none: its result files name none either
         "failures": dict(finished.get("failures") or {}),
         "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
-        # with execution.preflight: the tasks the accuracy is over, and those quarantined
-        "scored_on": _scored_on(run) if (run.request.get("execution") or {}).get("preflight") else None,
+        # what the accuracy is over: the tasks and attempts counted, and those left out
+        "scored_on": _scored_on(scored),
         "last_change": None if changed is None else
         datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
     }
 
 
-def _scored_on(run: Run) -> dict[str, Any] | None:
-    scored = (run.metrics() or {}).get("scored_on")
+def _scored_on(scored: Any) -> dict[str, Any] | None:
     if not isinstance(scored, dict):
         return None
-    return {"tasks": scored.get("tasks"), "scored": scored.get("scored"),
+    return {"tasks": scored.get("tasks"), "scored": scored.get("scored"), "attempts": scored.get("attempts"),
+            "counted": scored.get("counted"), "infrastructure": scored.get("infrastructure") or 0,
             "quarantined": len(scored.get("quarantined") or [])}
 
 
@@ -559,9 +657,13 @@ def summarized(run: Run) -> tuple[dict[str, Any], int] | None:
                     return None
             except FileNotFoundError:
                 return None
-    overall = ((run.metrics() or {}).get("summary") or {}).get("overall")
+    metrics = run.metrics() or {}
+    overall = (metrics.get("summary") or {}).get("overall")
     total = len(tasks) * run.per_task
-    return (overall, total) if overall and overall.get("attempts") == total else None
+    # a metrics.json of a version before the one denominator (no ``counted``) is computed again from the files
+    if not isinstance(overall, dict) or overall.get("attempts") != total or "counted" not in overall:
+        return None
+    return (overall, total) if "counted" in (metrics.get("scored_on") or {}) else None
 
 
 def attempt(folder: str | Path, *, text_limit: int | None = None) -> dict[str, Any]:

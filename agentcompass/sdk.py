@@ -17,11 +17,11 @@ from typing import Any, Callable, Iterable
 from agentcompass import PROJECT_ROOT
 
 from agentcompass._util import aio, importpath
-from agentcompass.pipeline import locks
+from agentcompass.pipeline import lifecycle, locks
 from agentcompass.plugins import load_components
 # the outcome of each request, read from its files: here too, as the SDK always had them
 from agentcompass.results import outcomes, run_folders
-from agentcompass.runtime.config import load_run_config
+from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.models import (
     Orchestration,
     OrchestrationResult,
@@ -54,6 +54,20 @@ def _parsed(argv: list[str]):
     return parse_args(argv)[1]
 
 
+def no_config_among(extra: Iterable[str]) -> list[str]:
+    """Snakemake's arguments of the caller, refused when they hold config files or ``--config``: agentcompass
+    gives Snakemake the config itself, and Snakemake keeps only the last of a repeated flag."""
+    extra = list(extra)
+    for arg in extra:
+        flag = arg.partition("=")[0]
+        if flag in ("--configfile", "--configfiles", "--config"):
+            raise ConfigError(
+                f"{flag} among Snakemake's arguments: agentcompass gives Snakemake the config itself, and Snakemake "
+                "keeps only the last of a repeated flag. Fix: give config files with --config FILE (repeatable, "
+                "merged in order) and settings with the options of the command, before '--'")
+    return extra
+
+
 def snakemake_argv(
     layer: dict[str, Any] | None,
     config_paths: Iterable[str | Path] = (),
@@ -62,19 +76,51 @@ def snakemake_argv(
     workdir: str | Path | None = None,
 ) -> list[str]:
     """Snakemake's command line for a run: the caller's arguments (``extra``) before the
-    config files and ``--config``, which takes every argument after it."""
+    config files and ``--config``, which takes every argument after it (``no_config_among``)."""
+    extra = no_config_among(extra)
     argv = [
         "--snakefile", str(PROJECT_ROOT / "Snakefile"),
         "--directory", str(Path(workdir or Path.cwd()).resolve()),
         "--cores", str(cores),
         *extra,
     ]
-    for path in config_paths:
-        argv += ["--configfile", str(Path(path).resolve())]
+    paths = [str(Path(path).resolve()) for path in config_paths]
+    if paths:
+        # one flag for all: Snakemake keeps only the last of repeated --configfile flags
+        argv += ["--configfile", *paths]
     if layer:
         # JSON is YAML: the Snakefile reads these values back with their types.
         argv += ["--config", *[f"{key}={json.dumps(value)}" for key, value in layer.items()]]
     return argv
+
+
+def _requests(orchestration: Orchestration) -> tuple:
+    """What an orchestration builds: each request by name and fields (not where its config came from), and the
+    results folder."""
+    return (orchestration.runtime.results_dir,
+            [(run.key, run.name, {k: v for k, v in run.request.to_dict().items() if k != "metadata"})
+             for run in orchestration.runs])
+
+
+def same_requests(orchestration: Orchestration, args) -> None:
+    """Refuse Snakemake's arguments ``args`` (parsed) when the workflow would read other requests from them than
+    ``orchestration``'s: config files or ``--config`` given after ``--``, or by a profile, that the caller's
+    config does not hold. The workflow resolves its config from them again, as here, so what runs is what
+    was resolved and checked (and what the end of the run reports on)."""
+    from agentcompass.pipeline.workflow import config_overrides
+
+    directory = Path(args.directory) if getattr(args, "directory", None) else None
+    files = [str(p) for p in args.configfile or []]
+    config = load_run_config(files, config_overrides(list(args.config or [])), start=directory,
+                             project_fallback=PROJECT_ROOT / "configs" / "config.yaml")
+    theirs = resolve_orchestration(config)
+    if _requests(theirs) != _requests(orchestration):
+        given = ", ".join(run.name for run in orchestration.runs) or "no request"
+        read = ", ".join(run.name for run in theirs.runs) or "no request"
+        what = f"{read} instead of {given}" if read != given else f"{given} with other settings than the ones given"
+        raise ConfigError(
+            f"Snakemake's arguments (config files: {', '.join(files) or 'none'}) would build {what}; nothing "
+            "was run. Fix: give config files with --config only, not after '--' or in a Snakemake profile")
 
 
 EventCallback = Callable[[dict], Any]
@@ -83,6 +129,9 @@ EventCallback = Callable[[dict], Any]
 def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | None = None,
           on_event: EventCallback | None = None) -> OrchestrationResult:
     """Run Snakemake on ``argv`` and read each request's outcome.
+
+    Arguments from which the workflow would read other requests than ``orchestration``'s are
+    refused first (``same_requests``, a ``ConfigError``): what runs is what the caller resolved.
 
     A run that builds files first takes the lock of every request's results
     folder (``agentcompass.pipeline.locks``): another live run on one of them
@@ -95,9 +144,11 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
     from agentcompass.pipeline.events import Tail
 
     args = _parsed(argv)
+    same_requests(orchestration, args)
     dry_run = bool(args.dryrun)
     folders = [] if dry_run else locks.acquire_all(run_folders(orchestration, workdir))
     aio.reset()
+    lifecycle.note_failures([])
     # from the files' ends now: this invocation's events come after, as it holds the locks
     tail = Tail(folders, on_event).start() if on_event is not None and folders else None
     try:
@@ -107,7 +158,8 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
             tail.stop()
         for folder in folders:  # the workflow's holds too: it may have stopped before its end
             locks.release(folder, entirely=True)
-    return outcomes(orchestration, ok, workdir, dry_run=dry_run, reason=aio.stopping(), targets=bool(args.targets))
+    return outcomes(orchestration, ok, workdir, dry_run=dry_run, reason=lifecycle.end_reason(ok),
+                    targets=bool(args.targets))
 
 
 def execute(

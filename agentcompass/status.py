@@ -139,8 +139,10 @@ def failed_attempt_targets(run_path: Path, req: RunRequest, shard_size: int = 0,
     """The files to force so that exactly the failed attempts rerun (of the classes ``only`` names, if given).
 
     A run error reruns the harness (its ``output.json``, the answer the last
-    stage scores: that stage's last input); an evaluation error only the
-    evaluation (``result.json``): the agent's answer is kept. A completed
+    stage scores: that stage's last input); one of a task that could not be
+    prepared (its image did not build: ``error_stage`` 'prepare') prepares it
+    again (its ``prepared.json``); an evaluation error only the evaluation
+    (``result.json``): the agent's answer is kept. A completed
     attempt, whatever its score, is never among them; nor, with ``only``, an
     attempt whose result.json names no class (one of an older version).
     """
@@ -152,6 +154,8 @@ def failed_attempt_targets(run_path: Path, req: RunRequest, shard_size: int = 0,
             continue
         if attempt.status == TaskStatus.EVAL_ERROR.value:
             targets.append(path)
+        elif attempt.stage == "prepare":  # the stage that failed, as the rules name it
+            targets.append(layout.file_in(os.path.dirname(path), "prepare"))
         else:
             targets.append(layout.file_in(os.path.dirname(path), answer_stage, answer))
     return targets

@@ -335,3 +335,43 @@ def test_without_the_swebench_extra_selecting_the_benchmark_fails_at_config_time
     assert "benchmark 'swebench' imports swebench (optional extra 'swebench')" in done.stderr, done.stderr[-3000:]
     assert "pip install 'agentcompass[swebench]'" in done.stderr
     assert not (workdir / "results").exists()
+
+
+MINE = "requests:\n  mine: {benchmark: example_exact_match, harness: oracle, model: {id: none}}\n"
+
+
+@pytest.mark.parametrize("command", ["run", "check", "retry"])
+def test_config_for_snakemake_after_the_double_dash_is_refused(here: Path, capsys, command: str):
+    """The command gives Snakemake its config itself: a --configfile or --config of the user's after '--'
+    would replace it, or be replaced by it (Snakemake keeps the last of a repeated flag)."""
+    (here / "a.yaml").write_text(MINE)
+    (here / "b.yaml").write_text("benchmarks:\n  example_exact_match: {limit: 2}\n")
+    selection = ["example_exact_match"] if command == "check" else []
+    code, message = run_cli(capsys, command, *selection, "--config", "a.yaml", "--", "--configfile", "b.yaml")
+    assert code == 2 and message.startswith(PREFIX), message
+    assert "--configfile among Snakemake's arguments" in message and "Fix: give config files with --config" in message
+
+
+def test_snakemake_arguments_that_would_build_other_requests_are_refused(here: Path):
+    """What the workflow reads from Snakemake's arguments is resolved again before anything runs: another
+    config (a profile's config files, say) never builds requests that were not asked for."""
+    from snakemake.cli import parse_args
+
+    from agentcompass.plugins import load_components
+    from agentcompass.runtime.config import load_run_config
+    from agentcompass.runtime.orchestration import resolve_orchestration
+
+    (here / "a.yaml").write_text(MINE)
+    (here / "b.yaml").write_text("benchmarks:\n  example_exact_match: {limit: 2}\n")
+    load_components()
+    orchestration = resolve_orchestration(load_run_config(["a.yaml"], None, project_fallback=SNAKEFILE.parent
+                                                          / "configs" / "config.yaml"))
+
+    def snakemake_reads(*paths: str):
+        return parse_args(sdk.snakemake_argv(None, paths))[1]
+
+    sdk.same_requests(orchestration, snakemake_reads("a.yaml"))
+    with pytest.raises(ConfigError, match=r"would build example-oracle instead of mine; nothing was run"):
+        sdk.same_requests(orchestration, snakemake_reads())  # the project's config: its example-oracle
+    with pytest.raises(ConfigError, match=r"would build mine with other settings than the ones given"):
+        sdk.same_requests(orchestration, snakemake_reads("a.yaml", "b.yaml"))

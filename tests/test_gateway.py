@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agentcompass.environments import HostProcessEnvironment
 from agentcompass.gateway import ModelGateway
+from agentcompass.runtime.model_client import ATTEMPT_USAGE, Usage
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
 from adversarial.test_gateway import RecordingUpstream
@@ -138,3 +139,19 @@ def test_token_counts_are_whole_numbers_and_an_unreadable_one_is_noted(tmp_path:
     assert all(type(usage[k]) is int for k in ("calls", "prompt_tokens", "completion_tokens", "total_tokens"))
     first, second = records(trajectory)
     assert "usage_unreadable" not in first and "prompt_tokens is not a number" in second["usage_unreadable"]
+
+
+def test_the_calls_the_gateway_forwards_count_in_the_attempts_usage_as_they_are_made(tmp_path: Path):
+    # the run stage's count: what the attempt spent, even when the harness never reads the gateway's own
+    spent = Usage()
+    held = ATTEMPT_USAGE.set(spent)
+    try:
+        with ScriptedEndpoint() as endpoint, ModelGateway(endpoint.base_url, REAL_KEY, tmp_path / "t.jsonl") as gateway:
+            sent = ("POST", "/chat/completions", {"Authorization": f"Bearer {gateway.token}"}, CHAT)
+            assert [status for status, _ in through_relay(gateway, [sent, sent])] == [200, 200]
+            refused = ("POST", "/chat/completions", {}, CHAT)  # no token: nothing forwarded, nothing spent
+            assert [status for status, _ in through_relay(gateway, [refused])] == [401]
+    finally:
+        ATTEMPT_USAGE.reset(held)
+    assert (spent.calls, spent.prompt_tokens, spent.completion_tokens) == (2, 20, 4)
+    assert spent.latency_seconds > 0

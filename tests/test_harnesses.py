@@ -8,10 +8,14 @@ import json
 import time
 from pathlib import Path
 
+from agentcompass.benchmarks.majority_vote import MajorityVoteBenchmark, MajorityVotePlan
 from agentcompass.harnesses.chat import ChatConfig, ChatHarness
 from agentcompass.harnesses.tool_agent import ToolAgentConfig, ToolAgentHarness
 from agentcompass.environments import HostProcessEnvironment
-from agentcompass.runtime import HarnessContext
+from agentcompass.pipeline.bodies import LazySession
+from agentcompass.runtime import ExecutionPlan, ExecutionSpec, HarnessContext
+from agentcompass.runtime.base import ImageMissingError
+from agentcompass.runtime.model_client import ATTEMPT_USAGE, Usage
 from agentcompass.runtime.models import (
     BenchmarkSpec,
     EnvironmentSpec,
@@ -23,7 +27,14 @@ from agentcompass.runtime.models import (
     RunRequest,
     TaskInput,
 )
-from agentcompass.testing.endpoint import ScriptedEndpoint, completion, tool_call, tool_call_reply, tool_calls_reply
+from agentcompass.testing.endpoint import (
+    Hang,
+    ScriptedEndpoint,
+    completion,
+    tool_call,
+    tool_call_reply,
+    tool_calls_reply,
+)
 
 WEATHER = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
@@ -140,3 +151,62 @@ def test_tool_agent_ends_as_run_error_when_the_model_fails_every_time(tmp_path: 
     assert [(e["type"], e["step"], e["try"], e["status"], e["retried"]) for e in (first, last)] == [
         ("model_call", 1, 1, 503, True), ("model_call", 1, 2, 503, False)]
     assert "HTTP 503" in first["error"] and "HTTP 503" in last["error"]
+
+
+def counted_in_the_attempt(body) -> tuple[Usage, BaseException | None]:
+    """What ``body`` (an attempt's work, a coroutine function) spent, as the run stage counts it
+    (``ATTEMPT_USAGE``), whatever ended it; and what it raised."""
+    spent = Usage()
+
+    async def attempt():
+        ATTEMPT_USAGE.set(spent)
+        await body()
+
+    try:
+        asyncio.run(attempt())
+    except Exception as exc:
+        return spent, exc
+    return spent, None
+
+
+def test_the_calls_an_attempt_made_count_whatever_ended_it(tmp_path: Path):
+    prepared = PreparedTask(task_id="t", input=TaskInput(prompt="Work."))
+    req = RunRequest(model=ModelSpec(id="m", base_url="http://127.0.0.1:1/v1"), benchmark=BenchmarkSpec(id="b"),
+                     harness=HarnessSpec(id="h"))
+    context = HarnessContext(attempt=1, attempt_dir=tmp_path, trajectory_path=tmp_path / "trajectory.jsonl")
+
+    async def no_image():  # the sandbox opens at the first command: its image is not on the engine
+        raise ImageMissingError("docker environment: image 'gone' is not on the engine, and nothing is pulled")
+
+    def with_model(endpoint) -> RunRequest:
+        return dataclasses.replace(req, model=ModelSpec(id="m", base_url=endpoint.base_url))
+
+    # tool_agent: one call (12 tokens), then its bash command meets an environment error
+    with ScriptedEndpoint(script=[tool_call_reply("bash", {"command": "ls"})]) as endpoint:
+        plan = HarnessPlan(harness_id="tool_agent", params=dataclasses.asdict(ToolAgentConfig()))
+        spent, raised = counted_in_the_attempt(lambda: ToolAgentHarness().run(
+            prepared, LazySession(no_image), with_model(endpoint), plan, context))
+    assert isinstance(raised, ImageMissingError)
+    assert (spent.calls, spent.prompt_tokens, spent.completion_tokens) == (1, 10, 2)
+
+    # chat: the attempt's time limit cuts its second call short (a follow-up the model never answers)
+    with ScriptedEndpoint(script=[completion("Lyon?"), Hang(seconds=30)]) as endpoint:
+        plan = HarnessPlan(harness_id="chat", params=dataclasses.asdict(ChatConfig(follow_ups=["Sure?"])))
+        spent, raised = counted_in_the_attempt(lambda: asyncio.wait_for(ChatHarness().run(
+            prepared, LazySession(no_image), with_model(endpoint), plan, context), 1.0))
+    assert isinstance(raised, asyncio.TimeoutError)
+    assert (spent.calls, spent.prompt_tokens, spent.completion_tokens) == (2, 10, 2)
+    assert spent.latency_seconds >= 0.5  # the call cut short waited too
+
+    # majority_vote (a harness-free Benchmark): three samples, one never answered before the time limit
+    with ScriptedEndpoint(script=[completion("7"), completion("7"), Hang(seconds=30)]) as endpoint:
+        run_plan = ExecutionPlan(
+            task_id="t", attempt=1, benchmark_id="majority_vote", task_environment=EnvironmentSpec(),
+            evaluation_environment=None, evaluation_environment_mode="task", baseline_network=None,
+            run_network=None, evaluation_network=None, benchmark_plan=MajorityVotePlan(samples=3, timeout=30.0),
+            harness_plan=HarnessPlan(), execution=ExecutionSpec(),
+        )
+        spent, raised = counted_in_the_attempt(lambda: asyncio.wait_for(MajorityVoteBenchmark().run_task(
+            prepared, None, with_model(endpoint), run_plan), 1.0))
+    assert isinstance(raised, asyncio.TimeoutError)
+    assert (spent.calls, spent.prompt_tokens, spent.completion_tokens) == (3, 20, 4)

@@ -161,3 +161,28 @@ def test_a_sharded_request_reports_its_failed_attempt_by_kind_from_its_summaries
         path.rmdir()
     [stopped] = results.outcomes(orchestration, False, workdir).outcomes
     assert (stopped.state, stopped.done, stopped.total, stopped.errors) == ("stopped", 6, 6, {})
+
+
+def test_config_files_merge_in_order_and_only_their_requests_run(workdir: Path):
+    """``run -c a.yaml -c b.yaml``: b's settings over a's requests, and no request of the project config
+    (configs/config.yaml's example-oracle, which Snakemake read when it kept only the last of repeated
+    --configfile flags); a job that fails is named as one, and only then."""
+    (workdir / "a.yaml").write_text(json.dumps({
+        "runtime": {"progress": False},
+        "requests": {"mine": {"benchmark": "example_exact_match", "harness": "oracle", "model": {"id": "none"}}}}))
+    (workdir / "b.yaml").write_text(json.dumps({"benchmarks": {"example_exact_match": {"limit": 2}}}))
+    done = agentcompass(workdir, "run", "-c", "a.yaml", "--config", "b.yaml")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("mine: completed: 2 attempts; accuracy 1.0")
+    assert sorted(p.name for p in (workdir / "results/default").iterdir()) == ["mine"]
+    # status reads the same layers: what ran is what it predicts, with nothing to rerun
+    status = agentcompass(workdir, "status", "-c", "a.yaml", "-c", "b.yaml")
+    assert status.returncode == 0 and status.stdout.startswith("mine  (results/default/mine)"), status.stdout
+    assert "attempts: completed 2" in status.stdout and "nothing would rerun" in status.stdout
+
+    # a third file whose task list cannot be made: the tasks job fails, and the line says so
+    (workdir / "c.yaml").write_text(json.dumps({"benchmarks": {"example_exact_match": {"task_ids": ["nope"]}}}))
+    failed = agentcompass(workdir, "run", "-c", "a.yaml", "-c", "b.yaml", "-c", "c.yaml")
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    assert "mine: stopped before it finished (1 job failed (tasks); Snakemake's output above names it)" in failed.stdout
+    assert sorted(p.name for p in (workdir / "results/default").iterdir()) == ["mine"]

@@ -141,7 +141,7 @@ def test_only_the_task_that_passes_preflight_calls_the_model_and_is_scored(tmp_p
     assert {q["task_id"]: q["reason"] for q in metrics["scored_on"]["quarantined"]} == REASONS
     assert metrics["summary"]["overall"]["attempts"] == 1
     report = (run / "report" / "index.html").read_text()
-    assert "Scored on 1 of 5 tasks (preflight); 4 quarantined: broken-env (preflight_failed)" in report
+    assert "are scored on 1 of 5 tasks; 4 quarantined: broken-env (preflight_failed)" in report
     assert "does not count the attempts on disk" not in report
 
     # runs says what the accuracy is over
@@ -149,7 +149,8 @@ def test_only_the_task_that_passes_preflight_calls_the_model_and_is_scored(tmp_p
     assert listed.returncode == 0, listed.stderr
     assert "1/5 tasks (4 quarantined)" in listed.stdout and "task=4" in listed.stdout, listed.stdout
     [overview] = json.loads(agentcompass(workdir, "runs", "--json").stdout)
-    assert overview["scored_on"] == {"tasks": 5, "scored": 1, "quarantined": 4}
+    assert overview["scored_on"] == {"tasks": 5, "scored": 1, "attempts": 5, "counted": 1, "infrastructure": 0,
+                                     "quarantined": 4}
 
     # a quarantined attempt is skipped, not failed: retry leaves it to the preflight, and says so
     retried = agentcompass(workdir, "retry", "-c", str(config(workdir, tasks, "http://127.0.0.1:9/v1")),
@@ -189,7 +190,7 @@ def test_only_the_task_that_passes_preflight_calls_the_model_and_is_scored(tmp_p
     [pair] = json.loads(compared.stdout)["comparisons"]
     assert pair["paired"] == 1 and pair["quarantined"] == 4
     text = agentcompass(workdir, "compare", "results/default/before", "results/default/vetted").stdout
-    assert "left out, quarantined by preflight in A or B: 4" in text
+    assert "left out: 4 quarantined by preflight (in A or B)" in text
 
 
 def test_check_prints_the_broken_and_flaky_tasks_and_fails(tmp_path: Path, workdir: Path):
@@ -267,6 +268,6 @@ def test_a_sharded_request_builds_each_preflight_once_in_the_outer_run(workdir: 
         assert "preflight" not in jobs_run(log.read_text()), log.read_text()[-3000:]
     assert [jobs_run(log.read_text()).get("prepare") for log in logs] == [3, 1]
     assert json.loads((run / "metrics.json").read_text())["scored_on"] == {
-        "tasks": 2, "scored": 2, "quarantined": [], "skipped": 0}
+        "tasks": 2, "scored": 2, "quarantined": [], "skipped": 0, "attempts": 4, "counted": 4, "infrastructure": 0}
     again = snakemake(workdir, "--configfile", str(path))
     assert again.returncode == 0 and jobs_run(again.stderr) == {}, again.stderr[-3000:]

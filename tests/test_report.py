@@ -144,7 +144,7 @@ def test_the_figures_come_from_the_summary_of_metrics_json(copy: Path):
     stats = {"attempts": 5, "counts": {"completed": 5}, "errors": {}, "accuracy": 0.8, "accuracy_ci95": [0.376, 0.964],
              "pass_at_k": {"1": 0.8, "3": 0.9}, "calls": 7, "prompt_tokens": 1200, "completion_tokens": 345,
              "latency_seconds": {"mean": 1.5, "p50": 1.25, "p95": 3.0},
-             "wall_seconds": {"mean": 2.0, "p50": 1.75, "p95": 4.0}, "cost_usd": 0.0123}
+             "wall_seconds": {"mean": 2.0, "p50": 1.75, "p95": 4.0}, "cost_usd": 0.0123, "counted": 5}
     metrics_file = copy / RUN / "metrics.json"
     metrics = json.loads(metrics_file.read_text())
     metrics["summary"] = {"overall": stats, "by_category": {"geography": {**stats, "accuracy": 0.25}}}

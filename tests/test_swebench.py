@@ -134,6 +134,11 @@ def test_the_oracle_resolves_every_instance_and_a_missing_image_is_infrastructur
     missing = result_of(workdir, MISSING)
     assert missing["status"] == "run_error" and missing["failure_class"] == "infrastructure", missing
     assert kit.local_image("demo_1776_calc-3") in missing["error"] and "docker pull" in missing["error"]
+    # no figure blames the model for the missing image: 2 of the 3 instances scored are resolved
+    metrics = json.loads((workdir / "results" / "default" / "swe" / "metrics.json").read_text())
+    assert metrics["metrics"]["accuracy"] == metrics["summary"]["overall"]["accuracy"] == pytest.approx(2 / 3)
+    assert (metrics["scored_on"]["scored"], metrics["scored_on"]["tasks"], metrics["scored_on"]["infrastructure"]) == (
+        3, 4, 1)
 
 
 def test_wrong_answers_are_unresolved_exactly_as_the_package_grades_them(instances, tmp_path, workdir):

@@ -340,7 +340,12 @@ ADVERSARIES = {
 
 @pytest.mark.parametrize("provider", ["host_process", "docker"])
 def test_what_the_agent_leaves_behind_never_decides_the_verdict(provider, tmp_path: Path, workdir: Path):
-    results = run_shell_agents(provider, tmp_path, workdir, {**ADVERSARIES, "honest": "printf 'Hello, agentcompass!\\n' > hello.txt"})
+    # the honest agent also leaves a link that climbs above its workspace's parent (WORKDIR /srv/job):
+    # the evaluation session gets it as a link, on docker as on host_process (Docker's own extraction
+    # refused it: eval_error)
+    honest = "printf 'Hello, agentcompass!\\n' > hello.txt; ln -s ../../etc/hostname up"
+    results = run_shell_agents(provider, tmp_path, workdir, {**ADVERSARIES, "honest": honest},
+                               workdirs={"honest": "/srv/job"})
     assert sorted(results) == sorted([*ADVERSARIES, "honest"])
     for name, result in results.items():
         assert result["answer"] == "armed\n", (name, result["metadata"])
@@ -352,8 +357,10 @@ def test_what_the_agent_leaves_behind_never_decides_the_verdict(provider, tmp_pa
         assert result["metadata"]["verifier"]["rewards"] == {"reward": 0.0}, (name, result["metadata"])
 
 
-def run_shell_agents(provider: str, tmp_path: Path, workdir: Path, agents: dict[str, str]) -> dict[str, dict]:
-    """One hello-file task per agent, its instruction the agent's script; the results by task."""
+def run_shell_agents(provider: str, tmp_path: Path, workdir: Path, agents: dict[str, str],
+                     workdirs: dict[str, str] | None = None) -> dict[str, dict]:
+    """One hello-file task per agent, its instruction the agent's script, its WORKDIR /app or the one
+    ``workdirs`` gives; the results by task."""
     environment = environment_of(provider)
     if provider == "host_process":  # the workspaces side by side, in this test's folder
         (tmp_path / "sessions").mkdir()
@@ -362,6 +369,9 @@ def run_shell_agents(provider: str, tmp_path: Path, workdir: Path, agents: dict[
     for name, attack in agents.items():
         shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / name)
         (tasks / name / "instruction.md").write_text(_HARBOR + attack + "\necho armed\n")
+        for moved in ("environment/Dockerfile", "tests/test.sh"):
+            text = (tasks / name / moved).read_text()
+            (tasks / name / moved).write_text(text.replace("/app", (workdirs or {}).get(name, "/app")))
     config = write_config(workdir, "test_shell_agent", environment, {"path": str(tasks)})
     done = subprocess.run([sys.executable, str(SHELL_DRIVER), str(workdir), str(config)], cwd=workdir,
                           env=clean_env(), capture_output=True, text=True, timeout=600)
@@ -501,3 +511,38 @@ def test_host_process_follows_the_dockerfile_or_refuses_that_task_alone(tmp_path
     assert sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()) == [
         "data/a.txt", "data/deep/b.txt", "extra.txt", "input/words.txt",
     ]
+
+
+def test_an_image_that_does_not_build_fails_its_attempt_alone_and_retry_builds_it_again(
+        needs_docker, tmp_path: Path, workdir: Path):
+    tasks = tmp_path / "tasks"
+    for name in ("hello-file", "no-build"):
+        shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / name)
+    dockerfile = tasks / "no-build" / "environment" / "Dockerfile"
+    good = dockerfile.read_text().replace("local/busybox:latest", os.environ["AGENTCOMPASS_TEST_IMAGE"])
+    dockerfile.write_text(good + "RUN echo the-step-that-fails && false\n")
+    config = write_config(workdir, "oracle", {"id": "docker"}, {"path": str(tasks)})
+    done = agentcompass(workdir, "run", "--config", str(config))
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]  # a failed attempt, not a failed job
+    results = results_of(workdir)
+    assert results["hello-file"]["status"] == "completed" and results["hello-file"]["correct"] is True
+    broken = results["no-build"]
+    assert (broken["status"], broken["failure_class"], broken["error_stage"]) == ("run_error", "infrastructure",
+                                                                                  "prepare"), broken
+    # the build's error: the end of its log, bounded
+    assert "ImageBuildError" in broken["error"] and "the-step-that-fails" in broken["error"], broken["error"]
+    assert len(broken["error"]) < 3000
+    metrics = json.loads((workdir / "results/default/tasks/metrics.json").read_text())
+    assert metrics["counts"] == {"completed": 1, "run_error": 1}
+    assert metrics["summary"]["overall"]["failures"] == {"infrastructure": 1}
+
+    # retry prepares it again (the build runs again: it fails the same way) ...
+    again = agentcompass(workdir, "retry", "--config", str(config), "--only", "infrastructure")
+    assert again.returncode == 1, again.stdout + again.stderr[-3000:]
+    assert jobs_run(again.stdout + again.stderr).get("prepare") == 1, again.stderr[-3000:]
+    assert results_of(workdir)["no-build"]["failure_class"] == "infrastructure"
+    # ... and, its Dockerfile fixed, builds it
+    dockerfile.write_text(good)
+    fixed = agentcompass(workdir, "retry", "--config", str(config), "--only", "infrastructure")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr[-3000:]
+    assert results_of(workdir)["no-build"]["correct"] is True

@@ -13,7 +13,7 @@ def cmd_clean(args) -> int:
     report = clean(args.run, include_live=args.all, dry_run=args.dry_run)
     for note in report.notes:
         _print(f"agentcompass clean: {note}", file=sys.stderr)
-    removed = report.processes + report.workspaces + report.containers
+    removed = report.processes + report.workspaces + report.containers + report.folders
     for line in removed:
         _print(f"{'would remove' if args.dry_run else 'removed'} {line}")
     if not removed:
@@ -24,9 +24,9 @@ def cmd_clean(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "clean",
-        help="remove containers and processes that sessions of killed runs left behind",
-        description="Finds sessions by their labels (containers) and environment markers (host processes) "
-        "and removes those whose agentcompass process is gone.",
+        help="remove containers, processes, workspaces and sandbox folders that sessions of killed runs left behind",
+        description="Finds sessions by their labels (containers), environment markers (host processes) and "
+        "records (workspaces, sandbox folders) and removes those whose agentcompass process is gone.",
     )
     p.add_argument("--run", metavar="RUN_ID", help="only sessions of this run (labels starting 'RUN_ID-')")
     p.add_argument("--all", action="store_true", help="also sessions whose agentcompass process still runs, and containers kept by retention")

@@ -6,7 +6,7 @@ import argparse
 
 import yaml
 
-from agentcompass import PROJECT_ROOT
+from agentcompass import PROJECT_ROOT, sdk
 
 from agentcompass._util import display
 from agentcompass.plugins import load_components
@@ -46,7 +46,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("benchmark", nargs="?")
     p.add_argument("harness", nargs="?")
     p.add_argument("model", nargs="?", help="model id sent to the endpoint; 'none' for a harness that needs no model")
-    p.add_argument("--config", "-c", action="append", metavar="FILE", help="run config file (repeatable); its requests run when no BENCHMARK HARNESS MODEL is given")
+    p.add_argument("--config", "-c", action="append", metavar="FILE", help="run config file (repeatable: merged in order, a later file over an earlier one); its requests run when no BENCHMARK HARNESS MODEL is given")
     p.add_argument("--environment", "-e", help="environment id (default host_process)")
     p.add_argument("--benchmark-param", "-b", action="append", metavar="K=V")
     p.add_argument("--harness-param", "-H", action="append", metavar="K=V")
@@ -68,6 +68,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 def _layer(args) -> dict | None:
     """The command line's config layer: one request for B H M, else only runtime overrides."""
+    sdk.no_config_among(getattr(args, "snakemake_args", None) or [])
     layer: dict = {}
     request_flags = [f for f in ("environment", "benchmark_param", "harness_param", "environment_param", "base_url",
                                  "api_key_env", "model_param", "attempts", "max_retries", "task_timeout", "preflight",

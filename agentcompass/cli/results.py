@@ -20,10 +20,14 @@ def _dollars(cost: float | None) -> str:
 
 
 def _scored(scored: dict | None) -> str:
-    """With preflight: the tasks scored of those listed, and how many were quarantined."""
+    """What the accuracy is over: the tasks scored of those listed (``3/4 tasks``), the attempts counted when
+    some of several per task were left out, and what was (``1 infrastructure``, ``2 quarantined``)."""
     if not scored:
         return "-"
-    return f"{scored['scored']}/{scored['tasks']} tasks ({scored['quarantined']} quarantined)"
+    attempts, counted = scored.get("attempts"), scored.get("counted")
+    notes = [f"{counted}/{attempts} attempts"] if attempts is not None and counted != attempts != scored["tasks"] else []
+    notes += [f"{scored[key]} {key}" for key in ("infrastructure", "quarantined") if scored.get(key)]
+    return f"{scored['scored']}/{scored['tasks']} tasks" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _runs_table(overviews: list[dict]) -> str:
@@ -117,7 +121,8 @@ def _add_runs_parser(sub) -> None:
     p = sub.add_parser(
         "runs", help="every run under a results folder, one line each",
         description="Lists the runs under RESULTS_DIR (default: results): namespace, run id, benchmark, harness, "
-        "model, attempts done of all, failed attempts, accuracy (over attempts with a verdict), cost (when the "
+        "model, attempts done of all, failed attempts, accuracy and the tasks it is over (infrastructure failures and "
+        "quarantined tasks left out), cost (when the "
         "Model declares model.pricing) and when a file of the run last changed.",
     )
     p.add_argument("results_dir", nargs="?", default="results", metavar="RESULTS_DIR")

@@ -6,11 +6,11 @@ import json
 import sys
 from pathlib import Path
 
-from agentcompass import layout, sdk
+from agentcompass import layout, results, sdk
 from agentcompass._util import display
 from agentcompass.pipeline import progress
-from agentcompass.pipeline import locks, preflight
-from agentcompass.runtime.models.orchestration import EXIT_LOCKED
+from agentcompass.pipeline import locks
+from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_STOPPED
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
 
@@ -33,8 +33,8 @@ def _outcome_line(outcome) -> str:
         summary = None
     usage = progress.usage_summary(summary.get("overall") if isinstance(summary, dict) else None)
     usage = f"; {usage}" if usage else ""
-    if outcome.scored_on:  # with preflight: the tasks the metrics are over, and those quarantined
-        usage += f"; {preflight.scored_on_line(outcome.scored_on)}"
+    if outcome.scored_on:  # what the metrics are over: the tasks counted, and those left out (results.left_out)
+        metrics += f" {results.denominator_line(outcome.scored_on)}"
     if outcome.state == "completed_with_errors":
         failed = sum(outcome.errors.values())
         kinds = "; ".join(f"{display.visible(kind)} x{n}" for kind, n in outcome.errors.items())
@@ -43,16 +43,18 @@ def _outcome_line(outcome) -> str:
     return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {layout.metrics_file(outcome.results_dir)}"
 
 
-def _build(orchestration, layer, args, extra: list[str]) -> int:
-    """Run the workflow, print each request's outcome, and return the exit status (docs/reuse.md, Exit status)."""
+def _build(orchestration, layer, args, extra: list[str], quiet: bool = False) -> int:
+    """Run the workflow, print each request's outcome (``quiet``: only when it stopped before finishing), and
+    return the exit status (docs/reuse.md, Exit status)."""
     argv = sdk.snakemake_argv(layer, args.config or [], args.cores, extra)
     try:
         result = sdk.build(orchestration, argv)
     except locks.RunHeldError as exc:
         _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_LOCKED
-    for outcome in result.outcomes:
-        _print(_outcome_line(outcome))
+    if not quiet or result.exit_status == EXIT_STOPPED:
+        for outcome in result.outcomes:
+            _print(_outcome_line(outcome))
     return result.exit_status
 
 

@@ -9,6 +9,7 @@ from agentcompass import layout, status
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.models import FailureClass
+from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_STOPPED
 from agentcompass.runtime.registry import REGISTRIES
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
@@ -55,10 +56,13 @@ def cmd_retry(args) -> int:
     layer = _layer(args)
     orchestration = _resolve(args, layer)
     base = orchestration.runtime.results_dir
+
+    def run_dir(run) -> Path:
+        return layout.run_dir(base, run.request.namespace, run.request.run_id)
+
     targets = [
         t for run in orchestration.runs
-        for t in status.failed_attempt_targets(layout.run_dir(base, run.request.namespace, run.request.run_id),
-                                               run.request, orchestration.runtime.shard_size, only)
+        for t in status.failed_attempt_targets(run_dir(run), run.request, orchestration.runtime.shard_size, only)
     ]
     classes = "" if only is None else " of class " + ", ".join(c.value for c in FailureClass if c in only)
     if only is not None and FailureClass.TASK in only:
@@ -68,6 +72,12 @@ def cmd_retry(args) -> int:
         _print(f"no attempt{classes} holds an error status: nothing to retry")
         return 0
     _print(f"retrying {len(targets)} failed attempt(s){classes}")
+    # the attempt files to force are known from the requests' task lists and plans: those of a task edited
+    # since (a Dockerfile fixed) are rebuilt first, as a run would, before any attempt is forced
+    lists = [f for run in orchestration.runs for f in (layout.tasks_file(run_dir(run)), layout.plans_file(run_dir(run)))]
+    code = _build(orchestration, layer, args, [*args.snakemake_args, *lists], quiet=True)
+    if code in (EXIT_STOPPED, EXIT_LOCKED):
+        return code
     # the caller's arguments first: --forcerun takes every argument up to the next option
     return _build(orchestration, layer, args, [*args.snakemake_args, "--forcerun", *targets])
 

@@ -62,6 +62,8 @@ from agentcompass._util.aio import kill_child
 from agentcompass.runtime.config import ConfigError
 
 from . import netns
+from .netns import PUBLIC_FIX
+from .leftovers import MASK_PREFIX, record_owner
 
 # The host folders a sandboxed command sees (read-only), when they exist: programs, libraries, settings.
 HOST_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -139,8 +141,8 @@ def require_sandbox(what: str) -> None:
         raise SandboxUnavailableError(
             f"{what} needs the bubblewrap sandbox, which cannot be made on this machine: {reason}. "
             "Run where it can (as root, or with unprivileged user namespaces enabled), use the docker "
-            "environment, or set the environment's `sandbox: off` and every phase's network policy "
-            "to 'public' to run unconfined host processes"
+            f"environment, or set the environment's `sandbox: off` and {PUBLIC_FIX} to run unconfined host "
+            "processes"
         )
 
 
@@ -202,13 +204,18 @@ def _mask_sources() -> tuple[str, str]:
     made once per process, in a private folder of the host's temporary folder."""
     import atexit
 
-    folder = tempfile.mkdtemp(prefix="agentcompass-mask-")
+    folder = tempfile.mkdtemp(prefix=MASK_PREFIX)
+    record_owner(folder)  # 'agentcompass clean' removes it once this process is gone, if atexit never ran
     empty_file, empty_folder = os.path.join(folder, "file"), os.path.join(folder, "folder")
     os.close(os.open(empty_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
     os.mkdir(empty_folder, 0o555)
     os.chmod(folder, 0o555)
 
+    made_by = os.getpid()
+
     def remove() -> None:
+        if os.getpid() != made_by:  # a forked child's exit (forkserver runs atexit): the folder is its parent's
+            return
         os.chmod(folder, 0o700)
         shutil.rmtree(folder, ignore_errors=True)
 

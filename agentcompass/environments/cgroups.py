@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcompass.runtime.config import ConfigError, parse_int
+from agentcompass.runtime.limits import LimitsUnavailableError
 
 _ROOT = Path("/sys/fs/cgroup")
 _CPU_PERIOD_US = 100_000
@@ -32,8 +33,8 @@ _SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([bkmg]?)$")
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
-class LimitsUnavailableError(ConfigError):
-    """A limit host_process cannot enforce here: refused, never run without it."""
+# each cgroup controller and the param whose limit it enforces
+LIMIT_PARAMS = {"memory": "memory", "cpu": "cpus", "pids": "pids_limit"}
 
 
 def memory_bytes(size: str) -> int:
@@ -136,12 +137,13 @@ class SessionCgroup:
                     made.append(directory)
                 for file, value in files.items():
                     (directory / file).write_text(value)
-        except OSError as exc:
+        except (OSError, LimitsUnavailableError) as exc:
             cls(made).remove()
             raise LimitsUnavailableError(
-                f"host_process cannot make a cgroup for the limits {limits.controllers()} here: {exc}. "
-                "Limits need write access to the cgroup hierarchy (run as root, or in a delegated cgroup); "
-                "use the docker environment, or remove memory, cpus and pids_limit"
+                f"host_process cannot make a cgroup for the limits {limits.controllers()} here: {exc}; "
+                "limits need write access to the cgroup hierarchy",
+                tuple(LIMIT_PARAMS[controller] for controller in limits.controllers()),
+                "run as root, or in a delegated cgroup, or use the docker environment",
             ) from None
         return cls(made)
 

@@ -119,7 +119,8 @@ class DockerConfig(ComponentConfig):
     dockerfile: str | None = config_field(
         default=None,
         description="Dockerfile to build the image from, before the first session (path, relative to the "
-        "working directory). Docker's build cache makes later builds quick; base images must be local.",
+        "working directory). Docker's build cache makes later builds quick. Base images must be on the engine: a "
+        "missing one ends the session's opening with an error naming it, and the engine is never asked to pull it.",
     )
     context: str | None = config_field(
         default=None, description="Build context directory for `dockerfile` (default: the Dockerfile's directory)."
@@ -310,9 +311,10 @@ def _refuse_unenforced_limits(config: DockerConfig, host: dict | None) -> None:
     raise LimitsUnavailableError(
         f"docker environment: the engine at {_where(config.docker_host)} is {rootless}Podman on cgroup {host.get('cgroupVersion')} "
         f"with the {host.get('cgroupManager')} cgroup manager, which has no cgroup controller for "
-        f"{', '.join(missing)} (it would run the container without the limit): remove {', '.join(missing)} from "
-        "the environment's params, or run Podman as root, or rootless on cgroup v2 with the systemd cgroup "
-        "manager and the memory, cpu and pids controllers delegated to the user"
+        f"{', '.join(missing)} (it would run the container without the limit)",
+        tuple(missing),
+        "run Podman as root, or rootless on cgroup v2 with the systemd cgroup manager and the memory, cpu "
+        "and pids controllers delegated to the user",
     )
 
 
@@ -353,6 +355,86 @@ def _image(client, config: DockerConfig) -> str:
     return config.image
 
 
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def base_images(dockerfile: str, build_args: dict[str, str]) -> list[str]:
+    """The images a Dockerfile's ``FROM`` lines start from: neither its own stages nor ``scratch``, with
+    the ``ARG`` values declared before the first ``FROM`` (``build_args`` overriding their defaults) put
+    in. A name that still holds a variable without a value is left out (the engine reports it)."""
+    escape = "\\"
+    if directive := re.match(r"\s*#\s*escape\s*=\s*(\S)", dockerfile):
+        escape = directive.group(1)
+    instructions, current = [], ""
+    for line in dockerfile.splitlines():
+        if line.lstrip().startswith("#"):
+            continue  # a comment, also between continued lines
+        if line.rstrip().endswith(escape):
+            current += line.rstrip()[:-1] + " "
+            continue
+        instructions.append(current + line)
+        current = ""
+    instructions.append(current)
+    args: dict[str, str | None] = {}
+    stages: set[str] = set()
+    bases: list[str] = []
+    started = False
+
+    def value(match: re.Match) -> str:
+        name = match.group(1) or match.group(4)
+        known = args.get(name)
+        if match.group(2) == "-" and not known:
+            return match.group(3)
+        if match.group(2) == "+":
+            return match.group(3) if known else ""
+        if known is None:
+            raise KeyError(name)
+        return known
+
+    for instruction in instructions:
+        words = instruction.split()
+        keyword = words[0].upper() if words else ""
+        if keyword == "ARG" and not started:
+            for word in words[1:]:
+                name, given, default = word.partition("=")
+                args[name] = build_args.get(name, default.strip("\"'") if given else None)
+        elif keyword == "FROM":
+            started = True
+            named = [word for word in words[1:] if not word.startswith("--")]
+            if not named:
+                continue
+            try:
+                image = _VARIABLE.sub(value, named[0])
+            except KeyError:
+                image = ""
+            if image and image.lower() not in stages and image != "scratch" and image not in bases:
+                bases.append(image)
+            if len(named) >= 3 and named[1].upper() == "AS":
+                stages.add(named[2].lower())
+    return bases
+
+
+def _check_bases(client, config: DockerConfig, dockerfile: Path, buildargs: dict[str, str]) -> None:
+    """Refuse a build whose base image is not on the engine (``ImageBuildError``, as every build that
+    cannot succeed): the engine would try to pull it (Docker's builder and Podman's pull a missing
+    ``FROM`` image whatever ``pull=False`` says)."""
+    import docker
+
+    for base in base_images(dockerfile.read_text(encoding="utf-8", errors="replace"), buildargs):
+        try:
+            client.images.get(base)
+        except docker.errors.ImageNotFound:
+            raise ImageBuildError(scrub(
+                f"docker environment: {str(dockerfile)!r} starts FROM {base!r}, which is not on the engine, and "
+                f"nothing is pulled; put it there first (`docker pull {base}` where a registry is reachable, "
+                "`docker load` of a saved image or `docker import` of a root filesystem; `podman` the same), "
+                "then run again",
+                config.build_args.values(),
+            )) from None
+        except docker.errors.APIError:
+            pass  # a name the engine cannot read: the build reports it
+
+
 def _build(client, config: DockerConfig, path: str) -> str:
     import docker
 
@@ -377,6 +459,7 @@ def _build(client, config: DockerConfig, path: str) -> str:
                 buildargs = resolve_secret(config.build_args)
             except MissingSecretError as exc:
                 raise ImageBuildError(f"docker environment: build_args: {exc}") from None
+            _check_bases(client, config, dockerfile, buildargs)
             try:
                 image, _ = client.images.build(
                     path=str(context), dockerfile=str(dockerfile), tag=tag, buildargs=buildargs,
@@ -817,14 +900,18 @@ class DockerSession(EnvironmentSession):
             parent, name = posixpath.split(self._path(remote))
             self._ensure_dir_now(parent)
             with tempfile.TemporaryFile() as spool:
-                # regular files, folders and links only: the engine would make a device node or FIFO it is sent
+                # regular files, folders and links only: the engine would make a device node or FIFO it is sent.
+                # The archive lands at the container's root, its names the full paths: Docker refuses a link
+                # whose target climbs above the folder it extracts at ("invalid symlink"), and a link is
+                # copied as a link whatever its text (the extraction is confined to the container's root)
                 local_parent, local_name = transfer.open_parent(str(local))
                 try:
-                    transfer.pack(spool, local_parent, local_name, name, self.copy_limits, skipped)
+                    transfer.pack(spool, local_parent, local_name, name, self.copy_limits, skipped,
+                                  under=parent.strip("/") + "/" if parent.strip("/") else "")
                 finally:
                     os.close(local_parent)
                 spool.seek(0)
-                self.container.put_archive(parent, spool)
+                self.container.put_archive("/", spool)
 
         try:
             await self._within(self._call("copying files in", put), what)

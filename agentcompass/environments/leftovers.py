@@ -8,6 +8,9 @@ double forks, which a process group does not; so a timeout or ``close()``
 ends every descendant, and ``agentcompass clean`` finds what a killed run
 left behind. A host workspace has a record beside it (``<workspace>.session``)
 until its session closes; containers carry the same facts as Docker labels.
+The bubblewrap sandboxes' folder of empty masks (``agentcompass-mask-*``, one
+per process that opened a sandbox) holds a record of its owner
+(``MASK_RECORD``), so ``clean`` removes the folder of an owner that is gone.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -150,11 +154,23 @@ def forget_session(workspace: Path) -> None:
     Path(f"{workspace}{SESSION_RECORD_SUFFIX}").unlink(missing_ok=True)
 
 
+MASK_PREFIX = "agentcompass-mask-"
+MASK_RECORD = "owner"
+
+
+def record_owner(folder: str) -> None:
+    """Note in ``folder`` (a sandbox folder of this process, before it is locked) which process made it."""
+    fd = os.open(os.path.join(folder, MASK_RECORD), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+    with os.fdopen(fd, "w") as record:
+        record.write(json.dumps({"owner": owner_token()}))
+
+
 @dataclass
 class CleanReport:
     processes: list[str] = field(default_factory=list)
     workspaces: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -197,8 +213,36 @@ def clean_workspaces(root: Path, run_id: str | None, include_live: bool, dry_run
             record_path.unlink(missing_ok=True)
 
 
+def clean_sandbox_folders(root: Path, dry_run: bool, report: CleanReport) -> None:
+    """The bubblewrap sandboxes' folders under ``root`` (``agentcompass-mask-*``) whose owner is gone: only
+    folders of this user, never through a link, and only those whose record names a dead process of this
+    machine (a folder without one, of an earlier version, is left). They belong to a process, not to a
+    run: whatever ``--run`` says, and never while their owner lives (its sandboxes bind them)."""
+    uid = os.getuid()
+    for path in sorted(root.glob(f"{MASK_PREFIX}*")):
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+            continue
+        try:
+            fd = os.open(path / MASK_RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd) as record_file:
+                record = json.loads(record_file.read(4096))
+        except (OSError, ValueError):
+            continue
+        owner = record.get("owner") if isinstance(record, dict) else None
+        if not isinstance(owner, str) or owner_alive(owner):
+            continue
+        report.folders.append(f"sandbox folder {path} (owner {owner})")
+        if not dry_run:
+            remove_tree(path, ignore_errors=True)
+
+
 def clean(run_id: str | None = None, include_live: bool = False, dry_run: bool = False) -> CleanReport:
-    """Remove what sessions of dead agentcompass processes left: processes, workspaces, containers.
+    """Remove what sessions of dead agentcompass processes left: processes, workspaces, containers, and the
+    sandboxes' folders.
 
     ``run_id`` limits it to one run's sessions; ``include_live`` also takes those
     whose owner still runs (and containers kept on purpose by retention).
@@ -208,6 +252,7 @@ def clean(run_id: str | None = None, include_live: bool = False, dry_run: bool =
     report = CleanReport()
     clean_processes(run_id, include_live, dry_run, report)
     clean_workspaces(Path(tempfile.gettempdir()), run_id, include_live, dry_run, report)
+    clean_sandbox_folders(Path(tempfile.gettempdir()), dry_run, report)
     from .docker import clean_containers
 
     clean_containers(run_id, include_live, dry_run, report)

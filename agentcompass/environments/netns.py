@@ -80,6 +80,13 @@ def probe(argv: list[str], hint: str = "") -> tuple[bool, str]:
     return True, ""
 
 
+# the fix that runs a phase open, wherever its 'none' came from: the request's policy wins over a benchmark's or
+# a task's (a task folder's allow_internet = false), which the user never set
+PUBLIC_FIX = ("every phase's network policy that is 'none' to 'public' in the request's environment (`run_network: "
+              "public`, likewise `baseline_network` and `evaluation_network`; a request's policy overrides the "
+              "benchmark's or the task's)")
+
+
 def require_isolation(what: str) -> None:
     available, reason = network_isolation()
     if not available:
@@ -87,7 +94,7 @@ def require_isolation(what: str) -> None:
             f"{what} cannot enforce network policy 'none' on this machine: {reason}. "
             "It never runs such a phase with the network open; run it where network namespaces "
             "are allowed (as root, or with unprivileged user namespaces enabled), use the docker "
-            "environment, or set the phase's network policy to 'public'"
+            f"environment, or set {PUBLIC_FIX}"
         )
 
 

@@ -227,18 +227,19 @@ class _FileData:
 
 
 class _Packer:
-    def __init__(self, tar, limits: Limits, skipped: list[str] | None) -> None:
+    def __init__(self, tar, limits: Limits, skipped: list[str] | None, under: str = "") -> None:
         import tarfile
 
         self.tarfile = tarfile
         self.tar = tar
         self.limits = limits
         self.skipped = skipped
+        self.under = under
         self.entries = 0
         self.bytes = 0
 
     def _info(self, arcname: str, st: os.stat_result):
-        info = self.tarfile.TarInfo(arcname)
+        info = self.tarfile.TarInfo(self.under + arcname)
         info.mode = st.st_mode & 0o7777
         info.mtime = int(st.st_mtime)
         info.uid = info.gid = 0
@@ -325,8 +326,10 @@ class _Packer:
 
 
 def pack(out: BinaryIO, parent_fd: int, name: str, arcname: str, limits: Limits,
-         skipped: list[str] | None = None) -> None:
-    """Write the tar stream of ``name`` under ``parent_fd`` (itself never followed if a link) to ``out``.
+         skipped: list[str] | None = None, under: str = "") -> None:
+    """Write the tar stream of ``name`` under ``parent_fd`` (itself never followed if a link) to ``out``,
+    as ``arcname`` in the folder ``under`` of the archive (``"a/b/"``: its entries' names begin so, and
+    errors and lists name them without it).
 
     Device nodes, FIFOs and sockets are sent as entries without contents, which ``extract`` skips and lists;
     with a ``skipped`` list they are listed there instead and not sent (for a receiver that would make them).
@@ -335,7 +338,7 @@ def pack(out: BinaryIO, parent_fd: int, name: str, arcname: str, limits: Limits,
 
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1 << 16) as tar:
         tar.copybufsize = _CHUNK  # type: ignore[attr-defined]  # read in large chunks
-        packer = _Packer(tar, limits, skipped)
+        packer = _Packer(tar, limits, skipped, under)
         if _lstat(parent_fd, name) is None:
             raise FileNotFoundError(errno.ENOENT, f"{shown(name)} does not exist")
         fd = packer.add(parent_fd, name, arcname, 0)

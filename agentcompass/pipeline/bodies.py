@@ -14,6 +14,7 @@ import dataclasses
 import os
 import platform
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +28,7 @@ from agentcompass._util.display import visible
 from agentcompass._util.jsonio import interrupted_writes, not_unicode, read_json, write_bytes_atomic
 from agentcompass.layout import task_segment
 from agentcompass._util.logs import LOG
+from agentcompass.errors import InfrastructureError
 from agentcompass.runtime.base import (
     AFTER_RUN_TIMEOUT,
     EVALUATE_GRACE,
@@ -37,7 +39,8 @@ from agentcompass.runtime.base import (
     retryable,
 )
 from agentcompass.runtime import failures
-from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY
+from agentcompass.runtime.limits import LimitsUnavailableError
+from agentcompass.runtime.model_client import ATTEMPT_TRAJECTORY, ATTEMPT_USAGE, Usage, counted
 from agentcompass.runtime.models import (
     ExecutionPlan,
     FailureClass,
@@ -45,6 +48,7 @@ from agentcompass.runtime.models import (
     PreparedTask,
     RunRequest,
     RunResult,
+    ScoredOn,
     TaskInput,
     TaskSpec,
     TaskStatus,
@@ -252,6 +256,15 @@ class LazySession(EnvironmentSession):
             self._session = None
 
 
+def limits_from_task(req: RunRequest, plan: ExecutionPlan, limits: tuple[str, ...]) -> dict[str, str]:
+    """Each of ``limits`` (environment params) that the task set, not the user: its value, and the Recipes that
+    put the task's own settings into the plan (``task_dockerfile``: a task folder's memory_mb and cpus)."""
+    recipes = ", ".join(plan.applied_recipes) or "none"
+    params = plan.task_environment.params
+    return {name: f"{params[name]}, put in the plan from the task's own settings by the Recipes {recipes}"
+            for name in limits if name not in req.environment.params and params.get(name) is not None}
+
+
 @contextlib.asynccontextmanager
 async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bool = False, who: str | None = None):
     """The phase's session, closed at the end: kept when the request's retention says so.
@@ -263,7 +276,12 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
 
     async def opener() -> EnvironmentSession:
         await pacing.before_open()  # runtime.environment_open_rate
-        return await environment_for(spec.id).open(spec, network, _label(req, plan, phase, who))
+        try:
+            return await environment_for(spec.id).open(spec, network, _label(req, plan, phase, who))
+        except LimitsUnavailableError as exc:
+            if spec is not plan.task_environment:
+                raise
+            raise exc.with_origin(limits_from_task(req, plan, exc.limits), spec.id) from None
 
     session = LazySession(opener)
     retain = None if plan.execution.retain_environments == "never" else plan.execution.retain_environments
@@ -286,6 +304,19 @@ async def _open(req: RunRequest, plan: ExecutionPlan, phase: str, evaluation: bo
             await closing
 
 
+# The key of a PreparedTask's metadata that says why the task could not be prepared (its image did not
+# build, or is missing): the run stage ends the attempt with it.
+PREPARE_FAILED = "prepare_failed"
+
+
+def prepare_failed_result(task_id: str, attempt: int, why: dict) -> RunResult:
+    """The result of an attempt whose task could not be prepared: run_error, class infrastructure,
+    ``error_stage`` 'prepare' (``retry`` prepares it again)."""
+    return RunResult(task_id=task_id, attempt=attempt, status=TaskStatus.RUN_ERROR, error=str(why.get("error")),
+                     error_stage="prepare", failure_class=FailureClass.INFRASTRUCTURE,
+                     metadata={"failure": {"class": FailureClass.INFRASTRUCTURE.value}})
+
+
 def prepare(job: AttemptJob) -> None:
     """Write the attempt's PreparedTask (+ the prepared workspace)."""
     req, plan, task = job.request, job.plan, job.task
@@ -299,7 +330,19 @@ def prepare(job: AttemptJob) -> None:
     if task.load_error is not None:  # nothing to prepare: the run stage reports the error
         job.write("prepared", PreparedTask(task_id=task.task_id, input=TaskInput(prompt="")))
         return
-    job.write("prepared", run_coroutine(prepare_in(req, plan, task, Path(job.folder))))
+    try:
+        prepared = run_coroutine(prepare_in(req, plan, task, Path(job.folder)))
+    except InfrastructureError as exc:
+        if retryable(exc):  # e.g. the engine out of reach: the job fails, the next run prepares again
+            raise
+        # the same on every try (an image that does not build, or is missing): the attempt's failure, which
+        # the run stage writes; the run goes on, and `retry` prepares again
+        LOG.warning(f"prepare {task.task_id} (attempt {plan.attempt}): {type(exc).__name__}: {exc}")
+        failed = PreparedTask(task_id=task.task_id, input=TaskInput(prompt=""), metadata={
+            PREPARE_FAILED: {"error": f"{type(exc).__name__}: {exc}"}})
+        job.write("prepared", failed, secrets=job.secrets)  # a build log may echo what the build was given
+        return
+    job.write("prepared", prepared)
 
 
 async def prepare_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, folder: Path,
@@ -334,8 +377,13 @@ def run(job: AttemptJob) -> None:
         )
         return harness.run(prepared, session, req, plan.harness_plan, context)
 
+    # every call of every try (a runtime retry's too), counted as it is made: whatever ends the attempt
+    # (an error, its time limit, a harness that raised) its result holds them
+    spent = Usage()
+
     async def once() -> RunResult:
         ATTEMPT_TRAJECTORY.set(trajectory)  # a ModelClient of this attempt records its calls there
+        ATTEMPT_USAGE.set(spent)  # ... and counts them there, as the model gateway does
         return await run_in(req, plan, prepared, attempt_dir, call)
 
     started = time.monotonic()
@@ -349,6 +397,10 @@ def run(job: AttemptJob) -> None:
         why = preflight.read_prepared_quarantine(prepared)
         if why is not None:  # its preflight did not pass: no sandbox, no model call
             result = preflight.quarantined_result(plan.task_id, plan.attempt, why)
+            break
+        failed = prepared.metadata.get(PREPARE_FAILED)
+        if isinstance(failed, dict):  # its task could not be prepared: no sandbox, no model call
+            result = prepare_failed_result(plan.task_id, plan.attempt, failed)
             break
         if task.load_error is not None:  # the task's own error: no sandbox, no model call
             result = RunResult(task_id=task.task_id, status=TaskStatus.RUN_ERROR, error=task.load_error, error_stage="load")
@@ -375,6 +427,7 @@ def run(job: AttemptJob) -> None:
         task_id=plan.task_id,
         attempt=plan.attempt,
         retries_used=retries,
+        usage=counted(result.usage, spent),
         timings={**result.timings, "run_seconds": round(time.monotonic() - started, 6)},
         provenance=dict(provenance.here()),
     )
@@ -426,15 +479,16 @@ def evaluate(job: AttemptJob) -> RunResult:
         return output
 
     started = time.monotonic()
+    judged = Usage()  # a judge's calls, counted as they are made: kept whatever ends the evaluation
     try:
-        result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir))
+        result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir, judged=judged))
     except Exception as exc:
         result = failures.failed(dataclasses.replace(
             output, status=TaskStatus.EVAL_ERROR, error=f"{type(exc).__name__}: {exc}", error_stage="evaluate",
             correct=None, score=None,
         ), exc, "evaluate")
     result = dataclasses.replace(
-        failures.classified(result, "evaluate"), timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
+        failures.classified(result, "evaluate"), usage=counted(result.usage, judged, "judge_"), timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
     )
     scrub_attempt_files(attempt_dir, Scrubber(job.secrets))  # a judge's calls in the trajectory
@@ -443,9 +497,11 @@ def evaluate(job: AttemptJob) -> RunResult:
 
 
 async def evaluate_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, prepared: PreparedTask,
-                      output: RunResult, folder: Path, who: str | None = None) -> RunResult:
-    """Score ``output`` in an evaluation session, with the files the run saved in ``folder``."""
+                      output: RunResult, folder: Path, who: str | None = None, judged: Usage | None = None) -> RunResult:
+    """Score ``output`` in an evaluation session, with the files the run saved in ``folder``; the model
+    calls made meanwhile (a judge's) count in ``judged``, when given."""
     ATTEMPT_TRAJECTORY.set(folder / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
+    ATTEMPT_USAGE.set(judged)
     benchmark = benchmark_for(req)
     seconds = EVALUATE_GRACE + benchmark.evaluation_seconds(plan.benchmark_plan)
     async with _open(req, plan, "evaluation", evaluation=True, who=who) as session, \
@@ -473,21 +529,29 @@ def metrics(job: RequestJob) -> None:
 
 
 def metrics_of(req: RunRequest, result_paths: list, out) -> None:
-    """Write ``out``, the metrics of the results at ``result_paths``."""
+    """Write ``out``, the metrics of the results at ``result_paths``.
+
+    Every figure is over the attempts ``results.left_out`` leaves in (no infrastructure failure, no
+    quarantined task): the Benchmark's metrics get only those, the summary counts only those in its
+    accuracy and pass@k, and ``scored_on`` says what that is (docs/reports.md).
+    """
     every = [read_json(p) for p in result_paths]
-    raw, scored_on = every, None
-    if req.execution.preflight is not None:  # the metrics are over the tasks that passed preflight
-        raw, scored_on = preflight.scored_on(every)
-    kept = {id(data) for data in raw}
-    results = [from_dict(RunResult, data, str(p)) for data, p in zip(every, result_paths) if id(data) in kept]
+    results = [from_dict(RunResult, data, str(p)) for data, p in zip(every, result_paths)
+               if results_data.left_out(data) is None]
     results.sort(key=lambda r: (r.task_id, r.attempt))
     metric = benchmark_for(req).aggregate_metrics(results, req)
-    metric.scored_on = scored_on
+    # counts by status are of every attempt but the quarantined (which ran nothing): an infrastructure failure
+    # is a failed attempt of the run (retry --only infrastructure), though no figure counts it
+    shown = [data for data in every if results_data.left_out(data) != results_data.QUARANTINED]
+    metric.counts = dict(sorted(Counter(data["status"] for data in shown).items()))
+    metric.num_attempts, metric.num_tasks = len(shown), len({data["task_id"] for data in shown})
+    scored = results_data.scored_on(every)
+    metric.scored_on = from_dict(ScoredOn, scored, "metrics scored_on")
     # request.json is not this rule's input, so the run is described by the request in hand
     run = results_data.Run(Path(out).parent, req.to_dict())
-    left_out = {q.task_id for q in scored_on.quarantined} if scored_on else set()
-    table = [row for row in results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in raw})
-             if row["task_id"] not in left_out]
+    quarantined = {q["task_id"] for q in scored["quarantined"]}
+    table = [row for row in results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in every})
+             if row["task_id"] not in quarantined]
     pricing = req.model.pricing.to_dict() if req.model.pricing else None
     metric.summary = from_dict(MetricSummary, results_data.summary(table, pricing), "metrics summary")
     write_file(stage(layout.METRICS).kind(), out, metric)

@@ -548,6 +548,13 @@ def cancel_scheduler_timers() -> int:
     return len(timers)
 
 
+def failed_jobs(workflow) -> list[str]:
+    """The rule of each job that failed in this invocation, sorted (its scheduler's record; none before it
+    exists, as when Snakemake stops on an error of its own before any job)."""
+    scheduler = getattr(workflow, "scheduler", None)
+    return sorted(str(job.rule.name) for job in getattr(scheduler, "failed", None) or ())
+
+
 def scheduler_timers() -> list[threading.Timer]:
     """The scheduler's re-selection timers alive in this process."""
     return [thread for thread in threading.enumerate()

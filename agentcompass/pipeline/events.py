@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from agentcompass import layout, results
-from agentcompass._util import aio, jsonio
+from agentcompass._util import jsonio
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, RunResult
 from agentcompass.stages import LAST_ATTEMPT_STAGE, SHARD, names
 from agentcompass.stages import stage as stage_of
 
-from . import engine, provenance, shards
+from . import engine, lifecycle, provenance, shards
 from .files import (
     AttemptFinished,
     AttemptsPlanned,
@@ -163,7 +163,7 @@ class Emitter:
         if not self._builds() or self.inv.inner is not None:
             return
         try:
-            result = results.outcomes(self.inv.orchestration, ok, reason=aio.stopping(),
+            result = results.outcomes(self.inv.orchestration, ok, reason=lifecycle.end_reason(ok),
                                       targets=engine.named_targets(self.inv.snakemake))
         except Exception as exc:  # a log line is not worth failing the run's end for
             LOG.warning(f"the request_finished events were not written: {type(exc).__name__}: {exc}")

@@ -85,6 +85,31 @@ class _Children:
 CHILDREN = _Children()
 
 
+# the rule of each job that failed in this process's last run (noted at its end, ``note_failures``)
+_FAILED_JOBS: list[str] = []
+
+
+def note_failures(rules: list[str]) -> None:
+    """The jobs that failed in the run now ending (``engine.failed_jobs``); an empty list forgets the last run's."""
+    _FAILED_JOBS[:] = rules
+
+
+def end_reason(ok: bool) -> str | None:
+    """Why the run in this process ended before its end, as its requests' outcomes say it; None when it ended well.
+
+    The stop's own reason (a signal, the deadline); else the jobs that failed; else Snakemake's
+    own error (a job's input it cannot make, a lock, its arguments), when no job failed.
+    """
+    reason = aio.stopping()
+    if reason is not None or ok:
+        return reason
+    if _FAILED_JOBS:
+        rules = ", ".join(dict.fromkeys(_FAILED_JOBS))
+        n = len(_FAILED_JOBS)
+        return f"{n} job{'s' if n > 1 else ''} failed ({rules}); Snakemake's output above names {'them' if n > 1 else 'it'}"
+    return "Snakemake stopped on an error of its own, and no job failed; its output above says which"
+
+
 class Lifecycle:
     """This process's stop: one per Snakemake invocation of the workflow."""
 

@@ -24,10 +24,8 @@ from agentcompass.runtime.base import HarnessContext
 from agentcompass.runtime.models import (
     FailureClass,
     PreparedTask,
-    Quarantined,
     RunRequest,
     RunResult,
-    ScoredOn,
     TaskStatus,
 )
 from agentcompass.runtime.registry import HARNESSES
@@ -137,35 +135,6 @@ def quarantine_of(result: dict[str, Any]) -> dict[str, Any] | None:
         return None
     why = (result.get("metadata") or {}).get(QUARANTINE)
     return why if isinstance(why, dict) else None
-
-
-def scored_on(results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], ScoredOn]:
-    """The results the metrics count (those of tasks that passed preflight), and what they are over."""
-    quarantined: dict[str, Quarantined] = {}
-    tasks: set[str] = set()
-    kept = []
-    for result in results:
-        tasks.add(result["task_id"])
-        why = quarantine_of(result)
-        if why is None:
-            kept.append(result)
-        else:
-            quarantined.setdefault(result["task_id"], Quarantined(result["task_id"], why["reason"], why.get("error")))
-    skipped = sum(1 for result in kept if result.get("status") == TaskStatus.SKIPPED.value)
-    return kept, ScoredOn(tasks=len(tasks), scored=len(tasks) - len(quarantined),
-                          quarantined=[quarantined[t] for t in sorted(quarantined)], skipped=skipped)
-
-
-def scored_on_line(scored: dict[str, Any]) -> str:
-    """``scored on 87 of 89 tasks; 2 quarantined: a (preflight_failed), b (preflight_flaky)``."""
-    from agentcompass._util.display import visible  # task ids are the task set's: printed safely
-
-    line = f"scored on {scored['scored']} of {scored['tasks']} tasks"
-    quarantined = scored.get("quarantined") or []
-    if quarantined:
-        line += f"; {len(quarantined)} quarantined: " + ", ".join(
-            f"{visible(q['task_id'])} ({q['reason']})" for q in quarantined)
-    return line
 
 
 # -- the fingerprint ---------------------------------------------------------------------------

@@ -153,8 +153,9 @@ def inner_argv(workflow, threads: int, resources: dict[str, int], force: list[st
         # The outer run holds the folder's lock; the inner one builds files no other job does.
         "--nolock",
     ]
-    for path in engine.config_files(workflow):
-        argv += ["--configfile", str(Path(path).absolute())]
+    paths = [str(Path(path).absolute()) for path in engine.config_files(workflow)]
+    if paths:  # one flag for all: Snakemake keeps only the last of repeated --configfile flags
+        argv += ["--configfile", *paths]
     if resources:
         argv += ["--resources", *[f"{name}={value}" for name, value in sorted(resources.items())]]
     if force:

@@ -60,6 +60,11 @@ def command_line_overrides(workflow) -> dict[str, Any]:
     raw = engine.config_args(workflow)
     if isinstance(raw, dict):
         return raw
+    return config_overrides(raw)
+
+
+def config_overrides(raw: list[str]) -> dict[str, Any]:
+    """``key=value`` arguments of ``--config`` as a config layer, with YAML types."""
     overrides: dict[str, Any] = {}
     for entry in raw:
         key, _, value = entry.partition("=")
@@ -68,6 +73,20 @@ def command_line_overrides(workflow) -> dict[str, Any]:
         except yaml.YAMLError:
             overrides[key] = value
     return overrides
+
+
+def repeated_config_files(argv: list[str]) -> None:
+    """Refuse ``snakemake --configfile a.yaml --configfile b.yaml``: Snakemake keeps only the last of repeated
+    flags, so the workflow would never see ``a.yaml`` (and might run the requests of another layer). Only the
+    ``snakemake`` command's own arguments are read (``python -m snakemake`` too)."""
+    program = Path(argv[0]) if argv else Path()
+    if program.name != "snakemake" and program.parts[-2:] != ("snakemake", "__main__.py"):
+        return
+    flags = [arg for arg in argv[1:] if arg.partition("=")[0] in ("--configfile", "--configfiles")]
+    if len(flags) > 1:
+        raise ConfigError(f"the command line gives {len(flags)} --configfile flags, and Snakemake keeps only the last "
+                          "one's files. Fix: give every file after one flag, in the order they merge: "
+                          "--configfile a.yaml b.yaml")
 
 
 def _params(w, *getters: Callable[[Any], Any]) -> Callable[[], tuple]:
@@ -104,6 +123,7 @@ class EvaluationWorkflow:
         # before any job starts: no Python process of this run imports from the working folder
         safe_import_path()
         aio.reset()
+        lifecycle.note_failures([])
         try:
             found = planted(os.getcwd(), getattr(workflow, "workdir_init", None) or os.getcwd())
             if found:
@@ -113,6 +133,7 @@ class EvaluationWorkflow:
                     + f" under {PIP_DEPLOYMENTS}: Snakemake puts that folder on the import path of every job "
                     "it starts, and agentcompass uses no pip deployments; remove the folder (what it holds "
                     "would run in this run's processes)")
+            repeated_config_files(sys.argv)
             config = load_run_config(
                 engine.config_files(workflow),
                 command_line_overrides(workflow),
@@ -284,6 +305,8 @@ class EvaluationWorkflow:
         """The run is over (``ok``: every job succeeded): write each request's outcome event, stop the
         progress line and the stop's timers, release the locks, and cancel what would hold the exit
         (the scheduler's re-selection timers), and stop the shards' fork server."""
+        if not ok and self.inv.snakemake is not None:
+            lifecycle.note_failures(engine.failed_jobs(self.inv.snakemake))
         self.events.run_finished(ok)
         progress.stop()
         if self.lifecycle is not None:

@@ -69,10 +69,9 @@ def build(run_dir: str | Path) -> Path:
     out = folder(run.path)
     rows = list(results.rows(run))
     metrics = _read_json(Path(layout.metrics_file(run.path)))
-    # with preflight, metrics.json counts the tasks that passed it: so do the figures (every attempt has its page)
-    quarantined = {q["task_id"] for q in ((metrics or {}).get("scored_on") or {}).get("quarantined", [])}
-    scored = [r for r in rows if r["task_id"] not in quarantined]
-    summary, note = _summary(metrics, scored)
+    # the figures leave out the quarantined attempts, as metrics.json does (every attempt has its page)
+    scored = [r for r in rows if r["left_out"] != results.QUARANTINED]
+    summary, scored_on, note = _summary(metrics, rows, (run.request.get("model") or {}).get("pricing"))
     for leftover in out.glob(".*.tmp"):  # of a build that was killed
         leftover.unlink()
     table = _attempt_pages(rows, out / "data" / "attempts")
@@ -83,7 +82,7 @@ def build(run_dir: str | Path) -> Path:
     drawn = _charts(summary, scored)
     for name, svg in drawn.items():
         write_text_atomic(out / name, _encodable(svg))
-    return write_text_atomic(out / INDEX, _encodable(_index_page(run, rows, metrics, summary, note, drawn)))
+    return write_text_atomic(out / INDEX, _encodable(_index_page(run, rows, metrics, summary, scored_on, note, drawn)))
 
 
 # -- the figures ---------------------------------------------------------------------------------
@@ -96,63 +95,33 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _summary(metrics: dict | None, rows: list[dict]) -> tuple[dict, str | None]:
-    """metrics.json's summary when metrics.json counts the attempts on disk, else one computed from
-    them, and why (a note for the page)."""
+def _summary(metrics: dict | None, rows: list[dict], pricing: dict | None) -> tuple[dict, dict, str | None]:
+    """metrics.json's summary and ``scored_on`` when metrics.json counts the attempts on disk, else both
+    computed from them as the metrics stage computes them (agentcompass.results), and why (a note)."""
     done = [r for r in rows if r["status"] != results.MISSING]
+    scored = [r for r in done if r["left_out"] != results.QUARANTINED]  # as metrics.json counts them
     if metrics is None:
-        return _computed(done), ("This run has no metrics.json yet (it has not finished): the figures are computed "
-                                 "from the attempts done so far.")
-    if dict(Counter(r["status"] for r in done)) != {k: v for k, v in metrics.get("counts", {}).items() if v}:
-        return _computed(done), ("metrics.json does not count the attempts on disk (the run has not finished since "
-                                 "they changed): the figures are computed from the attempts.")
-    summary = metrics.get("summary")
-    # a metrics.json written before it held a summary
-    return (_computed(done), None) if summary is None else (summary, None)
+        return _computed(scored, pricing), results.scored_on(done), (
+            "This run has no metrics.json yet (it has not finished): the figures are computed from the attempts "
+            "done so far.")
+    if dict(Counter(r["status"] for r in scored)) != {k: v for k, v in metrics.get("counts", {}).items() if v}:
+        return _computed(scored, pricing), results.scored_on(done), (
+            "metrics.json does not count the attempts on disk (the run has not finished since they changed): the "
+            "figures are computed from the attempts.")
+    summary, scored_on = metrics.get("summary"), metrics.get("scored_on")
+    # a metrics.json of a version before the summary, or before the one denominator: computed again
+    if not isinstance(summary, dict) or not isinstance(scored_on, dict) or "counted" not in scored_on \
+            or "counted" not in (summary.get("overall") or {}):
+        return _computed(scored, pricing), results.scored_on(done), None
+    return summary, scored_on, None
 
 
-def _spread(values: list[float]) -> dict | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        position = q * (len(ordered) - 1)
-        low = int(position)
-        high = min(low + 1, len(ordered) - 1)
-        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-    return {"mean": sum(ordered) / len(ordered), "p50": at(0.5), "p95": at(0.95)}
-
-
-def _stats(rows: list[dict]) -> dict:
-    """The summary's statistics of some attempts, for a metrics.json that has none (no interval, no pass@k)."""
-    verdicts = [r["correct"] for r in rows if r["correct"] is not None]
-    walls = [(r["run_seconds"] or 0) + (r["evaluate_seconds"] or 0) for r in rows
-             if r["run_seconds"] is not None or r["evaluate_seconds"] is not None]
-    return {
-        "attempts": len(rows),
-        "counts": dict(Counter(r["status"] for r in rows)),
-        "errors": dict(Counter(results.error_kind(r["status"], r["error"]) for r in rows if r["status"] in ERROR_STATUSES)),
-        "failures": dict(Counter(r["failure_class"] for r in rows
-                                 if r["failure_class"] is not None and r["status"] != TaskStatus.COMPLETED.value)),
-        "accuracy": sum(1 for v in verdicts if v) / len(verdicts) if verdicts else None,
-        "accuracy_ci95": None,
-        "pass_at_k": {},
-        "calls": int(sum(r["calls"] or 0 for r in rows)),
-        "prompt_tokens": int(sum(r["prompt_tokens"] or 0 for r in rows)),
-        "completion_tokens": int(sum(r["completion_tokens"] or 0 for r in rows)),
-        "latency_seconds": _spread([r["latency_seconds"] for r in rows if r["latency_seconds"] is not None]),
-        "wall_seconds": _spread(walls),
-        "cost_usd": None,
-    }
-
-
-def _computed(rows: list[dict]) -> dict:
+def _computed(rows: list[dict], pricing: dict | None) -> dict:
     by_category: dict[str, list[dict]] = {}
     for r in rows:
         by_category.setdefault(_category(r["category"]), []).append(r)
-    return {"overall": _stats(rows), "by_category": {k: _stats(v) for k, v in sorted(by_category.items())}}
+    return {"overall": results.stats(rows, pricing),
+            "by_category": {k: results.stats(v, pricing) for k, v in sorted(by_category.items())}}
 
 
 def _category(value: str | None) -> str:
@@ -232,8 +201,8 @@ def _charts(summary: dict, rows: list[dict]) -> dict[str, str]:
     for name, stats in sorted(categories.items()):
         accuracy = stats.get("accuracy")
         interval = stats.get("accuracy_ci95")
-        text = "no verdict" if accuracy is None else f"{accuracy:.3f}"
-        bars.append(charts.Bar(name, accuracy or 0.0, f"{text} (n={stats.get('attempts', 0)})",
+        text = "none counted" if accuracy is None else f"{accuracy:.3f}"
+        bars.append(charts.Bar(name, accuracy or 0.0, f"{text} (n={stats.get('counted', stats.get('attempts', 0))})",
                                interval=tuple(interval) if interval else None))
     category_chart = charts.bars("Accuracy by category" + (" (95% interval)" if any(b.interval for b in bars) else ""),
                                  bars[:MOST_BARS * 2], scale=1.0, empty="no attempt has finished",
@@ -343,8 +312,8 @@ def _kv(pairs: list[tuple[str, Any]]) -> str:
     return '<table class="kv">' + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in pairs) + "</table>"
 
 
-def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summary: dict, note: str | None,
-                drawn: dict[str, str]) -> str:
+def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summary: dict, scored_on: dict,
+                note: str | None, drawn: dict[str, str]) -> str:
     request = run.request
     overall = summary.get("overall") or {}
     done = sum(1 for r in rows if r["status"] != results.MISSING)
@@ -381,13 +350,9 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
         _card("wall time per attempt (p50)", wall, wall_detail),
         "</div>",
     ]
-    scored_on = (metrics or {}).get("scored_on")
-    if scored_on:  # preflight: the tasks the figures are over, and those quarantined with their reason
-        quarantined = scored_on.get("quarantined") or []
-        parts.append(f'<p class="note" id="preflight">Scored on {scored_on["scored"]} of {scored_on["tasks"]} tasks '
-                     f'(preflight); {len(quarantined)} quarantined'
-                     + (": " + ", ".join(f"{_esc(q['task_id'])} ({_esc(q['reason'])})" for q in quarantined)
-                        if quarantined else "") + ".</p>")
+    # what every figure is over, and what was left out (infrastructure failures, quarantined tasks)
+    parts.append(f'<p class="note" id="scored-on">Accuracy, pass@k and the benchmark metrics are scored '
+                 f'{_esc(results.denominator_line(scored_on))}.</p>')
     if metrics is not None and not note and metrics.get("metrics"):
         parts.append("<h3>Benchmark metrics (metrics.json)</h3>")
         parts.append(_kv([(k, "\u2013" if v is None else v) for k, v in sorted(metrics["metrics"].items())]))

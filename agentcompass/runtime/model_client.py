@@ -13,6 +13,11 @@ of the attempt's trajectory, and counts what the attempt cost in ``usage``:
     total_tokens       prompt_tokens + completion_tokens
     latency_seconds    time spent waiting on the endpoint (backoff sleeps excluded)
 
+Each call also counts in the attempt's own ``Usage`` (``ATTEMPT_USAGE``), which
+the stage that runs the attempt holds and reads whatever ended it: the calls
+an attempt made count in its result even when an error, its time limit or a
+harness that raised ended it before the harness could report them.
+
 A 429, a 5xx, a timeout or a dropped connection is retried with exponential
 backoff and jitter (a ``Retry-After`` header, capped, sets the wait instead);
 when the retries run out, ``ModelCallError`` names the last error. A reply
@@ -36,6 +41,7 @@ import math
 import random
 import re
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +120,10 @@ class Trajectory:
 # The trajectory of the attempt being run, set by the run stage: a ModelClient made without
 # one (a harness-free Benchmark's) records its calls there.
 ATTEMPT_TRAJECTORY: contextvars.ContextVar[Path | None] = contextvars.ContextVar("attempt_trajectory", default=None)
+# What the attempt being run spent on model calls: a Usage the stage that runs it (run, evaluate) owns and
+# reads after the attempt, however it ended. Every ModelClient and model gateway made while it is set counts
+# each call there too.
+ATTEMPT_USAGE: contextvars.ContextVar["Usage | None"] = contextvars.ContextVar("attempt_usage", default=None)
 
 
 @dataclass(slots=True)
@@ -198,6 +208,9 @@ class ChatReply:
     malformed: str | None = None
 
 
+_COUNTING = threading.Lock()  # a gateway counts from its own threads
+
+
 @dataclass
 class Usage:
     calls: int = 0
@@ -205,6 +218,15 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_seconds: float = 0.0
+
+    def add(self, calls: int = 0, retries: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0,
+            latency_seconds: float = 0.0) -> None:
+        with _COUNTING:
+            self.calls += calls
+            self.retries += retries
+            self.prompt_tokens += prompt_tokens
+            self.completion_tokens += completion_tokens
+            self.latency_seconds += latency_seconds
 
     @property
     def total_tokens(self) -> int:
@@ -219,6 +241,15 @@ class Usage:
             "total_tokens": self.total_tokens,
             "latency_seconds": round(self.latency_seconds, 6),
         }
+
+
+def counted(reported: dict[str, Any], spent: Usage, prefix: str = "") -> dict[str, Any]:
+    """The usage a result records: what its code reported, with the calls its stage counted (``spent``, under
+    ``prefix``) in place of that code's own count when it counted any. The stage's count holds every call,
+    those of a try that raised included; the code's own keys beyond it stay."""
+    if not spent.calls:
+        return dict(reported)
+    return {**reported, **{f"{prefix}{key}": value for key, value in spent.as_dict().items()}}
 
 
 def token_count(value: Any) -> int | None:
@@ -342,6 +373,7 @@ class ModelClient:
         self.model = model
         self.config = config or ModelCallConfig()
         self.usage = Usage()
+        self._attempt_usage = ATTEMPT_USAGE.get()  # the attempt's, counted with this client's own
         # the URL as configured (a ${VAR} stays one): what errors and records name
         self.url = model.base_url.rstrip("/") + "/chat/completions"
         attempt_trajectory = ATTEMPT_TRAJECTORY.get()
@@ -421,7 +453,7 @@ class ModelClient:
                     failed = ModelCallError(f"model call failed after {tries} tries; last error: {exc}")
                     failed.status = exc.status  # the last reply's, when one came: the failure's HTTP status class
                     raise failed from None
-                self.usage.retries += 1
+                self._count(retries=1)
                 await asyncio.sleep(self._delay(number, exc.retry_after))
             except ModelCallError as exc:
                 extra = {} if exc.reply is None else {"reply": exc.reply}
@@ -435,6 +467,11 @@ class ModelClient:
                 return data
         raise AssertionError("unreachable")
 
+    def _count(self, **amounts: Any) -> None:
+        self.usage.add(**amounts)
+        if self._attempt_usage is not None and self._attempt_usage is not self.usage:
+            self._attempt_usage.add(**amounts)
+
     @staticmethod
     def _record(trajectory: Trajectory | None, where: dict, body: dict, number: int, **outcome: Any) -> None:
         if trajectory is not None:
@@ -442,7 +479,7 @@ class ModelClient:
 
     async def _post_once(self, body: dict[str, Any]) -> tuple[int, Any, str | None]:
         """One POST: its status, its body, and which token counts could not be read."""
-        self.usage.calls += 1
+        self._count(calls=1)
         started = time.monotonic()
         assert self._http is not None  # opened by the caller, _post
         try:
@@ -452,7 +489,7 @@ class ModelClient:
         except httpx.RequestError as exc:  # refused, reset, closed without a reply, a body that breaks off
             raise _RetryableError(f"connection failed: {type(exc).__name__}: {exc}") from None
         finally:
-            self.usage.latency_seconds += time.monotonic() - started
+            self._count(latency_seconds=time.monotonic() - started)
         if reply is None:
             too_long = ModelCallError(f"the model's reply is more than {REPLY_LIMIT} bytes, the most agentcompass "
                                       "reads of one reply")
@@ -470,8 +507,7 @@ class ModelClient:
         except (json.JSONDecodeError, UnicodeDecodeError):
             return reply.status_code, reply.text, None
         prompt, completion, unread = reply_tokens(data.get("usage") if isinstance(data, dict) else None)
-        self.usage.prompt_tokens += prompt
-        self.usage.completion_tokens += completion
+        self._count(prompt_tokens=prompt, completion_tokens=completion)
         bad = not_unicode(data)
         if bad is not None:
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in bad).lstrip(".") or "the body"

@@ -22,7 +22,25 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing (a test's output stays its own)."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def send_json(handler: BaseHTTPRequestHandler, data: bytes, status: int = 200, headers: Mapping[str, str] = {}) -> None:
+    """Answer ``handler``'s request with the JSON ``data``, its length and ``headers``."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 @dataclass
@@ -169,7 +187,7 @@ class ScriptedEndpoint:
     def __enter__(self) -> "ScriptedEndpoint":
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints do
 
             def do_POST(self) -> None:  # noqa: N802 (http.server naming)
@@ -199,16 +217,7 @@ class ScriptedEndpoint:
                 if step.delay:
                     endpoint._closing.wait(step.delay)
                 data = step.body if isinstance(step.body, bytes) else json.dumps(step.body).encode()
-                self.send_response(step.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in step.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
+                send_json(self, data, step.status, step.headers)
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request, client_address) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentcompass.gateway import ROUTES, ModelGateway
+from agentcompass.testing.endpoint import QuietHandler, send_json
 from environments.conftest import isolating_provider, provider  # noqa: F401 (fixtures)
 from environments.envkit import Provider
 
@@ -96,7 +97,7 @@ class RecordingUpstream(LoopbackUpstream):
         seen = self.seen = []
         headers = self.headers = []
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def handle_one_request(self) -> None:
                 self.raw_requestline = self.rfile.readline(65537)
                 if not self.raw_requestline or not self.parse_request():
@@ -107,15 +108,8 @@ class RecordingUpstream(LoopbackUpstream):
                 data = json.dumps({"object": "list", "data": [{"id": "m"}]} if self.command == "GET"
                                   else {"choices": [{"message": {"role": "assistant", "content": "ok"}}],
                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, data)
                 self.close_connection = True
-
-            def log_message(self, *args) -> None:
-                pass
 
         return self.serve(Handler)
 

@@ -13,7 +13,6 @@ both providers. The trajectory holds neither.
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from adversarial.test_gateway import CHAT, LoopbackUpstream, over_socket, parse_reply, raw_request
 from agentcompass.gateway import KEY_PLACEHOLDER, ModelGateway
 from agentcompass.secrets import resolve_secret
+from agentcompass.testing.endpoint import QuietHandler, send_json
 from environments.conftest import isolating_provider, provider  # noqa: F401 (fixtures)
 from environments.envkit import Provider
 
@@ -34,7 +34,7 @@ class EchoingUpstream(LoopbackUpstream):
     """An HTTP server on 127.0.0.1 whose every reply repeats the request's headers, in every place it can."""
 
     def __enter__(self) -> "EchoingUpstream":
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 received = {k: v for k, v in self.headers.items()}
@@ -44,18 +44,12 @@ class EchoingUpstream(LoopbackUpstream):
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1},
                     "echo": received, auth: "as a key", "repr": repr(received),
                 }).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("X-Echo-Authorization", auth)
-                self.send_header("X-Echo-Org", self.headers.get("X-Org-Token") or "")
-                self.send_header(f"X-{auth.split()[-1]}", "the key as a header's name")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, data, headers={
+                    "X-Echo-Authorization": auth,
+                    "X-Echo-Org": self.headers.get("X-Org-Token") or "",
+                    f"X-{auth.split()[-1]}": "the key as a header's name",
+                })
                 self.close_connection = True
-
-            def log_message(self, *args) -> None:
-                pass
 
         return self.serve(Handler)
 

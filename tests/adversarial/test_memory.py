@@ -330,8 +330,9 @@ def test_no_command_of_the_sandbox_sees_the_file_helper(sandboxed_provider: Prov
 GATEWAY = '''
     import http.server, threading
     from agentcompass.gateway import ModelGateway
+    from agentcompass.testing.endpoint import QuietHandler, send_json
 
-    class Upstream(http.server.BaseHTTPRequestHandler):
+    class Upstream(QuietHandler):
         def do_POST(self):
             left = int(self.headers.get("Content-Length") or 0)
             while left > 0:  # read and dropped: this server's memory is the child's too
@@ -341,14 +342,7 @@ GATEWAY = '''
                 left -= len(got)
             data = json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}],
                                "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
+            send_json(self, data)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()

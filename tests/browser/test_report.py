@@ -76,7 +76,8 @@ def test_the_index_draws_every_chart_with_no_console_error(browser_page, agent_r
     for chart in charts:
         assert chart["width"] > 0 and chart["height"] > 0 and chart["drawn"] > 0, chart
     summary = page.inner_text("#summary")
-    assert "5 of 5" in summary and "0.500" in summary  # two right of the four with a verdict
+    # two right of the five: the failed attempt (not an infrastructure failure) is wrong, as in the benchmark metrics
+    assert "5 of 5" in summary and "0.400" in summary and "scored on 5 of 5 tasks" in summary
     assert "run_error: model call failed after N tries" in page.inner_text("#errors")
     assert "endpoint" in page.inner_text("#failures")  # the water task's HTTP 500s, after their retries
     assert page.inner_text("#attempts-info") == "5 of 5 attempts"

@@ -60,6 +60,7 @@ FAULTS = {
 class SandboxFaultConfig(ComponentConfig):
     fault: str = config_field(default="kill_container", choices=sorted(FAULTS), description="How the sandbox is ended.")
     faults: int = config_field(default=1, description="Calls per attempt whose sandbox is ended mid-command.")
+    only_task: str = config_field(default="", description="The one task whose attempts are faulted; every task when empty.")
 
 
 @HARNESSES.register()
@@ -76,7 +77,7 @@ class SandboxFault(BaseHarness):
         counter = context.attempt_dir / "fault-calls"
         calls = int(counter.read_text()) if counter.exists() else 0
         counter.write_text(str(calls + 1))
-        if calls < plan.params["faults"]:
+        if calls < plan.params["faults"] and plan.params.get("only_task", "") in ("", prepared.task_id):
             ending = asyncio.ensure_future(asyncio.to_thread(FAULTS[plan.params["fault"]], env))
             try:
                 ran = await env.exec(LONG_COMMAND)

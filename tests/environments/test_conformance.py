@@ -201,6 +201,38 @@ def test_directory_tree_round_trips_byte_identically(provider, tmp_path):
     assert snapshot(out) == snapshot(tree)
 
 
+def test_links_are_copied_as_links_whatever_their_target_text(provider, tmp_path):
+    # a workspace's links as an agent may leave them: climbing above the folder the copy lands in
+    # (Docker's own extraction refuses such a link), above the root, absolute, dangling; each
+    # arrives as a link with the same text, in and out, and nothing is written through one
+    links = {
+        "up": "../../etc/hostname",
+        "far": "../" * 12 + "etc/hostname",
+        "abs": "/etc/hostname",
+        "dangling": "../../no/such/file",
+        "sub/up": "../../../landed",
+    }
+    tree = tmp_path / "job"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "file.txt").write_text("kept\n")
+    for name, target in links.items():
+        (tree / name).symlink_to(target)
+    out = tmp_path / "back"
+    show = "; ".join(f'printf "%s\\n" "$(readlink job/{name})"' for name in links)
+
+    async def body(s):
+        await s.upload(tree, "job")
+        shown = await s.exec(f"{show}; test -e landed || test -e ../landed || echo none-landed", shell=True)
+        await s.download("job", out)
+        return shown
+
+    shown = provider.run(body)
+    assert shown.returncode == 0, shown
+    assert shown.stdout.splitlines() == [*links.values(), "none-landed"]
+    assert {name: os.readlink(out / name) for name in links} == links
+    assert snapshot(out) == snapshot(tree)
+
+
 def test_upload_into_an_existing_directory_merges_with_its_files(provider, tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()

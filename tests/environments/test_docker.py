@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentcompass.environments.docker import DockerConfig, DockerEnvironment
+from agentcompass.runtime.base import ImageBuildError
 from agentcompass.runtime.config import ConfigError, build_component_config
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 
@@ -112,6 +114,63 @@ def test_image_is_built_from_a_dockerfile_with_its_workdir_and_build_args(engine
     workdir, cat = provider.run(body)
     assert workdir == "/app"
     assert cat.stdout == "from the build context\nbuilt\n"
+
+
+def test_a_missing_base_image_is_a_clear_error_naming_it_and_the_engine_is_not_asked(engine, tmp_path):
+    # the engine would try to pull it (whatever pull=False says): here a registry on loopback where
+    # nothing listens, so that without the check the build fails another way, and no traffic leaves
+    missing = "127.0.0.1:9/agentcompass/no-such-base:never"
+    context = tmp_path / "task"
+    context.mkdir()
+    (context / "Dockerfile").write_text(textwrap.dedent(f"""\
+        ARG BASE={TEST_IMAGE}
+        FROM {TEST_IMAGE} AS tools
+        FROM tools
+        FROM ${{BASE}}
+        RUN echo built
+        """))
+    label = unique_label("nobase")
+
+    async def main():
+        await DockerEnvironment().open(
+            EnvironmentSpec(id="docker", params={"dockerfile": str(context / "Dockerfile"), "build_args": {"BASE": missing}}),
+            NetworkPolicy(), label,
+        )
+
+    with pytest.raises(ImageBuildError) as raised:
+        asyncio.run(main())
+    assert f"starts FROM '{missing}', which is not on the engine, and nothing is pulled" in str(raised.value)
+    assert f"`docker pull {missing}` where a registry is reachable, `docker load`" in str(raised.value)
+    assert containers(engine, label) == []
+
+
+def test_the_engine_ci_starts_reaches_no_registry_for_a_missing_image(engine):
+    # .ci/docker-up.sh and .ci/podman-up.sh configure their engine so; asked directly (the provider never
+    # asks), it fails at once on this machine
+    import docker
+
+    if os.environ.get("AGENTCOMPASS_TEST_OFFLINE_ENGINE") != "1":
+        pytest.skip("the engine at DOCKER_HOST is not one .ci/ started (AGENTCOMPASS_TEST_OFFLINE_ENGINE=1 in its env)")
+    public = "docker.io/library/agentcompass-no-such-image"
+    if docker_engine() == "docker":
+        # checked before anything is asked of it: a pull goes to the loopback proxy where nothing listens
+        info = engine.info()
+        assert (info.get("HttpProxy"), info.get("HttpsProxy"), info.get("NoProxy")) == (
+            "http://127.0.0.1:9", "http://127.0.0.1:9", ""), info
+        refused = ["127.0.0.1:9", "connection refused"]
+    else:
+        refused = ["docker.io", "blocked"]  # registries.conf blocks it
+    started = time.monotonic()
+    try:  # the engine refuses the pull, or streams its error
+        pulled = str(list(engine.api.pull(public, tag="never", stream=True, decode=True)))
+    except docker.errors.APIError as exc:
+        pulled = str(exc)
+    with pytest.raises(docker.errors.BuildError) as built:
+        engine.images.build(fileobj=io.BytesIO(f"FROM {public}:never\n".encode()), pull=False, rm=True, forcerm=True)
+    build_log = str(built.value) + "".join(str(line) for line in built.value.build_log)
+    for fragment in refused:
+        assert fragment in pulled and fragment in build_log, (fragment, pulled, build_log)
+    assert time.monotonic() - started < 10
 
 
 def test_default_workdir_is_workspace_when_the_image_sets_none(docker_provider):

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from agentcompass.environments.leftovers import LABEL_VAR, SESSION_VAR, environment_markers, marked_processes
-from agentcompass.environments.bubblewrap import sandbox_support
+from agentcompass.environments.bubblewrap import _mask_sources, hidden_paths, sandbox_support
 from agentcompass.environments.netns import network_isolation
 from agentcompass.runtime.models import NetworkPolicy
 
@@ -125,6 +128,21 @@ asyncio.run(main())
 """
 
 
+def sandbox_folders(pid: int) -> list[Path]:
+    """The bubblewrap sandbox folders (``agentcompass-mask-*``) that the process ``pid`` made."""
+    from agentcompass.environments.leftovers import MASK_PREFIX, MASK_RECORD
+
+    found = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{MASK_PREFIX}*"):
+        try:
+            owner = json.loads((folder / MASK_RECORD).read_text())["owner"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if owner.split(":")[1] == str(pid):
+            found.append(folder)
+    return found
+
+
 def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
     label = unique_label("hostkill")
     run_id = label.split("-")[0]
@@ -133,6 +151,11 @@ def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
         holder, session_id, workspace = owner.stdout.readline().split()
         left = marked_processes(SESSION_VAR, session_id)
         assert int(holder) in left and len(left) >= 2
+        # the sandbox's folder of masks (unreadable host files hidden), one per process: the killed owner's
+        # is removed by clean, a live one's (this process's) is not
+        masks = sandbox_folders(owner.pid)
+        assert len(masks) == (1 if host.params["sandbox"] == "bubblewrap" and hidden_paths() else 0), masks
+        live = Path(_mask_sources()[0]).parent if hidden_paths() else None
         owner.kill()
         owner.wait()
         assert wait_gone([int(holder)]) == [], "the holder outlived the process that owned it"
@@ -152,6 +175,9 @@ def test_holder_dies_with_its_owner_and_clean_ends_the_commands_left(host):
         assert label in cleaned.stdout
         assert wait_gone(orphans) == []
         assert not os.path.exists(workspace), "clean removes the workspace of a session that never closed"
+        assert [str(m) for m in masks if m.exists()] == [], "clean removes the sandbox folder of a dead owner"
+        assert all(f"removed sandbox folder {m} (owner " in cleaned.stdout for m in masks), cleaned.stdout
+        assert live is None or live.is_dir(), "clean spares the sandbox folder of a live owner"
     finally:
         owner.kill()
         owner.wait()

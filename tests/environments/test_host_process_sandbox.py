@@ -132,3 +132,36 @@ def test_cpus_is_a_cpu_quota_on_the_cgroup_every_command_is_in():
     first, second, quota = Provider("host_process").run(body, cpus=0.5)
     assert second == first  # every command, and what it starts, in the session's cgroup
     assert quota == 50_000  # half of each 100 ms period
+
+
+MASKS = """
+import atexit, json, os, sys
+from agentcompass.environments import bubblewrap
+from agentcompass.environments.leftovers import MASK_RECORD
+folder = os.path.dirname(bubblewrap._mask_sources()[0])
+record = json.load(open(os.path.join(folder, MASK_RECORD)))
+child = os.fork()
+if child == 0:  # a forked child ends as the fork server's do: the atexit functions, then os._exit
+    atexit._run_exitfuncs()
+    os._exit(0)
+os.waitpid(child, 0)
+print(json.dumps({"folder": folder, "owner": record["owner"], "after_child": os.path.isdir(folder)}), flush=True)
+"""
+
+
+def test_the_sandbox_folder_records_its_owner_and_outlives_a_forked_childs_exit():
+    """The folder of masks (one per process) names the process that made it, for 'agentcompass clean'; the
+    exit of a child forked from that process leaves it, and the process's own exit removes it."""
+    import pytest
+
+    from agentcompass.environments.bubblewrap import hidden_paths
+    from agentcompass.environments.leftovers import owner_token
+
+    if not hidden_paths():
+        pytest.skip("nothing on this machine to hide: no folder of masks is made")
+    done = subprocess.run([sys.executable, "-c", MASKS], capture_output=True, text=True, timeout=60, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["after_child"] is True
+    assert seen["owner"].split(":")[0] == owner_token().split(":")[0] and seen["owner"].split(":")[1].isdigit()
+    assert not os.path.exists(seen["folder"])  # its owner ended: the folder went with it

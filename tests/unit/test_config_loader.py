@@ -542,3 +542,45 @@ def test_a_number_for_a_text_parameter_is_its_text_and_other_types_are_refused()
     assert build_component_config(Cfg, {"answer": None, "keep": None}, "where") == Cfg()
     with pytest.raises(ConfigError, match="keep must be bool, got 'maybe'"):
         build_component_config(Cfg, {"keep": "maybe"}, "where")
+
+
+def test_snakemake_reads_every_config_file_of_the_argv_in_order(tmp_path):
+    """``--config a.yaml --config b.yaml`` reaches Snakemake as one ``--configfile a b``: Snakemake keeps only
+    the last of repeated flags, and the workflow then read b.yaml (and the project config's requests) only."""
+    from snakemake.cli import parse_args
+
+    from agentcompass import sdk
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    argv = sdk.snakemake_argv({"runtime": {"progress": False}}, [a, b], 2, ["-n"], workdir=tmp_path)
+    parsed = parse_args(argv)[1]
+    assert [str(p) for p in parsed.configfile] == [str(a), str(b)]
+    assert parsed.config == ['runtime={"progress": false}'] and parsed.dryrun
+    for extra in (["--configfile", str(a)], ["--configfiles=x.yaml"], ["--config", "runtime={}"]):
+        with pytest.raises(ConfigError, match="among Snakemake's arguments.*Fix: give config files with --config"):
+            sdk.snakemake_argv(None, [b], 2, extra)
+
+
+def test_plain_snakemake_with_repeated_configfile_flags_is_refused():
+    from agentcompass.pipeline.workflow import repeated_config_files
+
+    for program in ("/venv/bin/snakemake", "/venv/lib/python3.12/site-packages/snakemake/__main__.py"):
+        with pytest.raises(ConfigError, match="2 --configfile flags.*--configfile a.yaml b.yaml"):
+            repeated_config_files([program, "--configfile", "a.yaml", "--configfile=b.yaml", "-n"])
+        repeated_config_files([program, "--configfile", "a.yaml", "b.yaml"])  # one flag: fine
+    # another program's own arguments (a script that calls the SDK) are not Snakemake's
+    repeated_config_files(["/venv/bin/agentcompass", "--configfile", "a", "--configfile", "b"])
+
+
+def test_two_files_layer_in_order_over_the_project_config(isolated, tmp_path):
+    """The issue's case: a.yaml declares the requests, b.yaml only settings: a's requests with b's settings
+    over a's, and none of the project config's requests."""
+    write_yaml(tmp_path / "configs" / "config.yaml", {"requests": {"example-oracle": request()}})
+    a = write_yaml(tmp_path / "a.yaml", {"requests": {"mine": request()}, "execution": {"attempts": 2},
+                                         "benchmarks": {"example_exact_match": {"limit": 3, "case_sensitive": True}}})
+    b = write_yaml(tmp_path / "b.yaml", {"benchmarks": {"example_exact_match": {"limit": 2}}})
+    config = load_run_config([a, b], start=tmp_path)
+    assert list(config.data["requests"]) == ["mine"]
+    assert config.data["benchmarks"]["example_exact_match"] == {"limit": 2, "case_sensitive": True}
+    assert config.data["execution"] == {"attempts": 2}
+    assert config.source_of(("benchmarks", "example_exact_match", "limit")) == str(b)

@@ -81,6 +81,10 @@ def first(wildcards):
     return []
 
 
+onerror:
+    note("failed_jobs", engine.failed_jobs(workflow))
+
+
 onstart:
     note("planned_at_start", sorted(rule for rule, _ in engine.planned_jobs(workflow)))
     note("named_targets", engine.named_targets(workflow))
@@ -319,6 +323,7 @@ def test_job_announcements_are_dropped_and_finished_jobs_and_errors_kept(plain: 
     failed = snakemake(flow, "--cores", "1", "--config", "unannounced=1", "fail=1")
     assert failed.returncode != 0 and announced(failed.stderr) == []
     assert "Error in rule a:" in failed.stderr  # what failed is still told, with its files
+    assert observed(flow)["failed_jobs"] == ["a"]  # the jobs that failed, as the end of a run names them
     done = snakemake(flow, "--cores", "1", "--config", "unannounced=1")
     assert done.returncode == 0, done.stderr[-2000:]
     assert announced(done.stderr) == []

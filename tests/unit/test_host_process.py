@@ -374,3 +374,20 @@ def test_exec_timeout_is_bounded_when_a_descendant_escapes_the_process_group():
 
     result = run(body)
     assert result.timed_out is True
+
+
+def test_a_none_phase_the_machine_cannot_isolate_names_the_fix_wherever_none_came_from(monkeypatch):
+    """The 'none' may be the benchmark's or the task's (a task folder's allow_internet = false), which the user
+    never set: the fix named is the request's own policy, which overrides theirs."""
+    from agentcompass.environments import bubblewrap, netns
+
+    monkeypatch.setattr(bubblewrap, "sandbox_support", lambda: (False, "no user namespaces here"))
+    monkeypatch.setattr(netns, "network_isolation", lambda: (False, "no user namespaces here"))
+    for refuse, what in ((bubblewrap.require_sandbox, "host_process (network policy 'none' in this session)"),
+                         (netns.require_isolation, "host_process (run phase)")):
+        with pytest.raises(ConfigError) as refused:
+            refuse(what)
+        message = str(refused.value)
+        assert message.startswith(what) and "no user namespaces here" in message, message
+        assert "to 'public' in the request's environment (`run_network: public`, likewise `baseline_network` and " \
+            "`evaluation_network`; a request's policy overrides the benchmark's or the task's)" in message, message

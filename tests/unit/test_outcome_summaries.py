@@ -143,3 +143,38 @@ def test_hostile_task_ids_and_a_planted_shard_record_link_count_nothing_outside_
     [outcome] = results.outcomes(orchestration, False).outcomes
     assert (outcome.total, outcome.done) == (4, 0)
     assert all("/" not in layout.task_segment(t) and layout.task_segment(t) != ".." for t in hostile)
+
+
+def test_each_way_a_run_ends_without_a_requests_metrics_says_why(run, monkeypatch):
+    """The end-of-run line never says a job failed when none did: a run that ended well without the
+    request's metrics.json built less than the request; one that did not end well says why it stopped."""
+    from agentcompass._util import aio
+    from agentcompass.pipeline import lifecycle
+    from agentcompass.pipeline.targets import ONLY_ENV
+
+    orchestration, folder = run
+    Path(layout.metrics_file(folder)).unlink()
+    monkeypatch.delenv(ONLY_ENV, raising=False)
+    [ended_well] = results.outcomes(orchestration, True).outcomes
+    assert ended_well.state == "partial" and "without error" in ended_well.reason
+    assert "failed" not in ended_well.reason
+    monkeypatch.setenv(ONLY_ENV, "preflight")  # agentcompass check
+    assert results.outcomes(orchestration, True).outcomes[0].reason == "only each task's preflight was asked for"
+
+    aio.reset()
+    lifecycle.note_failures([])
+    try:
+        assert lifecycle.end_reason(True) is None
+        own = lifecycle.end_reason(False)  # Snakemake's own error (a lock, an input it cannot make): no job failed
+        assert own == "Snakemake stopped on an error of its own, and no job failed; its output above says which"
+        lifecycle.note_failures(["tasks"])
+        assert lifecycle.end_reason(False) == "1 job failed (tasks); Snakemake's output above names it"
+        lifecycle.note_failures(["attempt", "attempt", "metrics"])
+        assert lifecycle.end_reason(False) == "3 jobs failed (attempt, metrics); Snakemake's output above names them"
+        aio.cancel_running("it received SIGTERM")  # a stop's own reason comes first
+        assert lifecycle.end_reason(False) == "it received SIGTERM"
+        [stopped] = results.outcomes(orchestration, False, reason=lifecycle.end_reason(False)).outcomes
+        assert (stopped.state, stopped.reason) == ("stopped", "it received SIGTERM")
+    finally:
+        aio.reset()
+        lifecycle.note_failures([])

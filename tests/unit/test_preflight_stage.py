@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -10,7 +9,8 @@ from agentcompass import layout
 from agentcompass.benchmarks.example_exact_match import ExampleExactMatchBenchmark
 from agentcompass.pipeline import reading, reuse
 from agentcompass.pipeline.fingerprints import AttemptView, component_versions
-from agentcompass.pipeline.preflight import preflight_param, scored_on
+from agentcompass.pipeline.preflight import preflight_param
+from agentcompass.results import left_out, scored_on
 from agentcompass.plugins import load_components
 from agentcompass.runtime.base import BaseBenchmark
 from agentcompass.runtime.config import ConfigError, load_run_config
@@ -97,7 +97,8 @@ def test_metrics_leave_out_the_quarantined_tasks_and_name_them():
 
     quarantined = {"status": "skipped", "error_stage": "preflight",
                    "metadata": {"quarantine": {"reason": "preflight_flaky", "error": "runs disagree"}}}
-    kept, where = scored_on([result("a"), result("b", **quarantined), result("c", "skipped")])
-    assert [r["task_id"] for r in kept] == ["a", "c"]
-    assert (where.tasks, where.scored, where.skipped) == (3, 2, 1)
-    assert [dataclasses.astuple(q) for q in where.quarantined] == [("b", "preflight_flaky", "runs disagree")]
+    every = [result("a"), result("b", **quarantined), result("c", "skipped")]
+    where = scored_on(every)
+    assert [r["task_id"] for r in every if left_out(r) is None] == ["a", "c"]
+    assert (where["tasks"], where["scored"], where["skipped"]) == (3, 2, 1)
+    assert where["quarantined"] == [{"task_id": "b", "reason": "preflight_flaky", "error": "runs disagree"}]

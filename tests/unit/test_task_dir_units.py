@@ -359,3 +359,58 @@ def test_a_wildcard_copies_every_match_into_the_destination(tmp_path: Path):
 def test_a_reward_key_that_is_no_key_is_refused_before_work_starts(value):
     with pytest.raises(ParameterError, match=r"task_dir' params: reward_key must be a key of the verifier's reward.json, got"):
         TaskDirBenchmark().build_config(request(reward_key=value))
+
+
+def test_a_limit_the_engine_refuses_names_where_it_came_from_and_the_fix_that_applies(tmp_path: Path):
+    """A task folder's memory_mb, refused by an engine that cannot enforce it (rootless Podman on cgroup
+    v1), names the task and `memory: null`, never "remove memory from the environment's params", which the
+    user never set; a limit the user set names the params; `memory: null` there runs the task without it."""
+    from agentcompass.environments.docker import DockerConfig, _refuse_unenforced_limits
+    from agentcompass.pipeline.bodies import limits_from_task
+    from agentcompass.runtime.limits import LimitsUnavailableError
+
+    folder = tmp_path / "prebuilt"
+    shutil.copytree(SHIPPED_TASKS / "hello-file", folder)
+    with (folder / "task.toml").open("a") as toml:
+        toml.write('\n[environment]\ndocker_image = "local/busybox:latest"\nmemory_mb = 512\n')
+    rootless_v1 = {"security": {"rootless": True}, "cgroupVersion": "v1", "cgroupManager": "cgroupfs",
+                   "cgroupControllers": []}
+
+    def refusal(params: dict) -> tuple[str, dict]:
+        req = request(EnvironmentSpec(id="docker", params=params), path=str(folder))
+        task = TaskDirBenchmark().load_tasks(req)[0]
+        plan = Planner(TaskDirBenchmark(), OracleHarness(), build_run_recipe_registry(req)).plan(req, task, 1)
+        config = DockerConfig(**{k: v for k, v in plan.task_environment.params.items() if v is not None})
+        try:
+            _refuse_unenforced_limits(config, rootless_v1)
+        except LimitsUnavailableError as exc:
+            assert "no cgroup controller for" in str(exc) and "`memory: null`" in str(exc)  # before its origin is known
+            return str(exc.with_origin(limits_from_task(req, plan, exc.limits), "docker")), plan.task_environment.params
+        return "", plan.task_environment.params
+
+    from_task, _ = refusal({})
+    assert "; memory set by the task (512m, put in the plan from the task's own settings by the Recipes " \
+        "task_environment_hints, task_dockerfile). Fix:" in from_task, from_task
+    assert "Fix: set `memory: null` in the request's environment params (`environment: {id: docker, params: " \
+        "{memory: null}}`, or `environments: {docker: {memory: null}}`) to run the task without it" in from_task
+    assert "remove memory" not in from_task and "run Podman as root" in from_task
+
+    mine, _ = refusal({"memory": "1g", "pids_limit": 64})
+    assert "memory and pids_limit set in the environment's params. Fix: remove memory and pids_limit from the " \
+        "environment's params; or run Podman as root" in mine, mine
+    assert "null" not in mine
+
+    assert refusal({"memory": None}) == ("", {"image": "local/busybox:latest", "memory": None})  # the fix works
+
+
+def test_host_process_names_only_the_limits_it_was_given():
+    from agentcompass.environments.cgroups import Limits, SessionCgroup
+    from agentcompass.runtime.limits import LimitsUnavailableError
+
+    # a session cgroup under a folder that does not exist: it cannot be made, whatever this machine allows
+    with pytest.raises(LimitsUnavailableError) as refused:
+        SessionCgroup.create(Limits(memory=1 << 30), "agentcompass-no-such-parent/session")
+    message = str(refused.value)
+    assert "host_process cannot make a cgroup for the limits ['memory'] here" in message, message
+    assert "Fix: run as root, or in a delegated cgroup, or use the docker environment; or run without memory" in message
+    assert "cpus" not in message and "pids_limit" not in message

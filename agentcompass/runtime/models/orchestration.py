@@ -92,7 +92,7 @@ class RequestOutcome(Contract):
     done: int = 0
     total: int = 0
     reason: str | None = None
-    # metrics.json's scored_on, with execution.preflight: the tasks scored and those quarantined
+    # metrics.json's scored_on: what the metrics are over, and what was left out (infrastructure, quarantined)
     scored_on: dict[str, Any] | None = None
 
 

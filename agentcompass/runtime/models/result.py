@@ -107,13 +107,15 @@ class MetricStats(Contract):
     errors: dict[str, int] = field(metadata=_describe(
         "Failed attempts by kind: the status and the error's first line with numbers written N."))
     accuracy: float | None = field(metadata=_describe(
-        "Correct attempts over the attempts with a verdict (correct true or false); errors have none. "
-        "Null when no attempt has one."))
+        "Correct attempts over the attempts counted (counted): every attempt but an infrastructure failure or a "
+        "quarantined one; a failed attempt of another class is wrong, as in the Benchmark's own accuracy. Null "
+        "when none is counted."))
     accuracy_ci95: list[float] | None = field(metadata=_describe(
         "The Wilson score 95% interval of accuracy, [low, high]; null with accuracy."))
     pass_at_k: dict[str, float] = field(metadata=_describe(
         "pass@k by k (unbiased estimator, averaged over tasks; an error is a failed sample) for k in "
-        "1, 2, 5, 10, 20, 50, 100 and the attempts per task, up to the fewest attempts any task has."))
+        "1, 2, 5, 10, 20, 50, 100 and the attempts per task, up to the fewest attempts any task has; over the "
+        "attempts counted."))
     calls: int = field(metadata=_describe("Model calls (HTTP requests, failed ones included)."))
     prompt_tokens: int = field(metadata=_describe("Prompt tokens, as the model's replies reported them."))
     completion_tokens: int = field(metadata=_describe("Completion tokens, as the model's replies reported them."))
@@ -127,6 +129,9 @@ class MetricStats(Contract):
         "Attempts that did not complete, by failure class (infrastructure, endpoint, harness, limit, verifier, "
         "task; docs/benchmarks.md, 'Why attempts fail'); a class no attempt has is left out. Empty in metrics.json "
         "of older versions, whose result.json files name no class."))
+    counted: int | None = field(default=None, metadata=_describe(
+        "Attempts accuracy, accuracy_ci95 and pass_at_k are over: attempts less the infrastructure failures "
+        "and the quarantined ones (docs/reports.md). Null in metrics.json of older versions."))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -160,14 +165,23 @@ class Quarantined(Contract):
 
 @dataclass
 class ScoredOn(Contract):
-    """Which tasks a request's metrics are over, when preflight ran (execution.preflight)."""
+    """What every figure of a request is over (agentcompass.results.scored_on): the attempts counted, and
+    those left out (infrastructure failures, quarantined tasks)."""
 
-    tasks: int = field(metadata=_describe("Tasks of the request."))
-    scored: int = field(metadata=_describe("Tasks whose attempts the metrics count: those that passed preflight."))
+    tasks: int = field(metadata=_describe("Tasks of the request (with a result)."))
+    scored: int = field(metadata=_describe(
+        "Tasks with an attempt counted: not quarantined, and not every attempt an infrastructure failure."))
     quarantined: list[Quarantined] = field(default_factory=list, metadata=_describe(
         "Tasks whose preflight did not pass, with the reason: their attempts ran nothing and count nowhere."))
     skipped: int = field(default=0, metadata=_describe(
-        "Attempts of scored tasks that were skipped for another reason (status skipped)."))
+        "Attempts counted that were skipped for another reason (status skipped)."))
+    attempts: int | None = field(default=None, metadata=_describe(
+        "Attempts of the request (with a result). Null in metrics.json of older versions."))
+    counted: int | None = field(default=None, metadata=_describe(
+        "Attempts every figure is over: attempts less infrastructure and those quarantined. Null in metrics.json "
+        "of older versions."))
+    infrastructure: int = field(default=0, metadata=_describe(
+        "Attempts left out because they failed for the infrastructure (failure_class infrastructure)."))
 
 
 @dataclass
@@ -176,7 +190,8 @@ class MetricResult(Contract):
 
     benchmark_id: str
     metrics: dict[str, float | None] = field(metadata=_describe(
-        "The Benchmark's own numbers by name: accuracy and mean_score (errors count as wrong and 0), and what a "
+        "The Benchmark's own numbers by name, over the attempts scored_on counts: accuracy and mean_score (errors "
+        "other than infrastructure count as wrong and 0), and what a "
         "Benchmark adds, such as accuracy/<category>, pass@<k>, or task_dir's rewards/<key>: the mean of each "
         "reward the verifiers wrote, over the attempts whose verifier wrote it."))
     counts: dict[str, int]
@@ -187,9 +202,11 @@ class MetricResult(Contract):
     summary: MetricSummary | None = field(default=None, metadata=_describe(
         "Accuracy with its 95% interval, pass@k, counts by status and error kind, tokens, latency, wall time "
         "and cost, overall and per category; the same for every Benchmark."))
-    # only with execution.preflight on: the metrics above are over the tasks that passed it
+    # what metrics and summary are over: the attempts counted, and those left out
     scored_on: ScoredOn | None = field(default=None, metadata=_describe(
-        "With preflight on: how many tasks the metrics are over, and the quarantined ones (with their reason)."))
+        "What every figure (metrics, summary's accuracy and pass@k) is over: the tasks and attempts counted, the "
+        "infrastructure failures and quarantined tasks left out. Null only in metrics.json of older versions (which "
+        "held it only with preflight on)."))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,6 +1,7 @@
 """Anthropic's Messages API (what Claude Code speaks through ``ANTHROPIC_BASE_URL``) to and from chat completions.
 
 ``to_chat`` turns a Messages request into a chat-completions request,
+``count_tokens`` estimates the tokens of a request (chat completions cannot count them),
 ``from_chat`` turns the chat-completions reply into a Messages reply,
 ``stream_events`` turns that reply into the server-sent events of Anthropic's
 streaming API, and ``error_body`` is Anthropic's error shape. The gateway
@@ -78,6 +79,9 @@ ERROR_TYPES = {
     504: "timeout_error",
     529: "overloaded_error",
 }
+# A count_tokens answer estimates a token per this many characters of the request's JSON (chat completions
+# has no call that counts).
+CHARS_PER_TOKEN = 4
 # Request fields that carry over under the same name.
 _SAMPLING = ("temperature", "top_p", "top_k")
 
@@ -319,6 +323,15 @@ def to_chat(body: Any) -> dict:
     if choice is not None:
         _tool_choice(choice, chat)
     return chat
+
+
+def count_tokens(body: Any) -> dict:
+    """The answer to ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, an estimate from the
+    length of the prompt's JSON (``CHARS_PER_TOKEN``); ``ValueError`` for a body that is no object."""
+    if not isinstance(body, dict):
+        raise ValueError(f"the request body must be a JSON object, got {_type_name(body)}")
+    prompt = {name: body.get(name) for name in ("system", "messages", "tools")}
+    return {"input_tokens": len(_dumps(prompt, "the request")) // CHARS_PER_TOKEN + 1}
 
 
 # --- replies -------------------------------------------------------------------------------

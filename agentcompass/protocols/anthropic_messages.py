@@ -435,7 +435,8 @@ def from_chat(reply: Any, request: Any) -> dict:
 
 
 def _event(name: str, data: dict) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+    # ASCII JSON: a lone surrogate of the model's text is escaped, never an encoding error
+    return b"event: " + name.encode() + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
 
 
 def _block_events(index: int, block: dict) -> list[bytes]:
@@ -446,7 +447,7 @@ def _block_events(index: int, block: dict) -> list[bytes]:
         deltas = [delta]
     elif kind == "tool_use":
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}]
+        deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
     elif kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},

@@ -338,6 +338,14 @@ def test_a_stream_carries_each_block_in_order():
                             "usage": {"input_tokens": 10, "output_tokens": 2}}
 
 
+def test_a_lone_surrogate_of_the_models_text_streams_escaped():
+    reply = tool_calls_reply([tool_call("f", '{"x": "\\ud800"}')], text="a\ud800b")
+    stream = events(stream_events(from_chat(reply, request())))
+    assert stream[3][1]["delta"]["text"] == "a\ud800b"
+    assert json.loads(stream[6][1]["delta"]["partial_json"]) == {"x": "\ud800"}
+    json.dumps(from_chat(reply, request())).encode()
+
+
 # --- bounded: linear in what it is given ---------------------------------------------------
 
 

@@ -155,6 +155,18 @@ def test_errors_are_in_anthropics_shape_and_refused_calls_reach_nothing(through)
     assert len(endpoint.requests) == 2 and gateway.usage()["calls"] == 2
 
 
+@pytest.mark.parametrize("body", ["{not json", "[" * 200_000, "null", '{"model": "m", "max_tokens": 8, "messages": 5}',
+                                  json.dumps({"model": "m", "max_tokens": 8, "messages": [
+                                      {"role": "user", "content": [{"type": "document", "source": {}}]}]})])
+def test_a_request_that_cannot_be_translated_is_a_400_in_anthropics_shape_and_reaches_nothing(through, body: str):
+    endpoint, gateway, trajectory = through([])
+    status, reply, _ = over_socket(gateway, raw_request("POST", "/v1/messages", gateway.token, body))
+    assert status == 400 and reply is not None and reply["type"] == "error"
+    assert reply["error"]["type"] == "invalid_request_error" and "cannot be translated" in reply["error"]["message"]
+    assert endpoint.requests == [] and gateway.usage()["calls"] == 0
+    assert [r["status"] for r in records(trajectory)] == [400]
+
+
 @pytest.mark.parametrize(("method", "path", "status"), [
     ("POST", "/v1/messages?beta=false", 400),
     ("POST", "/v1/messages?beta=true&x=1", 400),

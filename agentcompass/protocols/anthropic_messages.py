@@ -11,7 +11,9 @@ asked for a stream gets the whole reply as one stream of events.
 What a request may hold, and what becomes of it:
 
 - ``system`` (a string or text blocks) is one system message, the blocks'
-  text joined by a blank line; ``messages`` keep their order. A user turn's
+  text joined by a blank line; ``messages`` keep their order, a ``system``
+  message among them (Claude Code sends them) a system message in its place
+  (a chat template that takes a system message only first refuses it). A user turn's
   ``tool_result`` blocks become ``role: tool`` messages (first, as chat
   completions wants them right after the assistant's calls), an ``is_error``
   result's text prefixed with ``TOOL_ERROR_PREFIX``; its text and ``image``
@@ -28,7 +30,7 @@ What a request may hold, and what becomes of it:
 - Dropped, as they change nothing a chat-completions server can do:
   ``metadata``, ``stream`` (the gateway buffers), ``thinking`` (whether the
   model reasons is the model server's setting), ``cache_control`` on any block,
-  ``service_tier``, ``container``, ``context_management`` and any other
+  ``service_tier``, ``container``, ``context_management``, ``output_config`` and any other
   top-level field (a newer agent's fields do not break the call), and
   ``thinking`` / ``redacted_thinking`` blocks of earlier assistant turns.
 - Refused (``ValueError``, which the gateway answers as a 400): anything whose
@@ -258,6 +260,17 @@ def _tool_choice(choice: Any, chat: dict) -> None:
         chat["parallel_tool_calls"] = False
 
 
+def _system_text(system: Any, path: str) -> str:
+    """A system prompt (a string or text blocks) as one text, the blocks joined by ``SYSTEM_JOIN``."""
+    if isinstance(system, str):
+        return system
+    blocks = _blocks(system, path)
+    for index, block in enumerate(blocks):
+        if block.get("type") != "text":
+            raise _where(f"{path}[{index}].type", f"a system prompt holds text blocks, not {str(block.get('type'))[:40]!r}")
+    return SYSTEM_JOIN.join(_text_of(block, f"{path}[{index}]") for index, block in enumerate(blocks))
+
+
 def to_chat(body: Any) -> dict:
     """A Messages request -> the chat-completions request that asks the same (``stream`` always false).
 
@@ -275,14 +288,7 @@ def to_chat(body: Any) -> dict:
     messages: list[dict] = []
     system = body.get("system")
     if system is not None:
-        if isinstance(system, str):
-            text = system
-        else:
-            blocks = _blocks(system, "system")
-            for index, block in enumerate(blocks):
-                if block.get("type") != "text":
-                    raise _where(f"system[{index}].type", f"a system prompt holds text blocks, not {str(block.get('type'))[:40]!r}")
-            text = SYSTEM_JOIN.join(_text_of(block, f"system[{index}]") for index, block in enumerate(blocks))
+        text = _system_text(system, "system")
         if text:
             messages.append({"role": "system", "content": text})
     turns = body.get("messages")
@@ -298,8 +304,10 @@ def to_chat(body: Any) -> dict:
             messages.extend(_user_turn(blocks, f"{path}.content"))
         elif role == "assistant":
             messages.extend(_assistant_turn(blocks, f"{path}.content"))
+        elif role == "system":
+            messages.append({"role": "system", "content": _system_text(turn.get("content"), f"{path}.content")})
         else:
-            raise _where(f"{path}.role", f"must be user or assistant, got {str(role)[:40]!r}")
+            raise _where(f"{path}.role", f"must be user, assistant or system, got {str(role)[:40]!r}")
     chat: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens, "stream": False}
     for name in _SAMPLING:
         value = body.get(name)

@@ -49,6 +49,14 @@ def test_a_system_prompt_of_blocks_is_one_system_message():
     assert chat["messages"][0] == {"role": "system", "content": "one\n\ntwo"}
 
 
+def test_a_system_message_among_the_messages_stays_in_its_place():
+    # Claude Code 2.1 sends one after the first user turn (the agent types of its Agent tool)
+    chat = to_chat(request(messages=[{"role": "user", "content": "hi"}, {"role": "system", "content": "agents: a, b"},
+                                     {"role": "system", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}]))
+    assert chat["messages"] == [{"role": "user", "content": "hi"}, {"role": "system", "content": "agents: a, b"},
+                                {"role": "system", "content": "one\n\ntwo"}]
+
+
 def test_a_multi_turn_conversation_with_tool_use_and_tool_results():
     chat = to_chat(request(messages=[
         {"role": "user", "content": [{"type": "text", "text": "list files"}]},
@@ -143,7 +151,8 @@ def test_tools_and_each_tool_choice(choice, expected):
     (request(messages=[]), "messages"),
     (request(messages="hi"), "messages"),
     (request(messages=[None]), "messages[0]"),
-    (request(messages=[{"role": "system", "content": "x"}]), "messages[0].role"),
+    (request(messages=[{"role": "tool", "content": "x"}]), "messages[0].role"),
+    (request(messages=[{"role": "system", "content": [{"type": "image"}]}]), "messages[0].content[0].type"),
     (request(messages=[{"role": "user"}]), "messages[0].content"),
     (request(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
     (request(messages=[{"role": "user", "content": [5]}]), "messages[0].content[0]"),

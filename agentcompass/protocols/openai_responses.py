@@ -1,0 +1,493 @@
+"""OpenAI's Responses API (what Codex CLI speaks), translated to and from chat completions.
+
+``to_chat(body)`` turns a Responses request into a chat-completions request
+(``stream: false``: the gateway buffers the Model's reply); ``from_chat(reply,
+request)`` turns the chat reply into a Responses ``response`` object;
+``stream_events(response)`` writes that response as the SSE stream the
+Responses API sends when the request asked for ``stream``; ``error_body``
+is OpenAI's error shape.
+
+What is translated:
+
+- ``instructions`` is the first (system) message; ``input`` is a string (one
+  user message) or a list of items: messages (role ``user``, ``assistant``,
+  ``system``, or ``developer``, which becomes ``system``: not every chat
+  template knows it), their parts ``input_text``/``output_text`` (text) and
+  ``input_image`` (an image URL); ``function_call`` and ``custom_tool_call``
+  items become the ``tool_calls`` of an assistant message (joined to the
+  assistant message just before them), their ``*_output`` items ``tool``
+  messages; ``reasoning`` items are dropped (a chat endpoint takes no
+  reasoning back).
+- ``function`` tools are chat function tools. A ``custom`` (freeform) tool,
+  such as Codex's ``apply_patch``, is a function tool of one string parameter,
+  ``input`` (its grammar, if any, in that parameter's description); the
+  model's call of it comes back as a ``custom_tool_call`` item with that
+  string. Hosted tools (``HOSTED_TOOLS``: web search, file search, code
+  interpreter, ...) run on OpenAI's servers, not in a model: no chat endpoint
+  can serve them, so they are left out and the model never sees them. Any
+  other tool type (``local_shell`` among them) is refused.
+- ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens`` (as
+  ``max_tokens``), ``temperature``, ``top_p``, and ``text.format``
+  (``json_schema`` or ``json_object``, as ``response_format``) pass on;
+  ``store``, ``include``, ``metadata``, ``reasoning``, ``truncation``,
+  ``user``, ``service_tier`` and the like concern OpenAI's own service and are
+  ignored. ``previous_response_id`` (and ``conversation``) are refused: the
+  gateway keeps no state, so the agent must send the whole conversation.
+
+A reply that stopped at its length (``finish_reason: length``) is an
+``incomplete`` response (reason ``max_output_tokens``), streamed with a final
+``response.incomplete`` event as OpenAI's API does; any other is ``completed``.
+
+The request is the agent's and the reply the Model's: an odd shape in either
+is a ``ValueError`` whose message says what and where (the gateway answers
+the agent 400), never another exception; all work is linear in the size of
+what came in.
+
+Codex CLI (codex-rs, ``core/src/client.rs`` and its SSE parser) reads, of the
+stream, ``response.output_item.done`` (each finished item: a message, a
+function or custom tool call, reasoning), ``response.output_text.delta``
+(shown as it comes), ``response.completed`` (its ``usage``: input, cached,
+output, reasoning and total tokens; and ``id``), and ends the turn with an
+error on ``response.failed`` or ``response.incomplete`` or a stream closed
+before ``response.completed``. An item therefore counts for it only once its
+``response.output_item.done`` arrives; the deltas alone are not enough.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+# Tools that OpenAI's servers run (not the model): no chat endpoint serves them, so they are left out.
+HOSTED_TOOLS = frozenset({
+    "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
+    "file_search", "code_interpreter", "image_generation", "computer_use_preview", "computer_use", "mcp",
+})
+# Message roles as the chat request has them (developer is system: not every chat template knows it).
+_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+# The one parameter of the function tool that stands for a custom (freeform) tool.
+CUSTOM_INPUT = "input"
+# The error type of OpenAI's error body, by status (any other 4xx: invalid_request_error; 5xx: server_error).
+_ERROR_TYPES = {
+    401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error",
+}
+# Fields of the request echoed in the response, as OpenAI's are.
+_ECHOED = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "temperature", "tool_choice",
+           "tools", "top_p", "text", "reasoning", "truncation", "store", "user")
+_ECHO_DEFAULTS: dict[str, Any] = {
+    "instructions": None, "max_output_tokens": None, "metadata": {}, "parallel_tool_calls": True,
+    "temperature": None, "tool_choice": "auto", "tools": [], "top_p": None, "text": {"format": {"type": "text"}},
+    "reasoning": None, "truncation": "disabled", "store": False, "user": None,
+}
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(12)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _dict(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object, not {_kind(value)}")
+    return value
+
+
+def _list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be an array, not {_kind(value)}")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a string, not {_kind(value)}")
+    return value
+
+
+def _tag(value: Any) -> str | None:
+    """A ``type`` or ``role`` field: the string, or None for anything else (which no table holds)."""
+    return value if isinstance(value, str) else None
+
+
+def _name(value: Any, where: str) -> str:
+    if not _str(value, where):
+        raise ValueError(f"{where} must not be empty")
+    return value
+
+
+def _number(value: Any, where: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where} must be a number, not {_kind(value)}")
+    return value
+
+
+# --- the request -------------------------------------------------------------------
+
+
+def _content(content: Any, role: str, where: str) -> str | list[dict]:
+    """A message's content in chat form: text as is, parts as chat parts (the assistant's joined into text)."""
+    if isinstance(content, str):
+        return content
+    parts: list[dict] = []
+    for i, raw in enumerate(_list(content, where)):
+        part = _dict(raw, f"{where}[{i}]")
+        kind = _tag(part.get("type"))
+        if kind in _TEXT_PARTS or kind == "refusal":
+            key = "refusal" if kind == "refusal" else "text"
+            parts.append({"type": "text", "text": _str(part.get(key), f"{where}[{i}].{key}")})
+        elif kind == "input_image" and role == "user":
+            url = part.get("image_url")
+            if not isinstance(url, str) or not url:
+                raise ValueError(f"{where}[{i}]: only an input_image with an image_url is supported (no file_id)")
+            image: dict[str, Any] = {"url": url}
+            if isinstance(part.get("detail"), str):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise ValueError(f"{where}[{i}]: a content part of type {kind!r} is not supported in a "
+                             f"{role} message")
+    if role != "user":
+        return "".join(part["text"] for part in parts)
+    return parts
+
+
+def _output_text(output: Any, where: str) -> str:
+    """A tool output as the text of a chat ``tool`` message."""
+    if isinstance(output, str):
+        return output
+    texts = []
+    for i, raw in enumerate(_list(output, where)):
+        part = _dict(raw, f"{where}[{i}]")
+        if _tag(part.get("type")) not in _TEXT_PARTS:
+            raise ValueError(f"{where}[{i}]: a tool output part of type {_tag(part.get('type'))!r} is not "
+                             "supported (only text)")
+        texts.append(_str(part.get("text"), f"{where}[{i}].text"))
+    return "".join(texts)
+
+
+def _messages(body: dict) -> list[dict]:
+    messages: list[dict] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        messages.append({"role": "system", "content": _str(instructions, "instructions")})
+    items = body.get("input")
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+        return messages
+    for i, raw in enumerate(_list(items, "input")):
+        where = f"input[{i}]"
+        item = _dict(raw, where)
+        kind = _tag(item.get("type", "message"))
+        if kind == "message":
+            role = _tag(item.get("role"))
+            if role not in _ROLES:
+                raise ValueError(f"{where}.role must be one of {', '.join(_ROLES)}")
+            messages.append({"role": _ROLES[role], "content": _content(item.get("content"), role, where + ".content")})
+        elif kind in ("function_call", "custom_tool_call"):
+            if kind == "function_call":
+                arguments = _str(item.get("arguments"), where + ".arguments")
+            else:
+                arguments = json.dumps({CUSTOM_INPUT: _str(item.get("input"), where + ".input")})
+            call = {"id": _name(item.get("call_id"), where + ".call_id"), "type": "function",
+                    "function": {"name": _name(item.get("name"), where + ".name"), "arguments": arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            messages.append({"role": "tool", "tool_call_id": _name(item.get("call_id"), where + ".call_id"),
+                             "content": _output_text(item.get("output"), where + ".output")})
+        elif kind == "reasoning":
+            continue
+        else:
+            raise ValueError(f"{where}: an input item of type {kind!r} is not supported")
+    return messages
+
+
+def _custom_parameters(tool: dict, where: str) -> dict:
+    description = "The tool's input, as plain text (not JSON)."
+    fmt = tool.get("format")
+    if fmt is not None and _dict(fmt, where + ".format").get("type") == "grammar":
+        syntax = fmt.get("syntax")
+        definition = _str(fmt.get("definition"), where + ".format.definition")
+        description += f" It follows this {syntax if isinstance(syntax, str) else ''} grammar:\n{definition}"
+    return {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string", "description": description}},
+            "required": [CUSTOM_INPUT], "additionalProperties": False}
+
+
+def _tools(raw: Any) -> list[dict]:
+    tools = []
+    for i, entry in enumerate(_list(raw, "tools")):
+        where = f"tools[{i}]"
+        tool = _dict(entry, where)
+        kind = _tag(tool.get("type"))
+        if kind in HOSTED_TOOLS:
+            continue
+        if kind not in ("function", "custom"):
+            raise ValueError(f"{where}: a tool of type {kind!r} is not supported (function, custom)")
+        function: dict[str, Any] = {"name": _name(tool.get("name"), where + ".name")}
+        if tool.get("description") is not None:
+            function["description"] = _str(tool["description"], where + ".description")
+        if kind == "custom":
+            function["parameters"] = _custom_parameters(tool, where)
+        else:
+            if tool.get("parameters") is not None:
+                function["parameters"] = _dict(tool["parameters"], where + ".parameters")
+            if isinstance(tool.get("strict"), bool):
+                function["strict"] = tool["strict"]
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    choice = _dict(choice, "tool_choice")
+    if choice.get("type") in ("function", "custom"):
+        return {"type": "function", "function": {"name": _name(choice.get("name"), "tool_choice.name")}}
+    if choice.get("type") == "allowed_tools" and choice.get("mode") in ("auto", "required"):
+        return choice["mode"]
+    raise ValueError(f"tool_choice of type {_tag(choice.get('type'))!r} is not supported")
+
+
+def _response_format(text: Any) -> dict | None:
+    fmt = _dict(text, "text").get("format")
+    if fmt is None:
+        return None
+    kind = _dict(fmt, "text.format").get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise ValueError(f"text.format of type {kind!r} is not supported (text, json_object, json_schema)")
+    schema: dict[str, Any] = {"name": _name(fmt.get("name"), "text.format.name"),
+                              "schema": _dict(fmt.get("schema"), "text.format.schema")}
+    if isinstance(fmt.get("strict"), bool):
+        schema["strict"] = fmt["strict"]
+    if isinstance(fmt.get("description"), str):
+        schema["description"] = fmt["description"]
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def to_chat(body: Any) -> dict:
+    """The chat-completions request for the Responses request ``body`` (``ValueError`` for what cannot be)."""
+    body = _dict(body, "the request")
+    for field in ("previous_response_id", "conversation"):
+        if body.get(field) is not None:
+            raise ValueError(f"{field} is not supported: this gateway keeps no responses, so send the whole "
+                             "conversation in input (and store: false)")
+    chat: dict[str, Any] = {"model": _name(body.get("model"), "model"), "messages": _messages(body),
+                            "stream": False}
+    tools = _tools(body["tools"]) if body.get("tools") is not None else []
+    if tools:
+        chat["tools"] = tools
+        if body.get("tool_choice") is not None:
+            chat["tool_choice"] = _tool_choice(body["tool_choice"])
+        if body.get("parallel_tool_calls") is not None:
+            if not isinstance(body["parallel_tool_calls"], bool):
+                raise ValueError("parallel_tool_calls must be true or false")
+            chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+    if body.get("max_output_tokens") is not None:
+        limit = body["max_output_tokens"]
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError("max_output_tokens must be a positive integer")
+        chat["max_tokens"] = limit
+    for field in ("temperature", "top_p"):
+        if body.get(field) is not None:
+            chat[field] = _number(body[field], field)
+    if body.get("text") is not None:
+        response_format = _response_format(body["text"])
+        if response_format is not None:
+            chat["response_format"] = response_format
+    return chat
+
+
+# --- the reply ---------------------------------------------------------------------
+
+
+def _count(usage: dict, key: str, detail: str | None = None) -> int:
+    value = usage.get(key)
+    if detail is not None:
+        value = value.get(detail) if isinstance(value, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _usage(raw: Any) -> dict:
+    usage = raw if isinstance(raw, dict) else {}
+    prompt, completion = _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": _count(usage, "prompt_tokens_details", "cached_tokens")},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": _count(usage, "completion_tokens_details", "reasoning_tokens")},
+        "total_tokens": _count(usage, "total_tokens") or prompt + completion,
+    }
+
+
+def _reply_text(content: Any) -> str:
+    """The text of the reply's message: a string, or text parts (some servers send those)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for i, raw in enumerate(_list(content, "the reply's message.content")):
+        part = _dict(raw, f"the reply's message.content[{i}]")
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    return "".join(texts)
+
+
+def _custom_tools(request: dict) -> set[str]:
+    tools = request.get("tools")
+    if not isinstance(tools, list):
+        return set()
+    return {tool["name"] for tool in tools
+            if isinstance(tool, dict) and tool.get("type") == "custom" and isinstance(tool.get("name"), str)}
+
+
+def _call_item(raw: Any, where: str, custom: set[str]) -> dict:
+    call = _dict(raw, where)
+    function = _dict(call.get("function"), where + ".function")
+    name = _name(function.get("name"), where + ".function.name")
+    arguments = function.get("arguments")
+    arguments = "" if arguments is None else _str(arguments, where + ".function.arguments")
+    call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else _new_id("call_")
+    if name in custom:
+        # the function tool that stands for a custom tool: its one string parameter is the custom call's input
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        text = parsed.get(CUSTOM_INPUT) if isinstance(parsed, dict) else None
+        return {"id": _new_id("ctc_"), "type": "custom_tool_call", "status": "completed", "call_id": call_id,
+                "name": name, "input": text if isinstance(text, str) else arguments}
+    return {"id": _new_id("fc_"), "type": "function_call", "status": "completed", "call_id": call_id,
+            "name": name, "arguments": arguments}
+
+
+def from_chat(reply: Any, request: Any) -> dict:
+    """The Responses ``response`` object for the chat ``reply`` to ``request`` (the Responses request)."""
+    reply = _dict(reply, "the reply")
+    request = request if isinstance(request, dict) else {}
+    choices = _list(reply.get("choices"), "the reply's choices")
+    if not choices:
+        raise ValueError("the reply has no choices")
+    choice = _dict(choices[0], "the reply's choices[0]")
+    message = _dict(choice.get("message"), "the reply's message")
+    finish = choice.get("finish_reason")
+    incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(_tag(finish) or "")
+    status = "incomplete" if incomplete else "completed"
+    output: list[dict] = []
+    text = _reply_text(message.get("content"))
+    refusal = message.get("refusal")
+    if text or isinstance(refusal, str) and refusal:
+        part = ({"type": "output_text", "text": text, "annotations": [], "logprobs": []} if text
+                else {"type": "refusal", "refusal": refusal})
+        output.append({"id": _new_id("msg_"), "type": "message", "role": "assistant", "status": status,
+                       "content": [part]})
+    calls = message.get("tool_calls")
+    if calls is not None:
+        custom = _custom_tools(request)
+        output.extend(_call_item(call, f"the reply's tool_calls[{i}]", custom)
+                      for i, call in enumerate(_list(calls, "the reply's tool_calls")))
+    created = reply.get("created")
+    model = reply.get("model") if isinstance(reply.get("model"), str) else request.get("model")
+    response: dict[str, Any] = {
+        "id": _new_id("resp_"), "object": "response",
+        "created_at": created if isinstance(created, int) and not isinstance(created, bool) else int(time.time()),
+        "status": status, "error": None,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "model": model if isinstance(model, str) else "",
+        "output": output, "previous_response_id": None,
+        "usage": _usage(reply.get("usage")),
+    }
+    for field in _ECHOED:
+        response[field] = request[field] if request.get(field) is not None else _ECHO_DEFAULTS[field]
+    return response
+
+
+# --- the stream --------------------------------------------------------------------
+
+
+class _Stream:
+    """SSE events, each numbered (``sequence_number``) in order."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def send(self, kind: str, **fields: Any) -> None:
+        data = {"type": kind, "sequence_number": len(self.chunks), **fields}
+        self.chunks.append(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+
+
+def _started(item: dict) -> dict:
+    """``item`` as it is when the model begins it: empty, in progress."""
+    kind = item.get("type")
+    empty: dict[str, Any] = ({"content": []} if kind == "message" else {"arguments": ""} if kind == "function_call"
+             else {"input": ""} if kind == "custom_tool_call" else {})
+    return {**item, **empty, "status": "in_progress"}
+
+
+def _stream_item(stream: _Stream, index: int, item: dict) -> None:
+    stream.send("response.output_item.added", output_index=index, item=_started(item))
+    item_id = item.get("id")
+    kind = item.get("type")
+    if kind == "message":
+        for j, part in enumerate(item.get("content") or []):
+            text_part = part.get("type") == "output_text"
+            empty = {**part, "text": ""} if text_part else {**part, "refusal": ""}
+            stream.send("response.content_part.added", item_id=item_id, output_index=index, content_index=j,
+                        part=empty)
+            if text_part:
+                stream.send("response.output_text.delta", item_id=item_id, output_index=index, content_index=j,
+                            delta=part["text"], logprobs=[])
+                stream.send("response.output_text.done", item_id=item_id, output_index=index, content_index=j,
+                            text=part["text"], logprobs=[])
+            else:
+                stream.send("response.refusal.delta", item_id=item_id, output_index=index, content_index=j,
+                            delta=part["refusal"])
+                stream.send("response.refusal.done", item_id=item_id, output_index=index, content_index=j,
+                            refusal=part["refusal"])
+            stream.send("response.content_part.done", item_id=item_id, output_index=index, content_index=j,
+                        part=part)
+    elif kind == "function_call":
+        stream.send("response.function_call_arguments.delta", item_id=item_id, output_index=index,
+                    delta=item["arguments"])
+        stream.send("response.function_call_arguments.done", item_id=item_id, output_index=index,
+                    name=item["name"], arguments=item["arguments"])
+    elif kind == "custom_tool_call":
+        stream.send("response.custom_tool_call_input.delta", item_id=item_id, output_index=index,
+                    delta=item["input"])
+        stream.send("response.custom_tool_call_input.done", item_id=item_id, output_index=index,
+                    input=item["input"])
+    stream.send("response.output_item.done", output_index=index, item=item)
+
+
+def stream_events(response: dict) -> bytes:
+    """The SSE stream of the Responses API for ``response`` (one made by ``from_chat``), whole.
+
+    The text and the arguments come in one delta each: the gateway has the whole reply before it answers.
+    """
+    stream = _Stream()
+    begun = {**response, "status": "in_progress", "output": [], "incomplete_details": None,
+             "usage": None}
+    stream.send("response.created", response=begun)
+    stream.send("response.in_progress", response=begun)
+    for index, item in enumerate(response.get("output") or []):
+        _stream_item(stream, index, item)
+    final = "response.incomplete" if response.get("status") == "incomplete" else "response.completed"
+    stream.send(final, response=response)
+    return b"".join(stream.chunks)
+
+
+def error_body(status: int, message: str) -> bytes:
+    """OpenAI's error body for an HTTP ``status`` with ``message``."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}).encode()

@@ -232,6 +232,51 @@ def test_error_body():
     assert json.loads(error_body(502, "upstream"))["error"]["type"] == "server_error"
 
 
+ODD = [None, True, 7, -1, "x", "", [], [[]], {}, {"type": []}, [{"type": "message"}]]
+
+
+def _mutants(value):
+    """``value`` with one of its parts (at any depth) replaced by each ``ODD`` value, one at a time."""
+    for odd in ODD:
+        yield odd
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            for mutant in _mutants(inner):
+                yield {**value, key: mutant}
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            for mutant in _mutants(inner):
+                yield [*value[:i], mutant, *value[i + 1:]]
+
+
+def test_any_odd_shape_is_a_value_error_or_a_valid_translation():
+    request = {"model": "m", "instructions": "i", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "t"}, {"type": "input_image", "image_url": "u"}]},
+        {"type": "function_call", "call_id": "c", "name": "shell", "arguments": "{}"},
+        {"type": "custom_tool_call", "call_id": "d", "name": "apply_patch", "input": "p"},
+        {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text", "text": "o"}]},
+    ], "tools": [SHELL, APPLY_PATCH], "tool_choice": {"type": "function", "name": "shell"},
+        "text": {"format": {"type": "json_schema", "name": "n", "schema": {}}}, "max_output_tokens": 5}
+    reply = tool_calls_reply([tool_call("shell", {"a": 1}), tool_call("apply_patch", {"input": "p"})], text="t")
+    reply["usage"]["prompt_tokens_details"] = {"cached_tokens": 1}
+    reply["created"] = 1
+    translated = refused = 0
+    for mutant in _mutants(request):
+        try:
+            json.dumps(to_chat(mutant))
+            translated += 1
+        except ValueError:
+            refused += 1
+    for mutant in _mutants(reply):
+        for asked in (request, mutant):
+            try:
+                stream_events(from_chat(mutant, asked))
+                translated += 1
+            except ValueError:
+                refused += 1
+    assert translated > 100 and refused > 100
+
+
 # --- conformance: the official SDK against a real server that answers with these functions ------------
 
 

@@ -13,11 +13,14 @@ What is translated:
   user message) or a list of items: messages (role ``user``, ``assistant``,
   ``system``, or ``developer``, which becomes ``system``: not every chat
   template knows it), their parts ``input_text``/``output_text`` (text) and
-  ``input_image`` (an image URL); ``function_call`` and ``custom_tool_call``
-  items become the ``tool_calls`` of an assistant message (joined to the
-  assistant message just before them), their ``*_output`` items ``tool``
-  messages; ``reasoning`` items are dropped (a chat endpoint takes no
-  reasoning back).
+  ``input_image`` (an image URL). The leading system messages are joined
+  into one and a later one is sent as a user message: chat templates such as
+  Qwen's refuse a system message anywhere but first. ``function_call`` and
+  ``custom_tool_call`` items become the ``tool_calls`` of an assistant
+  message (joined to the assistant message just before them), their
+  ``*_output`` items ``tool`` messages (an image in a tool output becomes
+  ``IMAGE_LEFT_OUT``: a chat tool message holds only text); ``reasoning``
+  items are dropped (a chat endpoint takes no reasoning back).
 - ``function`` tools are chat function tools. A ``custom`` (freeform) tool,
   such as Codex's ``apply_patch``, is a function tool of one string parameter,
   ``input`` (its grammar, if any, in that parameter's description); the
@@ -30,9 +33,11 @@ What is translated:
   ``max_tokens``), ``temperature``, ``top_p``, and ``text.format``
   (``json_schema`` or ``json_object``, as ``response_format``) pass on;
   ``store``, ``include``, ``metadata``, ``reasoning``, ``truncation``,
-  ``user``, ``service_tier`` and the like concern OpenAI's own service and are
-  ignored. ``previous_response_id`` (and ``conversation``) are refused: the
-  gateway keeps no state, so the agent must send the whole conversation.
+  ``user``, ``service_tier``, ``prompt_cache_key`` and the like concern
+  OpenAI's own service and are ignored. ``previous_response_id`` (and
+  ``conversation``) are refused: the gateway keeps no state, so the agent
+  must send the whole conversation (Codex does: it sends ``store: false``
+  and its whole history each turn).
 
 A reply that stopped at its length (``finish_reason: length``) is an
 ``incomplete`` response (reason ``max_output_tokens``), streamed with a final
@@ -43,14 +48,27 @@ is a ``ValueError`` whose message says what and where (the gateway answers
 the agent 400), never another exception; all work is linear in the size of
 what came in.
 
-Codex CLI (codex-rs, ``core/src/client.rs`` and its SSE parser) reads, of the
-stream, ``response.output_item.done`` (each finished item: a message, a
-function or custom tool call, reasoning), ``response.output_text.delta``
-(shown as it comes), ``response.completed`` (its ``usage``: input, cached,
-output, reasoning and total tokens; and ``id``), and ends the turn with an
-error on ``response.failed`` or ``response.incomplete`` or a stream closed
-before ``response.completed``. An item therefore counts for it only once its
-``response.output_item.done`` arrives; the deltas alone are not enough.
+How Codex CLI reads the stream (codex-rs, ``codex-api/src/sse/responses.rs``,
+``process_responses_event``, read in its 2026 source): an item counts only
+once its ``response.output_item.done`` arrives (parsed as a ``ResponseItem``:
+a ``message`` whose content parts are ``input_text``/``output_text``/
+``input_image``, a ``function_call``, a ``custom_tool_call``, ``reasoning``;
+an item that does not parse is skipped silently, so a ``refusal`` part loses
+its message); ``response.output_text.delta`` and
+``response.custom_tool_call_input.delta`` are shown as they come,
+``response.output_item.added`` is passed on as the item's start, and the
+content part, ``output_text.done`` and ``function_call_arguments`` events are
+ignored (so are events it does not know). ``response.completed`` ends the stream: its response must have an
+``id`` and, if it has ``usage``, integer ``input_tokens``, ``output_tokens``
+and ``total_tokens`` (``input_tokens_details.cached_tokens`` and
+``output_tokens_details.reasoning_tokens`` optional), which Codex takes as the
+turn's token usage. ``response.failed`` (its ``error.code``:
+``context_length_exceeded``, ``rate_limit_exceeded`` with "try again in Ns",
+...), ``response.incomplete`` ("Incomplete response returned, reason: ...")
+and a stream closed before ``response.completed`` are stream errors, which
+Codex retries up to its provider's ``stream_max_retries`` (config.toml; 0
+turns that off), each retry a model call, before it fails the turn. So a
+reply cut at its length fails Codex's turn, as it does against OpenAI.
 """
 
 from __future__ import annotations
@@ -68,6 +86,8 @@ HOSTED_TOOLS = frozenset({
 # Message roles as the chat request has them (developer is system: not every chat template knows it).
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+# What stands in a chat tool message for an image a tool returned (a chat tool message holds only text).
+IMAGE_LEFT_OUT = "[an image the tool returned: left out, the model's endpoint takes only text in a tool result]"
 # The one parameter of the function tool that stands for a custom (freeform) tool.
 CUSTOM_INPUT = "input"
 # The error type of OpenAI's error body, by status (any other 4xx: invalid_request_error; 5xx: server_error).
@@ -164,14 +184,32 @@ def _output_text(output: Any, where: str) -> str:
     texts = []
     for i, raw in enumerate(_list(output, where)):
         part = _dict(raw, f"{where}[{i}]")
-        if _tag(part.get("type")) not in _TEXT_PARTS:
-            raise ValueError(f"{where}[{i}]: a tool output part of type {_tag(part.get('type'))!r} is not "
-                             "supported (only text)")
-        texts.append(_str(part.get("text"), f"{where}[{i}].text"))
+        kind = _tag(part.get("type"))
+        if kind == "input_image":
+            texts.append(IMAGE_LEFT_OUT)
+        elif kind in _TEXT_PARTS:
+            texts.append(_str(part.get("text"), f"{where}[{i}].text"))
+        else:
+            raise ValueError(f"{where}[{i}]: a tool output part of type {kind!r} is not supported")
     return "".join(texts)
 
 
 def _messages(body: dict) -> list[dict]:
+    return _system_first(_all_messages(body))
+
+
+def _system_first(messages: list[dict]) -> list[dict]:
+    """The leading system messages joined into one; a later one is a user message (see the module's docstring)."""
+    lead = 0
+    while lead < len(messages) and messages[lead]["role"] == "system":
+        lead += 1
+    rest = [{**m, "role": "user"} if m["role"] == "system" else m for m in messages[lead:]]
+    if lead == 0:
+        return rest
+    return [{"role": "system", "content": "\n\n".join(m["content"] for m in messages[:lead])}, *rest]
+
+
+def _all_messages(body: dict) -> list[dict]:
     messages: list[dict] = []
     instructions = body.get("instructions")
     if instructions is not None:

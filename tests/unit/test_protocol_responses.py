@@ -8,7 +8,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from agentcompass.protocols.openai_responses import error_body, from_chat, stream_events, to_chat
+from agentcompass.protocols.openai_responses import IMAGE_LEFT_OUT, error_body, from_chat, stream_events, to_chat
 from agentcompass.testing.endpoint import QuietHandler, completion, send_json, tool_call, tool_calls_reply
 
 APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files.",
@@ -61,6 +61,29 @@ def test_items_with_function_calls_and_outputs():
         "name": "shell", "description": "Run a command.", "parameters": SHELL["parameters"], "strict": False}}]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "shell"}}
     assert chat["parallel_tool_calls"] is False
+
+
+def test_one_system_message_first_and_later_ones_as_user_messages():
+    chat = to_chat({"model": "m", "instructions": "Base.", "input": [
+        {"role": "developer", "content": [{"type": "input_text", "text": "Sandbox: none."}]},
+        {"role": "user", "content": "Task."},
+        {"role": "developer", "content": "Model switched."},
+    ]})
+    assert chat["messages"] == [{"role": "system", "content": "Base.\n\nSandbox: none."},
+                                {"role": "user", "content": "Task."},
+                                {"role": "user", "content": "Model switched."}]
+    assert to_chat({"model": "m", "input": [{"role": "user", "content": "x"}]})["messages"] == [
+        {"role": "user", "content": "x"}]
+
+
+def test_an_image_in_a_tool_output_is_left_out_saying_so():
+    chat = to_chat({"model": "m", "input": [
+        {"type": "function_call", "call_id": "c", "name": "view_image", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": [
+            {"type": "input_text", "text": "the screenshot: "}, {"type": "input_image", "image_url": "data:,"}]},
+    ]})
+    assert chat["messages"][1] == {"role": "tool", "tool_call_id": "c",
+                                   "content": "the screenshot: " + IMAGE_LEFT_OUT}
 
 
 def test_custom_tools_are_function_tools_of_one_string_and_hosted_tools_are_left_out():

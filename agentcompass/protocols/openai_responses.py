@@ -25,10 +25,15 @@ What is translated:
   such as Codex's ``apply_patch``, is a function tool of one string parameter,
   ``input`` (its grammar, if any, in that parameter's description); the
   model's call of it comes back as a ``custom_tool_call`` item with that
-  string. Hosted tools (``HOSTED_TOOLS``: web search, file search, code
-  interpreter, ...) run on OpenAI's servers, not in a model: no chat endpoint
-  can serve them, so they are left out and the model never sees them. Any
-  other tool type (``local_shell`` among them) is refused.
+  string. The function and custom tools of a ``namespace`` tool (Codex
+  0.169 sends its sub-agent tools so) are chat tools named
+  ``<namespace>__<name>`` (``qualified``), their description after the
+  namespace's; a call of one comes back with its ``name`` and ``namespace``,
+  and a call item with a ``namespace`` goes to the model by that name.
+  Hosted tools (``HOSTED_TOOLS``: web search, file search, code interpreter,
+  ...) run on OpenAI's servers, not in a model: no chat endpoint can serve
+  them, so they are left out and the model never sees them. Any other tool
+  type (``local_shell`` among them) is refused.
 - ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens`` (as
   ``max_tokens``), ``temperature``, ``top_p``, and ``text.format``
   (``json_schema`` or ``json_object``, as ``response_format``) pass on;
@@ -88,6 +93,8 @@ _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develop
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 # What stands in a chat tool message for an image a tool returned (a chat tool message holds only text).
 IMAGE_LEFT_OUT = "[an image the tool returned: left out, the model's endpoint takes only text in a tool result]"
+# Between a namespace's name and its tool's in the chat name of the tool (OpenAI's tool names allow [a-zA-Z0-9_-]).
+NAMESPACE_JOIN = "__"
 # The one parameter of the function tool that stands for a custom (freeform) tool.
 CUSTOM_INPUT = "input"
 # The error type of OpenAI's error body, by status (any other 4xx: invalid_request_error; 5xx: server_error).
@@ -232,8 +239,12 @@ def _all_messages(body: dict) -> list[dict]:
                 arguments = _str(item.get("arguments"), where + ".arguments")
             else:
                 arguments = json.dumps({CUSTOM_INPUT: _str(item.get("input"), where + ".input")})
+            namespace = item.get("namespace")
+            if namespace is not None:
+                namespace = _name(namespace, where + ".namespace")
+            name = qualified(namespace, _name(item.get("name"), where + ".name"))
             call = {"id": _name(item.get("call_id"), where + ".call_id"), "type": "function",
-                    "function": {"name": _name(item.get("name"), where + ".name"), "arguments": arguments}}
+                    "function": {"name": name, "arguments": arguments}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -260,6 +271,11 @@ def _custom_parameters(tool: dict, where: str) -> dict:
             "required": [CUSTOM_INPUT], "additionalProperties": False}
 
 
+def qualified(namespace: str | None, name: str) -> str:
+    """The chat name of the tool ``name`` in ``namespace`` (a chat request has no namespaces)."""
+    return name if namespace is None else f"{namespace}{NAMESPACE_JOIN}{name}"
+
+
 def _tools(raw: Any) -> list[dict]:
     tools = []
     for i, entry in enumerate(_list(raw, "tools")):
@@ -268,20 +284,38 @@ def _tools(raw: Any) -> list[dict]:
         kind = _tag(tool.get("type"))
         if kind in HOSTED_TOOLS:
             continue
-        if kind not in ("function", "custom"):
-            raise ValueError(f"{where}: a tool of type {kind!r} is not supported (function, custom)")
-        function: dict[str, Any] = {"name": _name(tool.get("name"), where + ".name")}
-        if tool.get("description") is not None:
-            function["description"] = _str(tool["description"], where + ".description")
-        if kind == "custom":
-            function["parameters"] = _custom_parameters(tool, where)
+        if kind == "namespace":
+            namespace = _name(tool.get("name"), where + ".name")
+            about = tool.get("description")
+            for j, inner in enumerate(_list(tool.get("tools"), where + ".tools")):
+                inner_where = f"{where}.tools[{j}]"
+                if _tag(_dict(inner, inner_where).get("type")) not in ("function", "custom"):
+                    raise ValueError(f"{inner_where}: a tool of type {_tag(inner.get('type'))!r} is not supported "
+                                     "in a namespace (function, custom)")
+                tools.append(_tool(inner, inner_where, namespace, about if isinstance(about, str) else None))
+        elif kind in ("function", "custom"):
+            tools.append(_tool(tool, where, None, None))
         else:
-            if tool.get("parameters") is not None:
-                function["parameters"] = _dict(tool["parameters"], where + ".parameters")
-            if isinstance(tool.get("strict"), bool):
-                function["strict"] = tool["strict"]
-        tools.append({"type": "function", "function": function})
+            raise ValueError(f"{where}: a tool of type {kind!r} is not supported (function, custom, namespace)")
     return tools
+
+
+def _tool(tool: dict, where: str, namespace: str | None, about: str | None) -> dict:
+    """The chat function tool for the function or custom ``tool`` (in ``namespace``, which is ``about`` that)."""
+    function: dict[str, Any] = {"name": qualified(namespace, _name(tool.get("name"), where + ".name"))}
+    descriptions = [about] if about else []
+    if tool.get("description") is not None:
+        descriptions.append(_str(tool["description"], where + ".description"))
+    if descriptions:
+        function["description"] = "\n\n".join(descriptions)
+    if tool.get("type") == "custom":
+        function["parameters"] = _custom_parameters(tool, where)
+    else:
+        if tool.get("parameters") is not None:
+            function["parameters"] = _dict(tool["parameters"], where + ".parameters")
+        if isinstance(tool.get("strict"), bool):
+            function["strict"] = tool["strict"]
+    return {"type": "function", "function": function}
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -289,7 +323,9 @@ def _tool_choice(choice: Any) -> Any:
         return choice
     choice = _dict(choice, "tool_choice")
     if choice.get("type") in ("function", "custom"):
-        return {"type": "function", "function": {"name": _name(choice.get("name"), "tool_choice.name")}}
+        namespace = choice.get("namespace") if isinstance(choice.get("namespace"), str) else None
+        return {"type": "function",
+                "function": {"name": qualified(namespace, _name(choice.get("name"), "tool_choice.name"))}}
     if choice.get("type") == "allowed_tools" and choice.get("mode") in ("auto", "required"):
         return choice["mode"]
     raise ValueError(f"tool_choice of type {_tag(choice.get('type'))!r} is not supported")
@@ -382,22 +418,36 @@ def _reply_text(content: Any) -> str:
     return "".join(texts)
 
 
-def _custom_tools(request: dict) -> set[str]:
+def _tool_names(request: dict) -> dict[str, tuple[str | None, str, str]]:
+    """The request's tools by their chat name: (namespace or None, name, type: function or custom)."""
+    names: dict[str, tuple[str | None, str, str]] = {}
+
+    def add(tool: Any, namespace: str | None) -> None:
+        if isinstance(tool, dict) and tool.get("type") in ("function", "custom") and isinstance(tool.get("name"), str):
+            names[qualified(namespace, tool["name"])] = (namespace, tool["name"], tool["type"])
+
     tools = request.get("tools")
-    if not isinstance(tools, list):
-        return set()
-    return {tool["name"] for tool in tools
-            if isinstance(tool, dict) and tool.get("type") == "custom" and isinstance(tool.get("name"), str)}
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and tool.get("type") == "namespace" and isinstance(tool.get("name"), str):
+            inner = tool.get("tools")
+            for each in inner if isinstance(inner, list) else []:
+                add(each, tool["name"])
+        else:
+            add(tool, None)
+    return names
 
 
-def _call_item(raw: Any, where: str, custom: set[str]) -> dict:
+def _call_item(raw: Any, where: str, tools: dict[str, tuple[str | None, str, str]]) -> dict:
     call = _dict(raw, where)
     function = _dict(call.get("function"), where + ".function")
     name = _name(function.get("name"), where + ".function.name")
     arguments = function.get("arguments")
     arguments = "" if arguments is None else _str(arguments, where + ".function.arguments")
     call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else _new_id("call_")
-    if name in custom:
+    # a name the request does not hold (the model made it up) is passed on as it is: the agent answers it
+    namespace, name, kind = tools.get(name, (None, name, "function"))
+    where_from = {} if namespace is None else {"namespace": namespace}
+    if kind == "custom":
         # the function tool that stands for a custom tool: its one string parameter is the custom call's input
         try:
             parsed = json.loads(arguments)
@@ -405,9 +455,9 @@ def _call_item(raw: Any, where: str, custom: set[str]) -> dict:
             parsed = None
         text = parsed.get(CUSTOM_INPUT) if isinstance(parsed, dict) else None
         return {"id": _new_id("ctc_"), "type": "custom_tool_call", "status": "completed", "call_id": call_id,
-                "name": name, "input": text if isinstance(text, str) else arguments}
+                "name": name, **where_from, "input": text if isinstance(text, str) else arguments}
     return {"id": _new_id("fc_"), "type": "function_call", "status": "completed", "call_id": call_id,
-            "name": name, "arguments": arguments}
+            "name": name, **where_from, "arguments": arguments}
 
 
 def from_chat(reply: Any, request: Any) -> dict:
@@ -432,8 +482,8 @@ def from_chat(reply: Any, request: Any) -> dict:
                        "content": [part]})
     calls = message.get("tool_calls")
     if calls is not None:
-        custom = _custom_tools(request)
-        output.extend(_call_item(call, f"the reply's tool_calls[{i}]", custom)
+        names = _tool_names(request)
+        output.extend(_call_item(call, f"the reply's tool_calls[{i}]", names)
                       for i, call in enumerate(_list(calls, "the reply's tool_calls")))
     created = reply.get("created")
     model = reply.get("model") if isinstance(reply.get("model"), str) else request.get("model")

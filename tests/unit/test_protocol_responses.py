@@ -106,6 +106,39 @@ def test_custom_tools_are_function_tools_of_one_string_and_hosted_tools_are_left
                                    "tool_choice": "auto"})
 
 
+# as Codex CLI 0.169 sends its sub-agent tools
+AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Tools for sub-agents.", "tools": [
+    {"type": "function", "name": "spawn_agent", "description": "Spawn one.", "strict": False,
+     "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}},
+    {"type": "custom", "name": "note", "description": "Free text."}]}
+
+
+def test_namespace_tools_are_chat_tools_of_qualified_names_and_their_calls_come_back_in_the_namespace():
+    request = {"model": "m", "tools": [SHELL, AGENTS, {"type": "web_search", "external_web_access": True}],
+               "tool_choice": {"type": "function", "namespace": "multi_agent_v1", "name": "spawn_agent"},
+               "input": [
+        {"type": "function_call", "call_id": "c1", "namespace": "multi_agent_v1", "name": "spawn_agent",
+         "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "agent 1"}]}
+    chat = to_chat(request)
+    assert [t["function"]["name"] for t in chat["tools"]] == [
+        "shell", "multi_agent_v1__spawn_agent", "multi_agent_v1__note"]
+    assert chat["tools"][1]["function"]["description"] == "Tools for sub-agents.\n\nSpawn one."
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "multi_agent_v1__spawn_agent"}}
+    assert chat["messages"][0]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__spawn_agent"
+    reply = tool_calls_reply([tool_call("multi_agent_v1__spawn_agent", {"task": "t"}, "c2"),
+                              tool_call("multi_agent_v1__note", {"input": "n"}, "c3"),
+                              tool_call("shell", {"command": ["ls"]}, "c4")])
+    spawn, note, shell = from_chat(reply, request)["output"]
+    assert (spawn["type"], spawn["namespace"], spawn["name"]) == ("function_call", "multi_agent_v1", "spawn_agent")
+    assert (note["type"], note["namespace"], note["name"], note["input"]) == (
+        "custom_tool_call", "multi_agent_v1", "note", "n")
+    assert "namespace" not in shell and shell["name"] == "shell"
+    with pytest.raises(ValueError, match=r"tools\[0\].tools\[0\]: a tool of type 'web_search' is not supported"):
+        to_chat({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [
+            {"type": "web_search"}]}]})
+
+
 def test_text_format():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     chat = to_chat({"model": "m", "input": "x",
@@ -278,9 +311,11 @@ def test_any_odd_shape_is_a_value_error_or_a_valid_translation():
         {"type": "function_call", "call_id": "c", "name": "shell", "arguments": "{}"},
         {"type": "custom_tool_call", "call_id": "d", "name": "apply_patch", "input": "p"},
         {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text", "text": "o"}]},
-    ], "tools": [SHELL, APPLY_PATCH], "tool_choice": {"type": "function", "name": "shell"},
+        {"type": "function_call", "call_id": "e", "namespace": "multi_agent_v1", "name": "spawn_agent", "arguments": ""},
+    ], "tools": [SHELL, APPLY_PATCH, AGENTS], "tool_choice": {"type": "function", "name": "shell"},
         "text": {"format": {"type": "json_schema", "name": "n", "schema": {}}}, "max_output_tokens": 5}
-    reply = tool_calls_reply([tool_call("shell", {"a": 1}), tool_call("apply_patch", {"input": "p"})], text="t")
+    reply = tool_calls_reply([tool_call("shell", {"a": 1}), tool_call("apply_patch", {"input": "p"}),
+                              tool_call("multi_agent_v1__note", {"input": "n"})], text="t")
     reply["usage"]["prompt_tokens_details"] = {"cached_tokens": 1}
     reply["created"] = 1
     translated = refused = 0

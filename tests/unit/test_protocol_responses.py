@@ -437,3 +437,19 @@ def test_sdk_sees_a_refused_request_as_a_400_that_says_why():
     with _ResponsesServer([]) as server:
         with pytest.raises(openai.BadRequestError, match="previous_response_id is not supported"):
             server.client().responses.create(model="m", input="and then?", previous_response_id="resp_1")
+
+
+def test_sdk_parses_a_custom_tool_call_in_a_namespace_streamed_and_not():
+    reply = tool_calls_reply([tool_call("multi_agent_v1__note", {"input": "remember"}, "call_n")], text="Noting.")
+    with _ResponsesServer([reply, reply]) as server:
+        client = server.client()
+        plain = client.responses.create(model="m", input="x", tools=[AGENTS])
+        with client.responses.stream(model="m", input="x", tools=[AGENTS]) as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_response()
+    for response in (plain, final):
+        message, note = response.output
+        assert response.output_text == "Noting."
+        assert (note.type, note.namespace, note.name, note.input, note.call_id) == (
+            "custom_tool_call", "multi_agent_v1", "note", "remember", "call_n")
+    assert "response.custom_tool_call_input.done" in kinds and kinds[-1] == "response.completed"

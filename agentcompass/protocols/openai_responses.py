@@ -74,6 +74,18 @@ and a stream closed before ``response.completed`` are stream errors, which
 Codex retries up to its provider's ``stream_max_retries`` (config.toml; 0
 turns that off), each retry a model call, before it fails the turn. So a
 reply cut at its length fails Codex's turn, as it does against OpenAI.
+
+What Codex CLI 0.169 sends (``codex exec`` with a custom provider,
+``wire_api = "responses"``, a model it has no metadata for, seen on a
+loopback server): ``stream: true``, ``store: false``, the whole history
+each turn (items with ``id``s), no ``instructions`` (its base prompt is the
+first developer message), ``tool_choice: auto``, ``parallel_tool_calls``,
+``reasoning: {summary: auto}``, ``include``, ``prompt_cache_key``,
+``client_metadata``; tools: functions (``exec_command``, ``write_stdin``,
+``view_image``, ...), a ``namespace`` (``multi_agent_v1``) and
+``{"type": "web_search", "external_web_access": true}``. Through these
+functions it ran the model's ``exec_command`` call and ended its turn with
+the model's text and the summed usage (checked by hand, not yet a test).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ What is translated:
   user message) or a list of items: messages (role ``user``, ``assistant``,
   ``system``, or ``developer``, which becomes ``system``: not every chat
   template knows it), their parts ``input_text``/``output_text`` (text) and
-  ``input_image`` (an image URL). The leading system messages are joined
+  ``input_image`` (an image URL, in a user message); text-only content is
+  one string, its parts joined by a newline. The leading system messages are joined
   into one and a later one is sent as a user message: chat templates such as
   Qwen's refuse a system message anywhere but first. ``function_call`` and
   ``custom_tool_call`` items become the ``tool_calls`` of an assistant
@@ -170,7 +171,10 @@ def _number(value: Any, where: str) -> int | float:
 
 
 def _content(content: Any, role: str, where: str) -> str | list[dict]:
-    """A message's content in chat form: text as is, parts as chat parts (the assistant's joined into text)."""
+    """A message's content in chat form: text as one string (parts joined by a newline), else chat parts.
+
+    Not every chat template takes a list of parts; only a user message may hold an image.
+    """
     if isinstance(content, str):
         return content
     parts: list[dict] = []
@@ -189,10 +193,10 @@ def _content(content: Any, role: str, where: str) -> str | list[dict]:
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         else:
-            raise ValueError(f"{where}[{i}]: a content part of type {kind!r} is not supported in a "
-                             f"{role} message")
-    if role != "user":
-        return "".join(part["text"] for part in parts)
+            raise ValueError(f"{where}[{i}]: a content part of type {kind!r} is not supported in a message of "
+                             f"role {role}")
+    if all(part["type"] == "text" for part in parts):
+        return "\n".join(part["text"] for part in parts)
     return parts
 
 

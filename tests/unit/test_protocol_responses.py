@@ -63,14 +63,15 @@ def test_items_with_function_calls_and_outputs():
     assert chat["parallel_tool_calls"] is False
 
 
-def test_one_system_message_first_and_later_ones_as_user_messages():
+def test_one_system_message_first_and_later_ones_as_user_messages_text_as_one_string():
     chat = to_chat({"model": "m", "instructions": "Base.", "input": [
-        {"role": "developer", "content": [{"type": "input_text", "text": "Sandbox: none."}]},
-        {"role": "user", "content": "Task."},
+        {"role": "developer", "content": [{"type": "input_text", "text": "Sandbox: none."},
+                                          {"type": "input_text", "text": "Network: off."}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "Task."}, {"type": "input_text", "text": "Go."}]},
         {"role": "developer", "content": "Model switched."},
     ]})
-    assert chat["messages"] == [{"role": "system", "content": "Base.\n\nSandbox: none."},
-                                {"role": "user", "content": "Task."},
+    assert chat["messages"] == [{"role": "system", "content": "Base.\n\nSandbox: none.\nNetwork: off."},
+                                {"role": "user", "content": "Task.\nGo."},
                                 {"role": "user", "content": "Model switched."}]
     assert to_chat({"model": "m", "input": [{"role": "user", "content": "x"}]})["messages"] == [
         {"role": "user", "content": "x"}]

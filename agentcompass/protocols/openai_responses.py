@@ -45,7 +45,10 @@ What is translated:
   must send the whole conversation (Codex does: it sends ``store: false``
   and its whole history each turn).
 
-A reply that stopped at its length (``finish_reason: length``) is an
+The response's output is, in order: a ``reasoning`` item (its text as a
+``reasoning_text`` part) when the message holds the model's reasoning
+(``REASONING_FIELDS``), a ``message`` item with its text (or refusal), and a
+call item per tool call. A reply that stopped at its length (``finish_reason: length``) is an
 ``incomplete`` response (reason ``max_output_tokens``), streamed with a final
 ``response.incomplete`` event as OpenAI's API does; any other is ``completed``.
 
@@ -86,7 +89,9 @@ first developer message), ``tool_choice: auto``, ``parallel_tool_calls``,
 ``view_image``, ...), a ``namespace`` (``multi_agent_v1``) and
 ``{"type": "web_search", "external_web_access": true}``. Through these
 functions it ran the model's ``exec_command`` call and ended its turn with
-the model's text and the summed usage (checked by hand, not yet a test).
+the model's text and the summed usage, a reasoning item in the reply
+included (sent back the next turn, then dropped by ``to_chat``); checked by
+hand, not yet a test.
 """
 
 from __future__ import annotations
@@ -108,6 +113,9 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 IMAGE_LEFT_OUT = "[an image the tool returned: left out, the model's endpoint takes only text in a tool result]"
 # Between a namespace's name and its tool's in the chat name of the tool (OpenAI's tool names allow [a-zA-Z0-9_-]).
 NAMESPACE_JOIN = "__"
+# Where a chat reply's message holds the model's reasoning (vLLM, SGLang, llama.cpp: reasoning_content; newer vLLM:
+# reasoning), given back as a reasoning item.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 # The one parameter of the function tool that stands for a custom (freeform) tool.
 CUSTOM_INPUT = "input"
 # The error type of OpenAI's error body, by status (any other 4xx: invalid_request_error; 5xx: server_error).
@@ -489,6 +497,11 @@ def from_chat(reply: Any, request: Any) -> dict:
     incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(_tag(finish) or "")
     status = "incomplete" if incomplete else "completed"
     output: list[dict] = []
+    thought = next((message[key] for key in REASONING_FIELDS if isinstance(message.get(key), str) and message[key]),
+                   None)
+    if thought is not None:
+        output.append({"id": _new_id("rs_"), "type": "reasoning", "summary": [],
+                       "content": [{"type": "reasoning_text", "text": thought}], "encrypted_content": None})
     text = _reply_text(message.get("content"))
     refusal = message.get("refusal")
     if text or isinstance(refusal, str) and refusal:
@@ -534,7 +547,7 @@ class _Stream:
 def _started(item: dict) -> dict:
     """``item`` as it is when the model begins it: empty, in progress."""
     kind = item.get("type")
-    empty: dict[str, Any] = ({"content": []} if kind == "message" else {"arguments": ""} if kind == "function_call"
+    empty: dict[str, Any] = ({"content": []} if kind in ("message", "reasoning") else {"arguments": ""} if kind == "function_call"
              else {"input": ""} if kind == "custom_tool_call" else {})
     return {**item, **empty, "status": "in_progress"}
 
@@ -561,6 +574,12 @@ def _stream_item(stream: _Stream, index: int, item: dict) -> None:
                             refusal=part["refusal"])
             stream.send("response.content_part.done", item_id=item_id, output_index=index, content_index=j,
                         part=part)
+    elif kind == "reasoning":
+        for j, part in enumerate(item.get("content") or []):
+            stream.send("response.reasoning_text.delta", item_id=item_id, output_index=index, content_index=j,
+                        delta=part["text"])
+            stream.send("response.reasoning_text.done", item_id=item_id, output_index=index, content_index=j,
+                        text=part["text"])
     elif kind == "function_call":
         stream.send("response.function_call_arguments.delta", item_id=item_id, output_index=index,
                     delta=item["arguments"])

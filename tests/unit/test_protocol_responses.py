@@ -454,3 +454,29 @@ def test_sdk_parses_a_custom_tool_call_in_a_namespace_streamed_and_not():
         assert (note.type, note.namespace, note.name, note.input, note.call_id) == (
             "custom_tool_call", "multi_agent_v1", "note", "remember", "call_n")
     assert "response.custom_tool_call_input.done" in kinds and kinds[-1] == "response.completed"
+
+
+def test_the_models_reasoning_is_a_reasoning_item_first_streamed_and_not():
+    reply = tool_calls_reply([tool_call("shell", {"command": ["ls"]}, "call_r")], text="Listing.")
+    reply["choices"][0]["message"]["reasoning_content"] = "The user wants files."
+    response = from_chat(reply, {"model": "m"})
+    reasoning = response["output"][0]
+    assert (reasoning["type"], reasoning["summary"], reasoning["content"]) == (
+        "reasoning", [], [{"type": "reasoning_text", "text": "The user wants files."}])
+    assert [item["type"] for item in response["output"]] == ["reasoning", "message", "function_call"]
+    events = _events(stream_events(response))
+    assert [name for name, _ in events][2:6] == [
+        "response.output_item.added", "response.reasoning_text.delta", "response.reasoning_text.done",
+        "response.output_item.done"]
+    assert events[3][1]["delta"] == "The user wants files." and events[2][1]["item"]["content"] == []
+    with _ResponsesServer([reply, reply]) as server:
+        client = server.client()
+        plain = client.responses.create(model="m", input="x", tools=[SHELL])
+        with client.responses.stream(model="m", input="x", tools=[SHELL]) as stream:
+            deltas = [event.delta for event in stream if event.type == "response.reasoning_text.delta"]
+            final = stream.get_final_response()
+    for parsed in (plain, final):
+        assert parsed.output[0].type == "reasoning"
+        assert parsed.output[0].content[0].text == "The user wants files."
+        assert parsed.output_text == "Listing." and parsed.output[2].call_id == "call_r"
+    assert deltas == ["The user wants files."]

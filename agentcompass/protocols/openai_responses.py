@@ -610,7 +610,7 @@ def stream_events(response: dict) -> bytes:
     return b"".join(stream.chunks)
 
 
-def error_body(status: int, message: str) -> bytes:
-    """OpenAI's error body for an HTTP ``status`` with ``message``."""
+def error_body(status: int, message: str, code: str | None = None) -> bytes:
+    """OpenAI's error body for an HTTP ``status`` with ``message`` (and ``code``, e.g. ``context_length_exceeded``)."""
     kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}).encode()
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()

@@ -287,6 +287,7 @@ def test_error_body():
         "error": {"message": "bad input", "type": "invalid_request_error", "param": None, "code": None}}
     assert json.loads(error_body(401, "no"))["error"]["type"] == "authentication_error"
     assert json.loads(error_body(502, "upstream"))["error"]["type"] == "server_error"
+    assert json.loads(error_body(400, "too long", "context_length_exceeded"))["error"]["code"] == "context_length_exceeded"
 
 
 ODD = [None, True, 7, -1, "x", "", [], [[]], {}, {"type": []}, [{"type": "message"}]]

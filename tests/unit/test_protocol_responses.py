@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import threading
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from agentcompass.protocols.openai_responses import IMAGE_LEFT_OUT, error_body, from_chat, stream_events, to_chat
 from agentcompass.testing.endpoint import QuietHandler, completion, send_json, tool_call, tool_calls_reply
 
+# what Codex CLI 0.169 sent, recorded (tests/data/protocols: the file says how)
+CODEX_REQUEST = Path(__file__).parent.parent / "data" / "protocols" / "codex-0.169-responses-request.json"
 APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files.",
                "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch"'}}
 SHELL = {"type": "function", "name": "shell", "description": "Run a command.", "strict": False,
@@ -138,6 +141,23 @@ def test_namespace_tools_are_chat_tools_of_qualified_names_and_their_calls_come_
     with pytest.raises(ValueError, match=r"tools\[0\].tools\[0\]: a tool of type 'web_search' is not supported"):
         to_chat({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [
             {"type": "web_search"}]}]})
+
+
+def test_a_recorded_codex_request():
+    request = json.loads(CODEX_REQUEST.read_text())["request"]
+    chat = to_chat(request)
+    assert chat["stream"] is False and chat["model"] == request["model"]
+    # developer, developer, user, user; the reasoning dropped; the call and its output
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "user", "assistant", "tool"]
+    assert all(isinstance(m["content"], str) for m in chat["messages"] if m["role"] != "assistant")
+    call = chat["messages"][3]["tool_calls"][0]
+    assert call["function"]["name"] == "exec_command" and chat["messages"][4]["tool_call_id"] == call["id"]
+    names = [t["function"]["name"] for t in chat["tools"]]
+    assert "exec_command" in names and "multi_agent_v1__spawn_agent" in names and "web_search" not in names
+    assert chat["parallel_tool_calls"] is True and chat["tool_choice"] == "auto"
+    reply = tool_calls_reply([tool_call("multi_agent_v1__spawn_agent", {"message": "go"}, "call_s")])
+    [item] = from_chat(reply, request)["output"]
+    assert (item["namespace"], item["name"], item["call_id"]) == ("multi_agent_v1", "spawn_agent", "call_s")
 
 
 def test_text_format():

@@ -13,11 +13,11 @@ What is translated:
   user message) or a list of items: messages (role ``user``, ``assistant``,
   ``system``, or ``developer``, which becomes ``system``: not every chat
   template knows it), their parts ``input_text``/``output_text`` (text) and
-  ``input_image`` (an image URL, in a user message); text-only content is
-  one string, its parts joined by a newline. The leading system messages are joined
-  into one and a later one is sent as a user message: chat templates such as
-  Qwen's refuse a system message anywhere but first. ``function_call`` and
-  ``custom_tool_call`` items become the ``tool_calls`` of an assistant
+  ``input_image`` (an image URL, in a user message); text-only content is one
+  string, its parts joined by a newline. The leading system messages are
+  joined into one and a later one is sent as a user message: chat templates
+  such as Qwen's refuse a system message anywhere but first. ``function_call``
+  and ``custom_tool_call`` items become the ``tool_calls`` of an assistant
   message (joined to the assistant message just before them), their
   ``*_output`` items ``tool`` messages (an image in a tool output becomes
   ``IMAGE_LEFT_OUT``: a chat tool message holds only text); ``reasoning``
@@ -26,31 +26,32 @@ What is translated:
   such as Codex's ``apply_patch``, is a function tool of one string parameter,
   ``input`` (its grammar, if any, in that parameter's description); the
   model's call of it comes back as a ``custom_tool_call`` item with that
-  string. The function and custom tools of a ``namespace`` tool (Codex
-  0.169 sends its sub-agent tools so) are chat tools named
-  ``<namespace>__<name>`` (``qualified``), their description after the
-  namespace's; a call of one comes back with its ``name`` and ``namespace``,
-  and a call item with a ``namespace`` goes to the model by that name.
-  Hosted tools (``HOSTED_TOOLS``: web search, file search, code interpreter,
-  ...) run on OpenAI's servers, not in a model: no chat endpoint can serve
-  them, so they are left out and the model never sees them. Any other tool
-  type (``local_shell`` among them) is refused.
+  string. The function and custom tools of a ``namespace`` tool (Codex 0.169
+  sends its sub-agent tools so) are chat tools named ``<namespace>__<name>``
+  (``qualified``), their description after the namespace's; a call of one
+  comes back with its ``name`` and ``namespace``, and a call item with a
+  ``namespace`` goes to the model by that name. Hosted tools
+  (``HOSTED_TOOLS``: web search, file search, code interpreter, ...) run on
+  OpenAI's servers, not in a model: no chat endpoint can serve them, so they
+  are left out and the model never sees them. Any other tool type
+  (``local_shell`` among them) is refused.
 - ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens`` (as
   ``max_tokens``), ``temperature``, ``top_p``, and ``text.format``
   (``json_schema`` or ``json_object``, as ``response_format``) pass on;
   ``store``, ``include``, ``metadata``, ``reasoning``, ``truncation``,
   ``user``, ``service_tier``, ``prompt_cache_key`` and the like concern
   OpenAI's own service and are ignored. ``previous_response_id`` (and
-  ``conversation``) are refused: the gateway keeps no state, so the agent
-  must send the whole conversation (Codex does: it sends ``store: false``
-  and its whole history each turn).
+  ``conversation``) are refused: the gateway keeps no state, so the agent must
+  send the whole conversation (Codex does: it sends ``store: false`` and its
+  whole history each turn).
 
 The response's output is, in order: a ``reasoning`` item (its text as a
 ``reasoning_text`` part) when the message holds the model's reasoning
 (``REASONING_FIELDS``), a ``message`` item with its text (or refusal), and a
-call item per tool call. A reply that stopped at its length (``finish_reason: length``) is an
-``incomplete`` response (reason ``max_output_tokens``), streamed with a final
-``response.incomplete`` event as OpenAI's API does; any other is ``completed``.
+call item per tool call. A reply that stopped at its length (``finish_reason:
+length``) is an ``incomplete`` response (reason ``max_output_tokens``),
+streamed with a final ``response.incomplete`` event as OpenAI's API does; any
+other is ``completed``.
 
 The request is the agent's and the reply the Model's: an odd shape in either
 is a ``ValueError`` whose message says what and where (the gateway answers
@@ -58,16 +59,17 @@ the agent 400), never another exception; all work is linear in the size of
 what came in.
 
 How Codex CLI reads the stream (codex-rs, ``codex-api/src/sse/responses.rs``,
-``process_responses_event``, read in its 2026 source): an item counts only
-once its ``response.output_item.done`` arrives (parsed as a ``ResponseItem``:
-a ``message`` whose content parts are ``input_text``/``output_text``/
-``input_image``, a ``function_call``, a ``custom_tool_call``, ``reasoning``;
-an item that does not parse is skipped silently, so a ``refusal`` part loses
-its message); ``response.output_text.delta`` and
-``response.custom_tool_call_input.delta`` are shown as they come,
-``response.output_item.added`` is passed on as the item's start, and the
-content part, ``output_text.done`` and ``function_call_arguments`` events are
-ignored (so are events it does not know). ``response.completed`` ends the stream: its response must have an
+``process_responses_event``, read in a 2026 revision, not pinned to 0.169): an
+item counts only once its ``response.output_item.done`` arrives (parsed as a
+``ResponseItem``: a ``message`` whose content parts are
+``input_text``/``output_text``/``input_image``, a ``function_call``, a
+``custom_tool_call``, ``reasoning``; an item that does not parse is skipped
+silently, so a ``refusal`` part loses its message);
+``response.output_text.delta`` and ``response.custom_tool_call_input.delta``
+are shown as they come, ``response.output_item.added`` is passed on as the
+item's start, and the content part, ``output_text.done`` and
+``function_call_arguments`` events are ignored (so are events it does not
+know). ``response.completed`` ends the stream: its response must have an
 ``id`` and, if it has ``usage``, integer ``input_tokens``, ``output_tokens``
 and ``total_tokens`` (``input_tokens_details.cached_tokens`` and
 ``output_tokens_details.reasoning_tokens`` optional), which Codex takes as the
@@ -75,9 +77,10 @@ turn's token usage. ``response.failed`` (its ``error.code``:
 ``context_length_exceeded``, ``rate_limit_exceeded`` with "try again in Ns",
 ...), ``response.incomplete`` ("Incomplete response returned, reason: ...")
 and a stream closed before ``response.completed`` are stream errors, which
-Codex retries up to its provider's ``stream_max_retries`` (config.toml; 0
-turns that off), each retry a model call, before it fails the turn. So a
-reply cut at its length fails Codex's turn, as it does against OpenAI.
+Codex may retry (its provider's ``stream_max_retries`` in config.toml; 0 turns
+retries off) before it fails the turn. Seen with 0.169 and no retries: a reply
+cut at its length failed the turn ("Incomplete response returned, reason:
+max_output_tokens", exit status 1), as it would against OpenAI.
 
 What Codex CLI 0.169 sends (``codex exec`` with a custom provider,
 ``wire_api = "responses"``, a model it has no metadata for, seen on a

@@ -1,8 +1,10 @@
-"""The agent-facing protocols the gateway speaks besides OpenAI chat completions.
+"""Agent-facing model protocols, each translated to and from OpenAI chat completions.
 
-Each module translates one protocol an agent speaks (Anthropic's Messages API
-for Claude Code, OpenAI's Responses API for Codex CLI) to and from OpenAI chat completions, the protocol that
-vLLM, SGLang and llama.cpp serve: pure functions over parsed JSON, with no I/O,
-that never trust the shapes they are given (a request is the agent's, a reply
-the model's).
+Chat completions is the protocol vLLM, SGLang and llama.cpp serve. Each module
+here translates one protocol an agent speaks: Anthropic's Messages API (Claude
+Code; the gateway serves it for an ``openai_chat`` Model) and OpenAI's
+Responses API (Codex CLI; not served by translation yet: the gateway passes
+``/responses`` through to the Model as it is). Pure functions over parsed JSON,
+with no I/O, that never trust the shapes they are given (a request is the
+agent's, a reply the model's).
 """

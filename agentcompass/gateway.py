@@ -12,7 +12,14 @@ the token. Any other method or path, and any path that is not plain text
 (``..`` or ``.`` segments, ``//``, a percent-encoding, a backslash, a query),
 is refused with a JSON error (400, 404 or 405) and never forwarded: the key's
 other powers (files, fine-tuning, the organization) stay out of the agent's
-reach. Every request and reply is recorded into the attempt's trajectory and
+reach. ``TRANSLATED`` adds the calls of another protocol that the gateway
+answers through the Model's own: for ``openai_chat``, Anthropic's POST
+``/v1/messages`` (Claude Code's), translated by
+``agentcompass.protocols.anthropic_messages`` into one ``/chat/completions``
+call and its reply back (a stream of events when the agent asked for one), and
+``/v1/messages/count_tokens``, estimated here with no model call; these two
+alone may carry a query, ``BETA_QUERY``, and their errors are in Anthropic's
+shape. Every request and reply is recorded into the attempt's trajectory and
 usage (each within ``RECORD_LIMIT``: a larger one is recorded cut, saying so); each
 call counts in the attempt's ``ATTEMPT_USAGE`` too, as a ModelClient's does.
 
@@ -54,6 +61,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentcompass.protocols import anthropic_messages
 from agentcompass.runtime.model_client import ATTEMPT_USAGE, RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
 from agentcompass.secrets import Scrubber, check_header_value, resolved_values
 
@@ -63,6 +71,7 @@ _NOT_FORWARDED = {
     "transfer-encoding", "upgrade", "host", "content-length", "authorization", "api-key", "accept-encoding",
     # which organization or project the key acts for is the Model's config (its headers), not the agent's
     "openai-organization", "openai-project",
+    "x-api-key",  # where an Anthropic client sends its key: the gateway's token, never passed on
 }
 _NOT_RETURNED = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -90,16 +99,38 @@ ROUTES: dict[str, dict[str, str]] = {
         "/models": "GET",
     },
 }
+# The calls of another protocol an agent speaks that the gateway answers by translating them into the Model's
+# protocol (agentcompass.protocols): path -> the one method it takes. Anthropic's clients send /v1/messages
+# under a base URL of host alone (ANTHROPIC_BASE_URL), and Claude Code adds BETA_QUERY.
+TRANSLATED: dict[str, dict[str, str]] = {
+    "openai_chat": {
+        "/v1/messages": "POST",
+        "/v1/messages/count_tokens": "POST",
+    },
+}
+# the one query a translated path may carry (Anthropic's SDKs add it to the beta calls); it is dropped
+BETA_QUERY = "?beta=true"
 # GET /models/<id> too: a model id may hold '/' (org/name), each segment of plain characters
 _MODEL_ID = re.compile(r"/models(?:/[A-Za-z0-9_][A-Za-z0-9._:@+-]*)+")
 # what a path of a model call is made of: no '%' (no encoding of any kind), no '\\', no '?' or '#'
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._~:@+/-]*")
 
 
+def routes_of(protocol: str) -> dict[str, str]:
+    """Every call the gateway answers for a Model of ``protocol``: its own and the translated ones."""
+    return {**ROUTES.get(protocol, {}), **TRANSLATED.get(protocol, {})}
+
+
+def canonical(protocol: str, path: str) -> str:
+    """``path`` without ``BETA_QUERY`` when it is a translated call's; any other path as it is."""
+    bare = path.removesuffix(BETA_QUERY)
+    return bare if bare != path and bare in TRANSLATED.get(protocol, {}) else path
+
+
 def route(protocol: str, method: str, path: str) -> tuple[int, str, str] | None:
-    """None when ``method path`` is a model call of ``protocol``; else the status, error code and message to refuse it with."""
-    routes = ROUTES.get(protocol)
-    if routes is None:
+    """None when ``method path`` is a model call of ``protocol``, its own or translated; else the status, error
+    code and message to refuse it with."""
+    if protocol not in ROUTES:
         return 400, "unknown_protocol", f"the gateway knows no model calls of protocol {protocol!r}"
     if not path.startswith("/") or path.startswith("//"):
         return 400, "invalid_path", f"not a path of this gateway: {path[:200]!r} (send a path such as /chat/completions)"
@@ -110,6 +141,7 @@ def route(protocol: str, method: str, path: str) -> tuple[int, str, str] | None:
     segments = path.split("/")[1:]
     if any(segment in ("", ".", "..") for segment in segments):
         return 400, "invalid_path", f"refused path {path[:200]!r}: no empty, '.' or '..' segments"
+    routes = routes_of(protocol)
     wanted = routes.get(path) or ("GET" if "/models" in routes and _MODEL_ID.fullmatch(path) else None)
     if wanted is None:
         return 404, "unknown_endpoint", (
@@ -142,6 +174,16 @@ def _decoded(data: bytes, content_type: str = "") -> Any:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
         return text
+
+
+def _upstream_error(status: int, data: bytes) -> str:
+    """The message of an error the Model (or the gateway for it) answered, for an error of another protocol."""
+    try:
+        error = json.loads(data).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+    except (ValueError, RecursionError, AttributeError):
+        message = None
+    return message[:2000] if isinstance(message, str) and message else f"the model's endpoint answered HTTP {status}"
 
 
 def _tokens(reply: Any) -> tuple[int, int, str | None]:
@@ -228,10 +270,14 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = IDLE_SECONDS  # each read of the request and write of the reply; an idle connection is closed
 
+    translated = False  # a call in another protocol, answered (and refused) in that protocol's shape
+
     def _handle(self) -> None:
         gateway = self.server.gateway
+        path = canonical(gateway.protocol, self.path)
+        self.translated = path in TRANSLATED.get(gateway.protocol, {})
         # every refusal comes before any of the body is read: the connection then closes, the body unread
-        if not gateway.authorized(self.headers.get("Authorization")):
+        if not gateway.authorized(self.headers.get("Authorization"), self.headers.get("X-Api-Key")):
             gateway.refused(self.command, self.path, 401, "missing or wrong gateway token")
             self._refuse(401, "missing or wrong gateway token", "invalid_api_key")
             return
@@ -248,11 +294,11 @@ class _Handler(BaseHTTPRequestHandler):
             gateway.refused(self.command, self.path, 413, message)
             self._refuse(413, message, "request_too_large")
             return
-        refusal = route(gateway.protocol, self.command, self.path)
+        refusal = route(gateway.protocol, self.command, path)
         if refusal is not None:
             status, code, message = refusal
             gateway.refused(self.command, self.path, status, message)
-            allow = ROUTES.get(gateway.protocol, {}).get(self.path)
+            allow = routes_of(gateway.protocol).get(path)
             self._refuse(status, message, code, [("Allow", allow)] if status == 405 and allow else [])
             return
         if not gateway.admit(size):
@@ -262,7 +308,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             body = self.rfile.read(size)
-            status, headers, data = gateway.forward(self.command, self.path, self.headers, body)
+            if self.translated:
+                status, headers, data = gateway.translate(path, body)
+            else:
+                status, headers, data = gateway.forward(self.command, self.path, self.headers, body)
             del body
         finally:
             gateway.release(size)
@@ -272,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
         """A JSON error, and the connection closed: what the agent sent after its headers stays unread."""
         self.close_connection = True
         self._reply(status, [("Content-Type", "application/json"), ("Connection", "close"), *(extra or [])],
-                    _error_body(message, code))
+                    anthropic_messages.error_body(status, message) if self.translated else _error_body(message, code))
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (an unknown method, a malformed request line) as JSON errors too."""
@@ -387,8 +436,12 @@ class ModelGateway:
             self._in_flight -= size
             self._room.notify_all()
 
-    def authorized(self, header: str | None) -> bool:
+    def authorized(self, header: str | None, api_key: str | None = None) -> bool:
+        """The token as ``Authorization: Bearer`` (OpenAI's clients, Claude Code's ``ANTHROPIC_AUTH_TOKEN``)
+        or as ``X-Api-Key`` (Anthropic's ``ANTHROPIC_API_KEY``)."""
         scheme, _, given = (header or "").partition(" ")
+        if api_key is not None and not header:
+            return hmac.compare_digest(api_key.strip().encode(), self.token.encode())
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
     def crowded(self) -> None:
@@ -403,8 +456,10 @@ class ModelGateway:
     def refused(self, method: str, path: str, status: int, why: str) -> None:
         self._record({"source": "gateway", "method": method, "path": path, "status": status, "error": f"refused: {why}"})
 
-    def forward(self, method: str, path: str, headers: Message, body: bytes) -> tuple[int, list, bytes]:
-        """Send a model call (``route`` passed it) on to the Model with the real key; its status, headers and body."""
+    def forward(self, method: str, path: str, headers: Message | dict[str, str], body: bytes, *,
+                translated_from: str | None = None) -> tuple[int, list, bytes]:
+        """Send a model call (``route`` passed it) on to the Model with the real key; its status, headers and body.
+        ``translated_from``: the agent's call this one translates, which its record names."""
         refusal = route(self.protocol, method, path)
         if refusal is not None:  # never with the key
             status, code, message = refusal
@@ -445,9 +500,42 @@ class ModelGateway:
         }
         if error is not None:
             record["error"] = error
+        if translated_from is not None:
+            record["translated_from"] = translated_from
         bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
         self._record(record, latency if method == "POST" else None, bodies)
         return status, returned, data
+
+    def translate(self, path: str, body: bytes) -> tuple[int, list, bytes]:
+        """Answer an Anthropic Messages call (``path`` in ``TRANSLATED``) through the Model's chat completions:
+        the request through ``to_chat``, the reply back through ``from_chat`` (as the events of a stream when
+        the request asked for one); a count of tokens is estimated here, with no model call. Errors are in
+        Anthropic's shape; the upstream call is recorded and counted as every forwarded call is."""
+        json_reply = [("Content-Type", "application/json")]
+        try:
+            request = json.loads(body)
+            if path.endswith("/count_tokens"):
+                answer = anthropic_messages.count_tokens(request)
+                self._record({"source": "gateway", "method": "POST", "path": path, "status": 200,
+                              "answered": "estimated by the gateway, no model call", "reply": answer})
+                return 200, json_reply, json.dumps(answer).encode()
+            chat = anthropic_messages.to_chat(request)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            why = f"the request cannot be translated for the model: {exc}"
+            self.refused("POST", path, 400, why)
+            return 400, json_reply, anthropic_messages.error_body(400, why)
+        status, _, data = self.forward("POST", "/chat/completions", {"Content-Type": "application/json"},
+                                       json.dumps(chat).encode(), translated_from=path)
+        if status != 200:
+            return status, json_reply, anthropic_messages.error_body(status, _upstream_error(status, data))
+        try:
+            answer = anthropic_messages.from_chat(json.loads(data), request)
+        except (ValueError, RecursionError) as exc:
+            return 502, json_reply, anthropic_messages.error_body(502, f"the model's reply cannot be translated: {exc}")
+        if request.get("stream") is True:
+            return 200, [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")], \
+                anthropic_messages.stream_events(answer)
+        return 200, json_reply, json.dumps(answer).encode()
 
     def _scrubbed(self, headers: list[tuple[str, str]], data: bytes) -> tuple[list[tuple[str, str]], bytes]:
         """A reply's headers and body with every secret the gateway holds replaced: in header values and the

@@ -32,10 +32,11 @@ class QuietHandler(BaseHTTPRequestHandler):
         pass
 
 
-def send_json(handler: BaseHTTPRequestHandler, data: bytes, status: int = 200, headers: Mapping[str, str] = {}) -> None:
-    """Answer ``handler``'s request with the JSON ``data``, its length and ``headers``."""
+def send_json(handler: BaseHTTPRequestHandler, data: bytes, status: int = 200, headers: Mapping[str, str] = {},
+              content_type: str = "application/json") -> None:
+    """Answer ``handler``'s request with ``data`` (JSON, or the ``content_type`` given), its length and ``headers``."""
     handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Type", content_type)
     handler.send_header("Content-Length", str(len(data)))
     for name, value in headers.items():
         handler.send_header(name, value)

@@ -420,11 +420,7 @@ class MessagesServer:
                     send_json(self, json.dumps(message).encode())
                     return
                 data = stream_events(message)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, data, content_type="text/event-stream")
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 

@@ -381,11 +381,7 @@ class _ResponsesServer:
                 if not body.get("stream"):
                     return send_json(self, json.dumps(response).encode())
                 data = stream_events(response)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, data, content_type="text/event-stream")
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

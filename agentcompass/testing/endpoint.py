@@ -12,6 +12,21 @@ which also inject the faults a real endpoint has::
     ScriptedEndpoint(script=[rate_limited(retry_after=0), server_error(), completion("Paris")])
     ScriptedEndpoint(script=[tool_call_reply("bash", {"command": "ls"}), tool_call_reply("submit", {"answer": "x"})])
     ScriptedEndpoint(reply=lambda body: Drop())     # every request: the connection is closed unanswered
+
+It speaks chat completions (any POST path); ``protocols`` adds the other
+protocols a Model may speak, each answered from the same chat script by
+translation through ``agentcompass.protocols``: ``anthropic`` (POST
+``/v1/messages``, ``/v1/messages/count_tokens``, the count estimated with no
+step of the script) and ``openai_responses`` (POST ``/responses``,
+``/v1/responses``). The request goes through the protocol's ``to_chat`` (the
+script, and ``RecordedRequest.chat``, see the chat request), the scripted
+reply back through ``from_chat`` (usage in the protocol's shape), as the
+protocol's events when the request asked for ``stream: true``; a scripted
+error is an error in the protocol's shape. A path of a protocol the endpoint
+does not speak is recorded and answered 404, with no step played: a test sees
+whether the gateway translated::
+
+    ScriptedEndpoint(script=[completion("hi")], protocols=ALL_PROTOCOLS)
 """
 
 from __future__ import annotations
@@ -23,6 +38,8 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping
+
+from agentcompass.protocols import anthropic_messages, openai_responses
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -46,9 +63,15 @@ def send_json(handler: BaseHTTPRequestHandler, data: bytes, status: int = 200, h
 
 @dataclass
 class RecordedRequest:
+    """A request as it arrived (``body`` parsed as JSON when it is), and ``chat``: the chat-completions request
+    the script saw (``body`` for a chat call; the translation of a call of another protocol; None for a call
+    answered without the script)."""
+
     path: str
     headers: dict[str, str]
     body: Any
+    chat: Any = None
+    protocol: str = "openai_chat"
 
 
 # --- reply bodies ------------------------------------------------------------------
@@ -147,6 +170,47 @@ def _as_step(step: Step) -> Reply | Hang | Drop:
     return Reply(200, step)
 
 
+# --- protocols ---------------------------------------------------------------------------
+
+# The protocols a ScriptedEndpoint can speak (``ModelSpec.protocol``'s values).
+ALL_PROTOCOLS = ("openai_chat", "anthropic", "openai_responses")
+
+
+def protocol_of(path: str) -> str:
+    """The protocol whose call ``path`` is (its query aside): ``anthropic`` for ``.../messages`` and
+    ``.../messages/count_tokens``, ``openai_responses`` for ``.../responses``; any other is ``openai_chat``."""
+    bare = path.partition("?")[0].rstrip("/")
+    if bare.endswith(("/messages", "/messages/count_tokens")):
+        return "anthropic"
+    if bare.endswith("/responses"):
+        return "openai_responses"
+    return "openai_chat"
+
+
+def _error_message(body: Any, status: int) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else f"scripted error {status}"
+
+
+def _translated(protocol: str, request: Any, step: Reply) -> Reply:
+    """``step`` (a chat-completions reply to the translation of ``request``) in ``protocol``'s shape: an error as
+    the protocol's error, a chat completion through ``from_chat`` (its events when the request asked for a
+    stream); a body that is no chat completion (a fault the script injects) is sent as it is."""
+    module: Any = anthropic_messages if protocol == "anthropic" else openai_responses
+    if step.status != 200:
+        return Reply(step.status, module.error_body(step.status, _error_message(step.body, step.status)),
+                     step.headers, step.delay)
+    try:
+        answer = module.from_chat(step.body, request)
+    except ValueError:
+        return step
+    if isinstance(request, dict) and request.get("stream") is True:
+        return Reply(200, module.stream_events(answer), {**step.headers, "Content-Type": "text/event-stream"},
+                     step.delay)
+    return Reply(200, answer, step.headers, step.delay)
+
+
 # --- the server ------------------------------------------------------------------------
 
 
@@ -159,8 +223,13 @@ class ScriptedEndpoint:
     requests: list[RecordedRequest] = field(default_factory=list)
     max_in_flight: int = 0
     port: int = 0  # 0: any free port (tests); a fixed one for a stand-in model a person points a run at
+    # the protocols it answers (ALL_PROTOCOLS names them); another's path is a 404
+    protocols: tuple[str, ...] = ("openai_chat",)
 
     def __post_init__(self) -> None:
+        unknown = set(self.protocols) - set(ALL_PROTOCOLS)
+        if unknown:
+            raise ValueError(f"ScriptedEndpoint speaks {', '.join(ALL_PROTOCOLS)}, not {', '.join(sorted(unknown))}")
         self._lock = threading.Lock()
         self._in_flight = 0
         self._closing = threading.Event()
@@ -175,6 +244,27 @@ class ScriptedEndpoint:
             else:
                 return server_error(599)  # the script ran out: a test asked for more than it scripted
         return _as_step(self.reply(body) if step is None else step)
+
+    def _answer(self, path: str, headers: dict[str, str], body: Any) -> Reply | Hang | Drop:
+        """Record the request and say what to answer: the next step, translated for a call of another protocol."""
+        protocol = protocol_of(path)
+        recorded = RecordedRequest(path, headers, body, protocol=protocol)
+        self.requests.append(recorded)
+        if protocol not in self.protocols:
+            return Reply(404, {"error": {"message": f"this endpoint speaks {', '.join(self.protocols)}, not {protocol} "
+                                                    f"({path[:200]})", "type": "not_found_error"}})
+        if protocol == "openai_chat":
+            recorded.chat = body
+            return self._next_step(body)
+        module: Any = anthropic_messages if protocol == "anthropic" else openai_responses
+        try:
+            if protocol == "anthropic" and path.partition("?")[0].rstrip("/").endswith("/count_tokens"):
+                return Reply(200, anthropic_messages.count_tokens(body))
+            recorded.chat = module.to_chat(body)
+        except (ValueError, RecursionError) as exc:
+            return Reply(400, module.error_body(400, f"cannot be translated: {exc}"))
+        step = self._next_step(recorded.chat)
+        return _translated(protocol, body, step) if isinstance(step, Reply) else step
 
     def _enter(self) -> None:
         with self._lock:
@@ -200,8 +290,7 @@ class ScriptedEndpoint:
                     body = raw.decode(errors="replace")
                 endpoint._enter()
                 try:
-                    endpoint.requests.append(RecordedRequest(self.path, dict(self.headers), body))
-                    self._play(endpoint._next_step(body))
+                    self._play(endpoint._answer(self.path, dict(self.headers), body))
                 finally:
                     endpoint._leave()
 
@@ -218,7 +307,8 @@ class ScriptedEndpoint:
                 if step.delay:
                     endpoint._closing.wait(step.delay)
                 data = step.body if isinstance(step.body, bytes) else json.dumps(step.body).encode()
-                send_json(self, data, step.status, step.headers)
+                headers = dict(step.headers)
+                send_json(self, data, step.status, headers, headers.pop("Content-Type", "application/json"))
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request, client_address) -> None:

@@ -72,6 +72,11 @@ class ToolInstallError(InfrastructureError):
     """A tool could not be installed: the registry did not answer, or sent what fails its checks."""
 
 
+class ToolMountError(ToolInstallError):
+    """A sandbox cannot read the tool folder mounted into it (the engine's user cannot read the cache):
+    not retried, as it fails the same way on every try."""
+
+
 @dataclass(frozen=True)
 class ToolRecipe:
     """How one agent program is installed: its npm packages and the program inside the tool folder.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+from agentcompass.tools import ToolMountError
 from agentcompass.errors import DeadlineError, InfrastructureError
 from agentcompass.secrets import resolve_secret
 
@@ -565,6 +566,7 @@ _RETRIED: dict[type[InfrastructureError], bool] = {
     SandboxConnectionError: True,
     ImageBuildError: False,
     ImageMissingError: False,
+    ToolMountError: False,
 }
 
 

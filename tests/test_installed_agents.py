@@ -24,13 +24,14 @@ import pytest
 from agentcompass.environments import DockerEnvironment, HostProcessEnvironment
 from agentcompass.environments.netns import network_isolation
 from agentcompass.harnesses.claude_code import ClaudeCodeHarness
+from agentcompass.harnesses.codex import CodexHarness
 from agentcompass.harnesses.installed import STATE_DIR
 from agentcompass.runtime import PreparedTask, TaskInput
 from agentcompass.runtime.base import HarnessContext
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 from agentcompass.runtime.models.request import ModelSpec
 from agentcompass.runtime.models.task import HarnessPlan
-from agentcompass.testing.endpoint import ScriptedEndpoint, completion, tool_call_reply
+from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, tool_call_reply
 from agentcompass.tools import TOOLS, installed
 from conftest import files_holding
 
@@ -145,7 +146,7 @@ def assert_solved(ran: Ran, endpoint: ScriptedEndpoint, source: str) -> None:
     tool_results = [r for r in records if r.get("type") == "tool_result"]
     assert len(tool_results) == 1 and "echo hello > out.txt" in json.dumps(tool_results[0]["arguments"])
     messages = [r["message"] for r in records if "message" in r]
-    assert any(m.get("tool_calls") for m in messages) and messages[-1]["content"] == FINAL
+    assert messages[-1]["content"] == FINAL
     assert (ran.attempt_dir / f"{source}.log").is_file()
 
 
@@ -179,3 +180,71 @@ def test_claude_code_writes_the_file_and_answers(where, protocol, installed_agen
     assert_solved(ran, endpoint, "claude_code")
     # the route: passed through in the agent's own protocol, or translated into chat completions
     assert {r.protocol for r in endpoint.requests} == {protocol}
+
+
+# --- codex --------------------------------------------------------------------------------------
+
+CODEX = TOOLS["codex"].key
+
+
+@pytest.mark.parametrize("where", where_params())
+@pytest.mark.parametrize("protocol", ["openai_chat", "openai_responses"])
+def test_codex_writes_the_file_and_answers(where, protocol, installed_agent, docker_if, tmp_path, monkeypatch):
+    installed_agent(CODEX)
+    docker_if(where)
+    with ScriptedEndpoint(shell_reply(), protocols=("openai_chat", protocol)) as endpoint:
+        # a static program: it runs in a busybox image, with no glibc
+        ran = run_agent(CodexHarness(), where, endpoint, tmp_path, monkeypatch, protocol=protocol, image=BUSYBOX_IMAGE)
+    assert_solved(ran, endpoint, "codex")
+    assert {r.protocol for r in endpoint.requests} == {protocol}
+
+
+# --- how a run that does not complete is classed -------------------------------------------------
+
+
+def run_claude(tmp_path, monkeypatch, reply, **params) -> tuple[Ran, ScriptedEndpoint]:
+    with ScriptedEndpoint(reply) as endpoint:
+        ran = run_agent(ClaudeCodeHarness(), "host_process", endpoint, tmp_path, monkeypatch, **params)
+    return ran, endpoint
+
+
+@pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
+def test_claude_code_that_exits_non_zero_or_is_killed_is_a_harness_failure(installed_agent, tmp_path, monkeypatch):
+    installed_agent(CLAUDE)
+    ran, endpoint = run_claude(tmp_path, monkeypatch, shell_reply(), extra_args=["--no-such-flag"])
+    assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "harness"
+    assert "exited with status 1" in ran.result.error and "no-such-flag" in ran.result.error
+    assert endpoint.requests == [] and ran.result.usage["calls"] == 0
+    # killed mid-run by a signal (its own tool call kills it): no final result
+    ran, endpoint = run_claude(tmp_path, monkeypatch, shell_reply("kill -9 $PPID"))
+    assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "harness", ran.result.error
+    assert "killed by signal 9" in ran.result.error and ran.result.usage["calls"] == 1
+
+
+@pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
+def test_claude_code_past_its_timeout_or_its_turns_is_a_limit(installed_agent, tmp_path, monkeypatch):
+    installed_agent(CLAUDE)
+    ran, _ = run_claude(tmp_path, monkeypatch, lambda body: Reply(200, completion("late"), delay=30), timeout=3)
+    assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "limit"
+    assert "did not finish within 3" in ran.result.error
+    # a model that never stops calling tools: stopped at max_turns, counted by the gateway
+    ran, endpoint = run_claude(tmp_path, monkeypatch, lambda body: tool_call_reply("Bash", {"command": "true"}),
+                               max_turns=2)
+    assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "limit", ran.result.error
+    assert ran.result.usage["calls"] == len(endpoint.requests) == 2
+
+
+def test_extra_args_and_env_cannot_redirect_the_agent():
+    from agentcompass.errors import ConfigError
+
+    for harness, params in [(ClaudeCodeHarness(), {"extra_args": ["--model=other"]}),
+                            (ClaudeCodeHarness(), {"extra_args": ["--settings", "{}"]}),
+                            (ClaudeCodeHarness(), {"env": {"ANTHROPIC_BASE_URL": "http://elsewhere"}}),
+                            (CodexHarness(), {"extra_args": ["-c", "model_provider=openai"]}),
+                            (CodexHarness(), {"extra_args": ["-cmodel_provider=openai"]}),
+                            (CodexHarness(), {"env": {"HOME": "/"}})]:
+        with pytest.raises(ConfigError, match="may not set"):
+            harness.build_config(SimpleNamespace(harness=SimpleNamespace(params=params)))
+    config = ClaudeCodeHarness().build_config(SimpleNamespace(harness=SimpleNamespace(
+        params={"extra_args": ["--append-system-prompt", "be brief"], "env": {"FOO": "1"}})))
+    assert ClaudeCodeHarness().tools(config) == (CLAUDE,)

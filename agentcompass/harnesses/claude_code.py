@@ -38,7 +38,7 @@ class ClaudeCodeConfig(InstalledAgentConfig):
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        return "\n".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content)
     return "" if content is None else str(content)
 
 
@@ -100,4 +100,6 @@ class ClaudeCodeHarness(InstalledAgentHarness):
                 found.records.append({"source": SOURCE, "event": event})
                 if kind == "result" and event.get("subtype") == "success" and not event.get("is_error"):
                     found.answer = _text(event.get("result"))
+                elif kind == "result":
+                    found.error = f"{event.get('subtype')}: {_text(event.get('result') or event.get('errors'))}"
         return found

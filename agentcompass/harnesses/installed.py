@@ -111,10 +111,12 @@ class AgentRun:
 
 @dataclass(slots=True)
 class Transcript:
-    """What the agent's output says: records for the trajectory and its final message (None: no final result)."""
+    """What the agent's output says: records for the trajectory, its final message (None: no final result) and
+    the error it reported last (text for the run_error, never its class)."""
 
     records: list[dict] = field(default_factory=list)
     answer: str | None = None
+    error: str | None = None
 
 
 def message_record(source: str, text: str | None, calls: Sequence[tuple[str, str, Any]] = ()) -> dict:
@@ -279,5 +281,5 @@ class InstalledAgentHarness(BaseHarness):
         elif endpoint_failed(last_call):  # it stopped on a model call the endpoint failed (after its retries)
             cls = FailureClass.ENDPOINT
             metadata["failure"] = {"class": cls.value, "http_status": last_call}
-        said = (done.stderr.strip() or done.stdout.strip())[-_TAIL:]
+        said = (transcript.error or done.stderr.strip() or done.stdout.strip())[-_TAIL:]
         return failed(clean(f"{reason}: {said}" if said else reason), cls, usage=usage, metadata=metadata)

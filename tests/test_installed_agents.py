@@ -31,9 +31,9 @@ from agentcompass.runtime.base import HarnessContext
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 from agentcompass.runtime.models.request import ModelSpec
 from agentcompass.runtime.models.task import HarnessPlan
-from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, tool_call_reply
+from agentcompass.testing.endpoint import ALL_PROTOCOLS, Reply, ScriptedEndpoint, completion, server_error, tool_call_reply
 from agentcompass.tools import TOOLS, installed
-from conftest import files_holding
+from conftest import clean_env, files_holding, snakemake
 
 import conftest
 
@@ -248,3 +248,59 @@ def test_extra_args_and_env_cannot_redirect_the_agent():
     config = ClaudeCodeHarness().build_config(SimpleNamespace(harness=SimpleNamespace(
         params={"extra_args": ["--append-system-prompt", "be brief"], "env": {"FOO": "1"}})))
     assert ClaudeCodeHarness().tools(config) == (CLAUDE,)
+
+
+def test_claude_code_in_an_image_without_glibc_is_a_clear_error_before_any_model_call(
+        installed_agent, needs_docker, tmp_path, monkeypatch):
+    installed_agent(CLAUDE)
+    with ScriptedEndpoint(shell_reply()) as endpoint:
+        ran = run_agent(ClaudeCodeHarness(), "docker", endpoint, tmp_path, monkeypatch, image=BUSYBOX_IMAGE)
+    assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "harness"
+    assert "claude_code cannot run in this environment" in ran.result.error and "glibc" in ran.result.error
+    assert endpoint.requests == [] and ran.result.usage == {}
+    assert not (ran.attempt_dir / "trajectory.jsonl").exists(), "no gateway was started"
+
+
+@pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
+def test_codex_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_agent, tmp_path, monkeypatch):
+    installed_agent(CODEX)
+    with ScriptedEndpoint(lambda body: server_error(503), protocols=ALL_PROTOCOLS) as endpoint:
+        ran = run_agent(CodexHarness(), "host_process", endpoint, tmp_path, monkeypatch, protocol="openai_responses")
+    assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "endpoint", ran.result.error
+    assert ran.result.metadata["failure"] == {"class": "endpoint", "http_status": 503}
+    assert ran.result.usage["calls"] == len(endpoint.requests) >= 1
+
+
+# --- one real workflow ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate the verifier's 'none' phase here")
+def test_claude_code_solves_a_task_dir_task_in_a_workflow_and_no_key_is_written(installed_agent, workdir: Path):
+    """task_dir's hello-file, its verifier checking the file the agent wrote: reward 1, through the translation."""
+    installed_agent(CLAUDE)
+    key = "sk-agents-" + secrets.token_hex(16)
+    command = "printf 'Hello, agentcompass!\\n' > hello.txt"
+    with ScriptedEndpoint(shell_reply(command)) as endpoint:
+        config = {"requests": {"claude": {
+            "benchmark": {"id": "task_dir", "params": {"task_ids": ["hello-file"]}},
+            "harness": {"id": "claude_code", "params": {"max_turns": 4}},
+            "model": {"id": "scripted-model", "base_url": endpoint.base_url, "api_key": f"${{{KEY_VARIABLE}}}"},
+            "environment": {"id": "host_process"},
+        }}}
+        path = workdir / "claude.yaml"
+        path.write_text(json.dumps(config))
+        done = snakemake(workdir, "--configfile", str(path), env=clean_env(**{KEY_VARIABLE: key}))
+    assert done.returncode == 0, done.stderr[-3000:]
+    attempt = workdir / "results/default/claude/attempts/hello-file/1"
+    result = json.loads((attempt / "result.json").read_text())
+    assert result["status"] == "completed", result.get("error")
+    assert result["score"] == 1.0 and result["answer"] == FINAL
+    assert result["usage"]["calls"] == len(endpoint.requests) >= 2
+    assert {r.headers.get("Authorization") for r in endpoint.requests} == {f"Bearer {key}"}
+    # the report's trajectory: the gateway's calls, then the agent's messages and its tool call with its output
+    lines = [json.loads(line) for line in (attempt / "trajectory.jsonl").read_text().splitlines()]
+    assert [line["source"] for line in lines if line["source"] == "gateway"] == ["gateway"] * len(endpoint.requests)
+    assert [r["arguments"] for r in lines if r.get("type") == "tool_result"] == [{"command": command}]
+    holding, scanned = files_holding(key, workdir / "results", workdir / ".snakemake")
+    assert scanned > 20 and holding == []
+    assert key not in done.stdout + done.stderr

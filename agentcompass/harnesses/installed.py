@@ -220,6 +220,7 @@ class InstalledAgentHarness(BaseHarness):
         if model.protocol != self.protocol and model.protocol not in TRANSLATING:
             return failed(f"{self.id} speaks {self.protocol}: the gateway serves it from a Model of that protocol or "
                           f"of {', '.join(TRANSLATING)}, not {model.protocol}")
+        await env.exec(["true"])  # the run stage's session opens on its first call: its tools are known then
         why = await check_runnable(env, key)  # before the gateway and any model call
         if why is not None:
             return failed(f"{self.id} cannot run in this environment: {why}")

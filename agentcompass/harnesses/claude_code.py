@@ -44,7 +44,7 @@ def _text(content: Any) -> str:
 
 @HARNESSES.register()
 class ClaudeCodeHarness(InstalledAgentHarness):
-    """Runs Claude Code (``claude -p``) in the Environment against a per-attempt model gateway."""
+    """Runs Claude Code (claude -p) in the Environment against a per-attempt model gateway."""
 
     id = "claude_code"
     config_class = ClaudeCodeConfig

@@ -45,7 +45,7 @@ def _toml(value) -> str:
 
 @HARNESSES.register()
 class CodexHarness(InstalledAgentHarness):
-    """Runs Codex (``codex exec``) in the Environment against a per-attempt model gateway."""
+    """Runs Codex (codex exec) in the Environment against a per-attempt model gateway."""
 
     id = "codex"
     config_class = CodexConfig

@@ -87,8 +87,10 @@ class Ran:
 
 
 def run_agent(harness, where: str, endpoint: ScriptedEndpoint, tmp_path: Path, monkeypatch, *,
-              protocol: str = "openai_chat", image: str = GLIBC_IMAGE, **params) -> Ran:
-    """One attempt of ``harness`` in a fresh session of ``where`` (no network but the gateway's hole)."""
+              protocol: str = "openai_chat", image: str = GLIBC_IMAGE, plant: dict[str, str] | None = None,
+              **params) -> Ran:
+    """One attempt of ``harness`` in a fresh session of ``where`` (no network but the gateway's hole), with the
+    files ``plant`` names (path in the workspace -> text) there before it starts, as a task's files would be."""
     monkeypatch.setenv(KEY_VARIABLE, "sk-agents-" + secrets.token_hex(16))
     model = ModelSpec(id="scripted-model", base_url=endpoint.base_url, api_key=f"${{{KEY_VARIABLE}}}",
                       protocol=protocol)
@@ -105,6 +107,10 @@ def run_agent(harness, where: str, endpoint: ScriptedEndpoint, tmp_path: Path, m
     async def main() -> Ran:
         session = await environment.open(spec, NetworkPolicy("none"), f"agents{secrets.token_hex(5)}-t-1-run")
         try:
+            for name, text in (plant or {}).items():
+                path = posixpath.join(session.workdir, name)
+                await session.exec(["mkdir", "-p", posixpath.dirname(path)])
+                await session.write_text(path, text)
             prepared = PreparedTask(task_id="t", input=TaskInput(prompt="Write hello into out.txt.",
                                                                  workspace=session.workdir))
             result = await harness.run(prepared, session, req, plan, context)

@@ -232,6 +232,8 @@ class InstalledAgentHarness(BaseHarness):
             state = posixpath.join(env.workdir, STATE_DIR)
             run = AgentRun(command, task_text(prepared), model.id, f"http://{address}", gateway.token, state, params,
                            dict(model.params))
+            # a folder of that name in the task's files is not the agent's config: it goes first
+            await after_agent(env, ["rm", "-rf", state], f"clearing {self.id}'s state {state}")
             await env.exec(["mkdir", "-p", state])
             for name, text in self.config_files(run).items():
                 path = posixpath.join(state, name)

@@ -143,7 +143,9 @@ def assert_solved(ran: Ran, endpoint: ScriptedEndpoint, source: str) -> None:
     assert result.usage["prompt_tokens"] == 10 * result.usage["calls"]
     # the real key reached the endpoint, the agent never saw it nor its variable
     secret = os.environ[KEY_VARIABLE]
-    assert all(secret in (r.headers.get("Authorization", "") + r.headers.get("x-api-key", "")) for r in endpoint.requests)
+    for r in endpoint.requests:  # as a bearer token, or as Anthropic's x-api-key
+        sent = {name.lower(): value for name, value in r.headers.items()}
+        assert sent.get("authorization") == f"Bearer {secret}" or sent.get("x-api-key") == secret
     assert secret not in ran.files["seen-env.txt"] and KEY_VARIABLE not in ran.files["seen-env.txt"]
     holding, scanned = files_holding(secret, ran.attempt_dir)
     assert scanned >= 2 and holding == []

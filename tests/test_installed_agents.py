@@ -256,6 +256,9 @@ def test_extra_args_and_env_cannot_redirect_the_agent():
     config = ClaudeCodeHarness().build_config(SimpleNamespace(harness=SimpleNamespace(
         params={"extra_args": ["--append-system-prompt", "be brief"], "env": {"FOO": "1"}})))
     assert ClaudeCodeHarness().tools(config) == (CLAUDE,)
+    # the Models each can call, checked before any job: its own protocol's, or a chat one through the translation
+    assert ClaudeCodeHarness.model_protocols == ("anthropic", "openai_chat")
+    assert CodexHarness.model_protocols == ("openai_responses", "openai_chat")
 
 
 def test_claude_code_in_an_image_without_glibc_is_a_clear_error_before_any_model_call(

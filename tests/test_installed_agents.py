@@ -88,7 +88,7 @@ class Ran:
 
 def run_agent(harness, where: str, endpoint: ScriptedEndpoint, tmp_path: Path, monkeypatch, *,
               protocol: str = "openai_chat", image: str = GLIBC_IMAGE, plant: dict[str, str] | None = None,
-              **params) -> Ran:
+              prompt: str = "Write hello into out.txt.", **params) -> Ran:
     """One attempt of ``harness`` in a fresh session of ``where`` (no network but the gateway's hole), with the
     files ``plant`` names (path in the workspace -> text) there before it starts, as a task's files would be."""
     monkeypatch.setenv(KEY_VARIABLE, "sk-agents-" + secrets.token_hex(16))
@@ -111,8 +111,7 @@ def run_agent(harness, where: str, endpoint: ScriptedEndpoint, tmp_path: Path, m
                 path = posixpath.join(session.workdir, name)
                 await session.exec(["mkdir", "-p", posixpath.dirname(path)])
                 await session.write_text(path, text)
-            prepared = PreparedTask(task_id="t", input=TaskInput(prompt="Write hello into out.txt.",
-                                                                 workspace=session.workdir))
+            prepared = PreparedTask(task_id="t", input=TaskInput(prompt=prompt, workspace=session.workdir))
             result = await harness.run(prepared, session, req, plan, context)
             files = {}
             for name in ("out.txt", "seen-env.txt"):

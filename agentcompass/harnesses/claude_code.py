@@ -1,4 +1,4 @@
-"""``claude_code``: Anthropic's Claude Code CLI, headless (``claude -p``), behind the model gateway.
+"""``claude_code``: Anthropic's Claude Code CLI, headless (``claude -p``, the prompt on its stdin), behind the model gateway.
 
 It speaks Anthropic's Messages API: the gateway passes its calls through to a Model of protocol
 ``anthropic`` and translates them for an ``openai_chat`` one. It runs with every permission
@@ -51,6 +51,7 @@ class ClaudeCodeHarness(InstalledAgentHarness):
     config_class = ClaudeCodeConfig
     tool = "claude-code"
     protocol = "anthropic"
+    prompt_on_stdin = True  # `claude -p` reads it there when no prompt is given
     reserved_flags = ("-p", "--print", "--model", "--fallback-model", "--max-turns", "--output-format", "--settings",
                       "--setting-sources", "--permission-mode", "--dangerously-skip-permissions", "--bare")
     reserved_env = ("ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_CONFIG_DIR", "DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER",
@@ -58,7 +59,7 @@ class ClaudeCodeHarness(InstalledAgentHarness):
 
     def argv(self, run: AgentRun) -> list[str]:
         # only the settings of its fresh config folder: a task's .claude/settings.json could set its endpoint
-        argv = [*run.command, "-p", run.prompt, "--output-format", "stream-json", "--verbose", "--setting-sources",
+        argv = [*run.command, "-p", "--output-format", "stream-json", "--verbose", "--setting-sources",
                 "user", "--dangerously-skip-permissions", "--model", run.model]
         return argv + (["--max-turns", str(run.params["max_turns"])] if run.params["max_turns"] else [])
 

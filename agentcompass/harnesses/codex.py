@@ -1,4 +1,4 @@
-"""``codex``: OpenAI's Codex CLI, headless (``codex exec --json``), behind the model gateway.
+"""``codex``: OpenAI's Codex CLI, headless (``codex exec --json``, the prompt on its stdin), behind the model gateway.
 
 It speaks OpenAI's Responses API: the gateway passes its calls through to a Model of protocol
 ``openai_responses`` and translates them for an ``openai_chat`` one. Its provider is the gateway,
@@ -51,13 +51,14 @@ class CodexHarness(InstalledAgentHarness):
     config_class = CodexConfig
     tool = "codex"
     protocol = "openai_responses"
+    prompt_on_stdin = True  # the prompt '-': read from stdin
     reserved_flags = ("-c", "--config", "-m", "--model", "-p", "--profile", "--oss", "--local-provider", "--json",
                       "-s", "--sandbox", "--dangerously-bypass-approvals-and-sandbox", "--enable", "--disable")
     reserved_env = ("CODEX_", "OPENAI_", TOKEN_VARIABLE)
 
     def argv(self, run: AgentRun) -> list[str]:
         return [*run.command, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                "-m", run.model, run.prompt]
+                "-m", run.model, "-"]
 
     def environment(self, run: AgentRun) -> dict[str, str]:
         return {"CODEX_HOME": run.state, TOKEN_VARIABLE: run.token}

@@ -166,6 +166,9 @@ class InstalledAgentHarness(BaseHarness):
     protocol: ClassVar[str]  # the protocol the CLI speaks: "anthropic", "openai_responses" or "openai_chat"
     reserved_flags: ClassVar[tuple[str, ...]] = ()  # flags the harness sets: refused in extra_args
     reserved_env: ClassVar[tuple[str, ...]] = ()  # variables (or prefixes ending in "_") it sets: refused in env
+    # the prompt on the CLI's stdin rather than in its argv: a prompt that starts with '-' is no flag, and one
+    # of any length fits
+    prompt_on_stdin: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -194,7 +197,8 @@ class InstalledAgentHarness(BaseHarness):
     # --- what a subclass gives ---------------------------------------------------------------
 
     def argv(self, run: AgentRun) -> list[str]:
-        """The command (``run.command`` first), without ``extra_args``: they are added after it."""
+        """The command (``run.command`` first; the prompt in it unless ``prompt_on_stdin``), without ``extra_args``:
+        they are added after it."""
         raise NotImplementedError
 
     def environment(self, run: AgentRun) -> dict[str, str]:
@@ -250,7 +254,8 @@ class InstalledAgentHarness(BaseHarness):
             secret_variable = env_ref(model.api_key) if model.api_key else None
             # host_process already keeps the job's variables out; this holds for any provider that would not
             done = await env.exec(["env", "-u", secret_variable, *argv] if secret_variable else argv,
-                                  env=variables, cwd=prepared.input.workspace or None, timeout=params["timeout"])
+                                  env=variables, cwd=prepared.input.workspace or None, timeout=params["timeout"],
+                                  input=run.prompt if self.prompt_on_stdin else None)
             await after_agent(env, ["rm", "-rf", state], f"removing {self.id}'s state {state}")
             usage = gateway.usage()
             token = gateway.token

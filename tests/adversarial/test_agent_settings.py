@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from agentcompass.environments.netns import network_isolation
 from agentcompass.harnesses.claude_code import ClaudeCodeHarness
 from agentcompass.harnesses.codex import CodexHarness
 from agentcompass.harnesses.installed import STATE_DIR
@@ -52,3 +53,16 @@ def test_codex_reads_no_config_of_the_task(where, installed_agent, docker_if, tm
     assert ran.result.status.value == "completed", ran.result.error
     assert ran.result.answer == FINAL and ran.files["out.txt"] == "hello\n"
     assert {r.body["model"] for r in endpoint.requests} == {"scripted-model"}
+
+
+@pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
+@pytest.mark.parametrize("harness", [ClaudeCodeHarness(), CodexHarness()], ids=lambda h: h.id)
+def test_a_prompt_that_looks_like_flags_is_the_prompt(harness, installed_agent, tmp_path, monkeypatch):  # noqa: F811
+    """The task's prompt reaches the agent on its stdin, never among its arguments."""
+    installed_agent(CLAUDE if harness.id == "claude_code" else CODEX)
+    prompt = "--version --model=elsewhere -c model_provider=elsewhere " + "x" * 200_000
+    with ScriptedEndpoint(shell_reply(), protocols=("openai_chat", harness.protocol)) as endpoint:
+        ran = run_agent(harness, "host_process", endpoint, tmp_path, monkeypatch, prompt=prompt)
+    assert ran.result.status.value == "completed", ran.result.error
+    assert ran.result.answer == FINAL and ran.files["out.txt"] == "hello\n"
+    assert prompt in json.dumps(endpoint.requests[0].chat or endpoint.requests[0].body)

@@ -51,7 +51,6 @@ class ClaudeCodeHarness(InstalledAgentHarness):
     config_class = ClaudeCodeConfig
     tool = "claude-code"
     protocol = "anthropic"
-    prompt_on_stdin = True  # `claude -p` reads it there when no prompt is given
     reserved_flags = ("-p", "--print", "--model", "--fallback-model", "--max-turns", "--output-format", "--settings",
                       "--setting-sources", "--permission-mode", "--dangerously-skip-permissions", "--bare")
     reserved_env = ("ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_CONFIG_DIR", "DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER",
@@ -62,6 +61,9 @@ class ClaudeCodeHarness(InstalledAgentHarness):
         argv = [*run.command, "-p", "--output-format", "stream-json", "--verbose", "--setting-sources",
                 "user", "--dangerously-skip-permissions", "--model", run.model]
         return argv + (["--max-turns", str(run.params["max_turns"])] if run.params["max_turns"] else [])
+
+    def stdin(self, run: AgentRun) -> str:
+        return run.prompt  # `claude -p` reads the prompt there when none is given: a prompt like a flag is the prompt
 
     def environment(self, run: AgentRun) -> dict[str, str]:
         variables = {

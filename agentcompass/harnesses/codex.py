@@ -51,7 +51,6 @@ class CodexHarness(InstalledAgentHarness):
     config_class = CodexConfig
     tool = "codex"
     protocol = "openai_responses"
-    prompt_on_stdin = True  # the prompt '-': read from stdin
     reserved_flags = ("-c", "--config", "-m", "--model", "-p", "--profile", "--oss", "--local-provider", "--json",
                       "-s", "--sandbox", "--dangerously-bypass-approvals-and-sandbox", "--enable", "--disable")
     reserved_env = ("CODEX_", "OPENAI_", TOKEN_VARIABLE)
@@ -59,6 +58,9 @@ class CodexHarness(InstalledAgentHarness):
     def argv(self, run: AgentRun) -> list[str]:
         return [*run.command, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
                 "-m", run.model, "-"]
+
+    def stdin(self, run: AgentRun) -> str:
+        return run.prompt  # the prompt '-': read from stdin: a prompt like a flag is the prompt
 
     def environment(self, run: AgentRun) -> dict[str, str]:
         return {"CODEX_HOME": run.state, TOKEN_VARIABLE: run.token}

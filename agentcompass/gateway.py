@@ -83,6 +83,12 @@ _NOT_RETURNED = {
 # of one gateway's calls in flight hold together (a call waits, its body unread, until its own fits).
 BODY_LIMIT = 8 << 20
 BODIES_IN_FLIGHT = 16 << 20
+# What the gateway translates (TRANSLATED), each bounding the memory that parsing and rewriting take (a parsed
+# value costs far more than its bytes): a request or reply of more JSON values than this (counted from its commas
+# and brackets, those in strings too) is refused (400) or not passed on (502); a chat reply of more bytes is not
+# translated (502). Both lie far beyond what a model's context or one of its turns holds.
+TRANSLATE_ITEMS = 100_000
+TRANSLATE_REPLY_LIMIT = 2 << 20
 # How much of each end of a reply too long to record whole is read for its usage.
 USAGE_WINDOW = 64 << 10
 # What stands in a reply for the key.
@@ -213,6 +219,15 @@ def _upstream_error(status: int, data: bytes) -> str:
     except (ValueError, RecursionError, AttributeError):
         message = None
     return message[:2000] if isinstance(message, str) and message else f"the model's endpoint answered HTTP {status}"
+
+
+def _parsed(data: bytes | bytearray, what: str) -> Any:
+    """``data`` parsed as JSON, when it holds at most ``TRANSLATE_ITEMS`` values; else a ``ValueError``."""
+    items = data.count(b",") + data.count(b"{") + data.count(b"[")
+    if items > TRANSLATE_ITEMS:
+        raise ValueError(f"{what} holds about {items} JSON values (counted from its commas and brackets), more "
+                         f"than the {TRANSLATE_ITEMS} the gateway translates")
+    return json.loads(data)
 
 
 def _event_usage(event: Any) -> Any:
@@ -369,12 +384,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(503, message, "too_many_calls_in_flight")
             return
         try:
-            body = self.rfile.read(size)
             if self.translated:
+                body = bytearray(size)  # which translate empties once it has parsed it
+                del body[self.rfile.readinto(body) or 0:]  # what did not come (the agent closed early) is no body
                 status, headers, data = gateway.translate(path, body)
+                del body
             else:
-                status, headers, data = gateway.forward(self.command, path, self.headers, body)
-            del body
+                status, headers, data = gateway.forward(self.command, path, self.headers, self.rfile.read(size))
         finally:
             gateway.release(size)
         self._reply(status, headers, data)
@@ -399,14 +415,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(data)
 
-    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes | list[bytes]) -> None:
+        """Send the reply: ``data`` is its body, or the pieces of it in order."""
+        pieces = [data] if isinstance(data, bytes) else data
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(sum(len(piece) for piece in pieces)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            for piece in pieces:
+                self.wfile.write(piece)
 
     # every method is answered here (refused unless it is the one a model call takes); any other is a 501
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _handle  # noqa: N815
@@ -572,7 +591,7 @@ class ModelGateway:
         self._record(record, latency if method == "POST" else None, bodies)
         return status, returned, data
 
-    def translate(self, path: str, body: bytes) -> tuple[int, list, bytes]:
+    def translate(self, path: str, body: bytes | bytearray) -> tuple[int, list, bytes | list[bytes]]:
         """Answer a call of another protocol (``path`` in ``TRANSLATED``: Anthropic's Messages, OpenAI's Responses)
         through the Model's chat completions: the request through the protocol module's ``to_chat``, one
         ``/chat/completions`` call (never streamed), its reply back through ``from_chat`` (as the protocol's
@@ -582,7 +601,9 @@ class ModelGateway:
         module: Any = openai_responses if SPOKEN[path] == "openai_responses" else anthropic_messages
         json_reply = [("Content-Type", "application/json")]
         try:
-            request = json.loads(body)
+            request = _parsed(body, "the request")
+            if isinstance(body, bytearray):
+                body.clear()  # parsed: its bytes are held no longer
             if path == "/v1/messages/count_tokens":
                 answer = anthropic_messages.count_tokens(request)
                 self._record({"source": "gateway", "method": "POST", "path": path, "status": 200,
@@ -595,15 +616,19 @@ class ModelGateway:
             return 400, json_reply, module.error_body(400, why)
         status, _, data = self.forward("POST", "/chat/completions", {"Content-Type": "application/json"},
                                        json.dumps(chat).encode(), translated_from=path)
+        del chat
         if status != 200:
             return status, json_reply, module.error_body(status, _upstream_error(status, data))
         try:
-            answer = module.from_chat(json.loads(data), request)
+            if len(data) > TRANSLATE_REPLY_LIMIT:
+                raise ValueError(f"it is {len(data)} bytes, more than the {TRANSLATE_REPLY_LIMIT} the gateway translates")
+            answer = module.from_chat(_parsed(data, "it"), request)  # the parsed reply is held no longer
         except (ValueError, RecursionError) as exc:
             return 502, json_reply, module.error_body(502, f"the model's reply cannot be translated: {exc}")
-        if request.get("stream") is True:
+        del data
+        if request.get("stream") is True:  # its events, written one after another: never joined whole
             return 200, [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")], \
-                module.stream_events(answer)
+                module.stream_chunks(answer)
         return 200, json_reply, json.dumps(answer).encode()
 
     def _scrubbed(self, headers: list[tuple[str, str]], data: bytes) -> tuple[list[tuple[str, str]], bytes]:

@@ -449,3 +449,43 @@ def test_a_model_reply_hostile_to_translate_is_answered_in_bounded_time(tmp_path
         sent = [c["input"]["_raw_arguments"] for c in calls] if path == "/v1/messages" else [
             c["arguments"] for c in calls]
         assert sent == ['{"command": "ls"', "\x00\ud800", "[" * 50_000]
+
+
+# from inside a 'none' sandbox, for a Model of each protocol: the key as x-api-key, the agent's paths of it
+SANDBOXED_SPOKEN = {
+    "openai_chat": [("POST", "/v1/messages", 200), ("POST", "/responses", 200), ("POST", "/responses/abc/cancel", 404),
+                    ("POST", "/v1/messages/batches", 404)],
+    "anthropic": [("POST", "/v1/messages?beta=true", 200), ("POST", "/v1/files", 404), ("POST", "/v1/complete", 404),
+                  ("POST", "/v1/messages?beta=1", 400), ("POST", "/chat/completions", 404)],
+    "openai_responses": [("POST", "/responses", 200), ("POST", "/responses/abc", 404), ("GET", "/responses/abc", 404),
+                         ("POST", "/chat/completions", 404)],
+}
+
+
+def test_from_the_sandbox_each_protocol_passes_only_its_calls_on_both_providers(isolating_provider: Provider,  # noqa: F811
+                                                                                tmp_path: Path):
+    with RecordingUpstream() as upstream, \
+            ModelGateway(upstream.base_url, KEY, tmp_path / "c.jsonl", protocol="openai_chat") as chat, \
+            ModelGateway(upstream.base_url, KEY, tmp_path / "a.jsonl", protocol="anthropic") as anthropic, \
+            ModelGateway(upstream.base_url, KEY, tmp_path / "r.jsonl", protocol="openai_responses") as responses:
+        gateways = {"openai_chat": chat, "anthropic": anthropic, "openai_responses": responses}
+
+        async def body(session):
+            out = {}
+            for protocol, gateway in gateways.items():
+                host, port = (await session.expose_host_socket(gateway.socket_path)).split(":")
+                out[protocol] = []
+                for method, path, _ in SANDBOXED_SPOKEN[protocol]:
+                    request = raw_request(method, path, None, body_for(path)).decode().replace(
+                        "Connection: close\r\n", f"Connection: close\r\nX-Api-Key: {gateway.token}\r\n")
+                    out[protocol].append(await isolating_provider.connect(session, host, int(port), request))
+            return out
+
+        replies = isolating_provider.run(body, mode="none")
+    for protocol, results in replies.items():
+        statuses = [parse_reply(r.stdout)[0] if r.stdout.startswith("HTTP/") else r for r in results]
+        assert statuses == [status for _, _, status in SANDBOXED_SPOKEN[protocol]], (protocol, statuses)
+    assert [(m, p) for m, p, _, _ in upstream.seen] == [
+        ("POST", "/v1/chat/completions"), ("POST", "/v1/chat/completions"), ("POST", "/v1/v1/messages"),
+        ("POST", "/v1/responses")]
+    assert [h.get("x-api-key") for h in upstream.headers] == [None, None, KEY, None]

@@ -6,28 +6,38 @@ Environment as a program of its own gets a stand-in for the Model's base URL
 a random per-attempt token that lives only in memory. The gateway refuses a
 request without that token (401, nothing forwarded), and passes on only the
 model calls of the Model's protocol (``ROUTES``: for ``openai_chat``, POST
-``/chat/completions``, ``/completions``, ``/responses``, ``/embeddings`` and
-GET ``/models``), under the ``base_url``'s path, with the real key in place of
-the token. Any other method or path, and any path that is not plain text
-(``..`` or ``.`` segments, ``//``, a percent-encoding, a backslash, a query),
-is refused with a JSON error (400, 404 or 405) and never forwarded: the key's
-other powers (files, fine-tuning, the organization) stay out of the agent's
-reach. ``TRANSLATED`` adds the calls of another protocol that the gateway
-answers through the Model's own: for ``openai_chat``, Anthropic's POST
-``/v1/messages`` (Claude Code's), translated by
-``agentcompass.protocols.anthropic_messages`` into one ``/chat/completions``
-call and its reply back (a stream of events when the agent asked for one), and
-``/v1/messages/count_tokens``, estimated here with no model call; these two
-alone may carry a query, ``BETA_QUERY``, and their errors are in Anthropic's
-shape. Every request and reply is recorded into the attempt's trajectory and
-usage (each within ``RECORD_LIMIT``: a larger one is recorded cut, saying so); each
-call counts in the attempt's ``ATTEMPT_USAGE`` too, as a ModelClient's does.
+``/chat/completions``, ``/completions``, ``/embeddings`` and GET ``/models``;
+for ``anthropic``, POST ``/v1/messages``, ``/v1/messages/count_tokens`` and GET
+``/v1/models``; for ``openai_responses``, POST ``/responses`` and GET
+``/models``), under the ``base_url``'s path, with the real key in place of the
+token (as ``X-Api-Key`` for ``anthropic``, else as a bearer token). Any other
+method or path, and any path that is not plain text (``..`` or ``.`` segments,
+``//``, a percent-encoding, a backslash, a query), is refused with a JSON error
+(400, 404 or 405) in the shape of the agent's protocol and never forwarded: the
+key's other powers (files, batches, fine-tuning, stored responses, the
+organization) stay out of the agent's reach. ``TRANSLATED`` adds the calls of
+another protocol that the gateway answers through an ``openai_chat`` Model:
+Anthropic's POST ``/v1/messages`` (Claude Code's) and OpenAI's POST
+``/responses`` (Codex's), each translated by its module of
+``agentcompass.protocols`` into one ``/chat/completions`` call and its reply
+back (a stream of events when the agent asked for one), and
+``/v1/messages/count_tokens``, estimated here with no model call. There is no
+translation the other way: chat completions to an ``anthropic`` or
+``openai_responses`` Model are refused. Anthropic's two Messages paths alone
+may carry a query, ``BETA_QUERY``, which is dropped. Every request and reply is
+recorded into the attempt's trajectory and usage (each within ``RECORD_LIMIT``:
+a larger one is recorded cut, saying so); each call counts in the attempt's
+``ATTEMPT_USAGE`` too, as a ModelClient's does, its tokens read from the reply
+of whichever protocol, whole or streamed (``_usage_of``).
 
 What an agent sends costs the job bounded memory: the token is checked before
 any of a request's body is read, a body over ``BODY_LIMIT`` is refused (413)
 unread, and the bodies of all calls in flight together hold at most
 ``BODIES_IN_FLIGHT`` bytes (a call waits, unread, until its body fits). A
-reply of the Model over ``REPLY_LIMIT`` is a 502, never held whole.
+reply of the Model over ``REPLY_LIMIT`` is a 502, never held whole. What is
+translated holds at most ``TRANSLATE_ITEMS`` JSON values (a request over it is a
+400, a reply a 502) and a chat reply at most ``TRANSLATE_REPLY_LIMIT`` bytes; a
+translated stream is written one event at a time.
 
 What comes back is scrubbed of the secrets the gateway holds before the agent
 or the trajectory sees it: the key, and the value of each ``${VAR}`` in the

@@ -53,7 +53,8 @@ def test_a_tests_own_tier_is_the_first_of_the_order_it_carries(request):
     assert conftest.tier_of(item) == "default"
     for marks, tier in [(["e2e"], "e2e"), (["docker", "e2e"], "docker"), (["e2e", "slurm", "docker"], "slurm"),
                         (["browser", "e2e"], "browser"), (["podman", "docker"], "podman"),
-                        (["smoke", "e2e"], "default"), (["slow"], "slow")]:
+                        (["smoke", "e2e"], "default"), (["slow"], "slow"), (["docker", "agents"], "agents"),
+                        (["agents", "slurm"], "slurm")]:
         saved = list(item.own_markers)
         try:
             for name in marks:
@@ -62,7 +63,7 @@ def test_a_tests_own_tier_is_the_first_of_the_order_it_carries(request):
         finally:
             item.own_markers[:] = saved
     # the default run's -m expression names the same markers
-    assert conftest.DEFAULT_SELECTION == "smoke or not (podman or browser or slurm or docker or e2e or slow)"
+    assert conftest.DEFAULT_SELECTION == "smoke or not (podman or browser or slurm or agents or docker or e2e or slow)"
 
 
 def test_a_snakemake_run_is_found_three_levels_down_and_no_deeper(tmp_path):

@@ -200,6 +200,10 @@ class InstalledAgentHarness(BaseHarness):
         """Files to write before the run: path relative to the state folder -> text."""
         return {}
 
+    def stdin(self, run: AgentRun) -> str | None:
+        """What the CLI reads on its stdin (e.g. the prompt: no argv limit on its size, no quoting of it); None: none."""
+        return None
+
     def transcript(self, stdout: str) -> Transcript:
         """The records and the final answer the CLI's stdout holds."""
         raise NotImplementedError
@@ -243,7 +247,8 @@ class InstalledAgentHarness(BaseHarness):
             secret_variable = env_ref(model.api_key) if model.api_key else None
             # host_process already keeps the job's variables out; this holds for any provider that would not
             done = await env.exec(["env", "-u", secret_variable, *argv] if secret_variable else argv,
-                                  env=variables, cwd=prepared.input.workspace or None, timeout=params["timeout"])
+                                  env=variables, cwd=prepared.input.workspace or None, timeout=params["timeout"],
+                                  input=self.stdin(run))
             await after_agent(env, ["rm", "-rf", state], f"removing {self.id}'s state {state}")
             usage = gateway.usage()
             token = gateway.token

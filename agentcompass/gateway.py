@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentcompass.protocols import anthropic_messages
+from agentcompass.protocols import anthropic_messages, openai_responses
 from agentcompass.runtime.model_client import ATTEMPT_USAGE, RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
 from agentcompass.secrets import Scrubber, check_header_value, resolved_values
 
@@ -83,35 +83,51 @@ _NOT_RETURNED = {
 # of one gateway's calls in flight hold together (a call waits, its body unread, until its own fits).
 BODY_LIMIT = 8 << 20
 BODIES_IN_FLIGHT = 16 << 20
+# How much of each end of a reply too long to record whole is read for its usage.
+USAGE_WINDOW = 64 << 10
 # What stands in a reply for the key.
 KEY_PLACEHOLDER = "[model api_key]"
 # A ${VAR} value in the Model's headers shorter than this is no secret kept out of replies (it would rewrite
 # ordinary text of the model's: a flag, a version); the key is kept out whatever its length.
 SECRET_MIN = 8
 
-# The model calls of each protocol: path (under the base_url's path) -> the one method it takes.
+# The model calls of each protocol: path (under the base_url's path) -> the one method it takes. Anthropic's clients
+# send /v1/... under a base URL of host alone (ANTHROPIC_BASE_URL); OpenAI's send /responses under one ending in /v1.
 ROUTES: dict[str, dict[str, str]] = {
     "openai_chat": {
         "/chat/completions": "POST",
         "/completions": "POST",
-        "/responses": "POST",
         "/embeddings": "POST",
+        "/models": "GET",
+    },
+    "anthropic": {
+        "/v1/messages": "POST",
+        "/v1/messages/count_tokens": "POST",
+        "/v1/models": "GET",
+    },
+    "openai_responses": {
+        "/responses": "POST",
         "/models": "GET",
     },
 }
 # The calls of another protocol an agent speaks that the gateway answers by translating them into the Model's
-# protocol (agentcompass.protocols): path -> the one method it takes. Anthropic's clients send /v1/messages
-# under a base URL of host alone (ANTHROPIC_BASE_URL), and Claude Code adds BETA_QUERY.
+# protocol (agentcompass.protocols): path -> the one method it takes. There is no translation into a protocol other
+# than chat completions: an agent speaking chat completions to an anthropic or openai_responses Model is refused.
 TRANSLATED: dict[str, dict[str, str]] = {
     "openai_chat": {
         "/v1/messages": "POST",
         "/v1/messages/count_tokens": "POST",
+        "/responses": "POST",
     },
 }
-# the one query a translated path may carry (Anthropic's SDKs add it to the beta calls); it is dropped
+# The protocol an agent speaks on each translated path (its requests, replies and errors are in that shape).
+SPOKEN = {"/v1/messages": "anthropic", "/v1/messages/count_tokens": "anthropic", "/responses": "openai_responses"}
+# The one query a path may carry, on the paths of Anthropic's Messages API (Anthropic's SDKs add it to the beta
+# calls; Claude Code's do); it is dropped, never forwarded.
 BETA_QUERY = "?beta=true"
-# GET /models/<id> too: a model id may hold '/' (org/name), each segment of plain characters
-_MODEL_ID = re.compile(r"/models(?:/[A-Za-z0-9_][A-Za-z0-9._:@+-]*)+")
+BETA_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+# GET <models path>/<id> too: a model id may hold '/' (org/name), each segment of plain characters
+_MODEL_ID = re.compile(r"(?P<models>(?:/v1)?/models)(?:/[A-Za-z0-9_][A-Za-z0-9._:@+-]*)+")
 # what a path of a model call is made of: no '%' (no encoding of any kind), no '\\', no '?' or '#'
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._~:@+/-]*")
 
@@ -122,9 +138,16 @@ def routes_of(protocol: str) -> dict[str, str]:
 
 
 def canonical(protocol: str, path: str) -> str:
-    """``path`` without ``BETA_QUERY`` when it is a translated call's; any other path as it is."""
+    """``path`` without ``BETA_QUERY`` when it is a call of Anthropic's (``BETA_PATHS``) that ``protocol``
+    answers; any other path as it is."""
     bare = path.removesuffix(BETA_QUERY)
-    return bare if bare != path and bare in TRANSLATED.get(protocol, {}) else path
+    return bare if bare != path and bare in BETA_PATHS and bare in routes_of(protocol) else path
+
+
+def spoken(protocol: str, path: str) -> str:
+    """The protocol the agent speaks calling ``path`` (canonical) of a Model of ``protocol``: the translated
+    path's, else the Model's own (what its replies and errors are shaped as)."""
+    return SPOKEN[path] if path in TRANSLATED.get(protocol, {}) else protocol
 
 
 def route(protocol: str, method: str, path: str) -> tuple[int, str, str] | None:
@@ -142,7 +165,8 @@ def route(protocol: str, method: str, path: str) -> tuple[int, str, str] | None:
     if any(segment in ("", ".", "..") for segment in segments):
         return 400, "invalid_path", f"refused path {path[:200]!r}: no empty, '.' or '..' segments"
     routes = routes_of(protocol)
-    wanted = routes.get(path) or ("GET" if "/models" in routes and _MODEL_ID.fullmatch(path) else None)
+    model_id = _MODEL_ID.fullmatch(path)
+    wanted = routes.get(path) or ("GET" if model_id and routes.get(model_id["models"]) == "GET" else None)
     if wanted is None:
         return 404, "unknown_endpoint", (
             f"{path[:200]} is not a model call: this gateway passes only {', '.join(f'{m} {p}' for p, m in routes.items())}")
@@ -154,6 +178,11 @@ def route(protocol: str, method: str, path: str) -> tuple[int, str, str] | None:
 def _error_body(message: str, code: str) -> bytes:
     """An error in the shape OpenAI clients read."""
     return json.dumps({"error": {"message": message, "type": "agentcompass_gateway", "code": code}}).encode()
+
+
+def error_reply(protocol: str, status: int, message: str, code: str) -> bytes:
+    """An error of the gateway's in the shape a client of ``protocol`` reads: Anthropic's, or OpenAI's."""
+    return anthropic_messages.error_body(status, message) if protocol == "anthropic" else _error_body(message, code)
 
 
 def _decoded(data: bytes, content_type: str = "") -> Any:
@@ -186,20 +215,51 @@ def _upstream_error(status: int, data: bytes) -> str:
     return message[:2000] if isinstance(message, str) and message else f"the model's endpoint answered HTTP {status}"
 
 
+def _event_usage(event: Any) -> Any:
+    """The ``usage`` of a reply or of one event of a stream: its own, or its ``message``'s (Anthropic's
+    message_start) or ``response``'s (the Responses API's response.completed); None when it has none."""
+    if not isinstance(event, dict):
+        return None
+    if event.get("usage") is not None:
+        return event["usage"]
+    for key in ("message", "response"):
+        inner = event.get(key)
+        if isinstance(inner, dict) and inner.get("usage") is not None:
+            return inner["usage"]
+    return None
+
+
+def _usage_of(reply: Any) -> Any:
+    """What a reply reports of its usage. Of a stream, the usages of its events merged in order, a later count
+    replacing an earlier one of the same name: chat completions' last chunk, Anthropic's message_start (input
+    tokens) with message_delta (output tokens), the Responses API's response.completed. A usage that is no
+    object is kept when it is the last, so that it is reported unreadable."""
+    if not isinstance(reply, list):
+        return _event_usage(reply)
+    merged: Any = None
+    for event in reply:
+        usage = _event_usage(event)
+        if isinstance(usage, dict):
+            merged = merged if isinstance(merged, dict) else {}
+            merged.update(usage)  # in place: linear in what the stream holds
+        elif usage is not None:
+            merged = usage
+    return merged
+
+
 def _tokens(reply: Any) -> tuple[int, int, str | None]:
-    """Prompt and completion tokens a reply reports (the last usage of a stream), and what could not be read."""
-    usages = [e.get("usage") for e in reply if isinstance(e, dict)] if isinstance(reply, list) else [
-        reply.get("usage") if isinstance(reply, dict) else None
-    ]
-    return reply_tokens(next((u for u in reversed(usages) if u is not None), None))
+    """Prompt and completion tokens a reply of any protocol reports (``_usage_of``), and what could not be read."""
+    return reply_tokens(_usage_of(reply))
 
 
 def _tail_usage(data: bytes, content_type: str) -> Any:
-    """The ``usage`` of a reply too long to decode whole for the record, read from its end: the last
-    events of a stream, or the last ``"usage"`` object of a JSON body (None when there is none)."""
-    tail = data[-(64 << 10):]
+    """The ``usage`` of a reply too long to decode whole for the record, read from its ends: the first and last
+    events of a stream (Anthropic's input tokens come first), or the last ``"usage"`` object of a JSON body
+    (None when there is none)."""
+    tail = data[-USAGE_WINDOW:]
     if "text/event-stream" in content_type:
-        return _decoded(tail.partition(b"\n")[2], content_type)
+        head = data[:USAGE_WINDOW].rpartition(b"\n")[0]
+        return _decoded(head, content_type) + _decoded(tail.partition(b"\n")[2], content_type)
     at = tail.rfind(b'"usage"')
     if at < 0:
         return None
@@ -270,12 +330,14 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = IDLE_SECONDS  # each read of the request and write of the reply; an idle connection is closed
 
-    translated = False  # a call in another protocol, answered (and refused) in that protocol's shape
+    translated = False  # a call in another protocol, answered by translation
+    speaks = "openai_chat"  # the protocol of the agent's call: its refusals are in that protocol's shape
 
     def _handle(self) -> None:
         gateway = self.server.gateway
         path = canonical(gateway.protocol, self.path)
         self.translated = path in TRANSLATED.get(gateway.protocol, {})
+        self.speaks = spoken(gateway.protocol, path)
         # every refusal comes before any of the body is read: the connection then closes, the body unread
         if not gateway.authorized(self.headers.get("Authorization"), self.headers.get("X-Api-Key")):
             gateway.refused(self.command, self.path, 401, "missing or wrong gateway token")
@@ -311,7 +373,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self.translated:
                 status, headers, data = gateway.translate(path, body)
             else:
-                status, headers, data = gateway.forward(self.command, self.path, self.headers, body)
+                status, headers, data = gateway.forward(self.command, path, self.headers, body)
             del body
         finally:
             gateway.release(size)
@@ -321,7 +383,7 @@ class _Handler(BaseHTTPRequestHandler):
         """A JSON error, and the connection closed: what the agent sent after its headers stays unread."""
         self.close_connection = True
         self._reply(status, [("Content-Type", "application/json"), ("Connection", "close"), *(extra or [])],
-                    anthropic_messages.error_body(status, message) if self.translated else _error_body(message, code))
+                    error_reply(self.speaks, status, message, code))
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (an unknown method, a malformed request line) as JSON errors too."""
@@ -463,10 +525,12 @@ class ModelGateway:
         refusal = route(self.protocol, method, path)
         if refusal is not None:  # never with the key
             status, code, message = refusal
-            return status, [("Content-Type", "application/json")], _error_body(message, code)
+            return status, [("Content-Type", "application/json")], error_reply(self.protocol, status, message, code)
         outgoing = {k: v for k, v in headers.items() if k.lower() not in _NOT_FORWARDED}
         outgoing["Accept-Encoding"] = "identity"  # the trajectory records what it can read
-        if self._api_key:
+        if self._api_key and self.protocol == "anthropic":
+            outgoing["X-Api-Key"] = self._api_key  # Anthropic's API takes its key so, not as a bearer token
+        elif self._api_key:
             outgoing["Authorization"] = f"Bearer {self._api_key}"
         outgoing.update(self._headers)
         connection_class = http.client.HTTPSConnection if self._upstream.scheme == "https" else http.client.HTTPConnection
@@ -481,14 +545,16 @@ class ModelGateway:
             returned = [(k, v) for k, v in reply.getheaders() if k.lower() not in _NOT_RETURNED]
             if len(data) > REPLY_LIMIT:
                 error = f"the model's reply is more than {REPLY_LIMIT} bytes, more than the gateway passes on"
-                status, data = 502, _error_body(error, "reply_too_large")
+                status, data = 502, error_reply(self.protocol, 502, error, "reply_too_large")
                 returned = [("Content-Type", "application/json")]
         except TimeoutError:
             error = f"the model did not answer within {self._timeout} s"
-            status, data, returned = 504, _error_body(error, "upstream_timeout"), [("Content-Type", "application/json")]
+            status, data = 504, error_reply(self.protocol, 504, error, "upstream_timeout")
+            returned = [("Content-Type", "application/json")]
         except (OSError, http.client.HTTPException) as exc:
             error = f"the model could not be reached: {type(exc).__name__}: {exc}"
-            status, data, returned = 502, _error_body(error, "upstream_unreachable"), [("Content-Type", "application/json")]
+            status, data = 502, error_reply(self.protocol, 502, error, "upstream_unreachable")
+            returned = [("Content-Type", "application/json")]
         finally:
             connection.close()
         latency = time.monotonic() - started
@@ -507,34 +573,37 @@ class ModelGateway:
         return status, returned, data
 
     def translate(self, path: str, body: bytes) -> tuple[int, list, bytes]:
-        """Answer an Anthropic Messages call (``path`` in ``TRANSLATED``) through the Model's chat completions:
-        the request through ``to_chat``, the reply back through ``from_chat`` (as the events of a stream when
-        the request asked for one); a count of tokens is estimated here, with no model call. Errors are in
-        Anthropic's shape; the upstream call is recorded and counted as every forwarded call is."""
+        """Answer a call of another protocol (``path`` in ``TRANSLATED``: Anthropic's Messages, OpenAI's Responses)
+        through the Model's chat completions: the request through the protocol module's ``to_chat``, one
+        ``/chat/completions`` call (never streamed), its reply back through ``from_chat`` (as the protocol's
+        events when the request asked for a stream); Anthropic's count of tokens is estimated here, with no model
+        call. Errors are in the protocol's shape; the upstream call is recorded and counted as every forwarded
+        call is."""
+        module: Any = openai_responses if SPOKEN[path] == "openai_responses" else anthropic_messages
         json_reply = [("Content-Type", "application/json")]
         try:
             request = json.loads(body)
-            if path.endswith("/count_tokens"):
+            if path == "/v1/messages/count_tokens":
                 answer = anthropic_messages.count_tokens(request)
                 self._record({"source": "gateway", "method": "POST", "path": path, "status": 200,
                               "answered": "estimated by the gateway, no model call", "reply": answer})
                 return 200, json_reply, json.dumps(answer).encode()
-            chat = anthropic_messages.to_chat(request)
+            chat = module.to_chat(request)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
             why = f"the request cannot be translated for the model: {exc}"
             self.refused("POST", path, 400, why)
-            return 400, json_reply, anthropic_messages.error_body(400, why)
+            return 400, json_reply, module.error_body(400, why)
         status, _, data = self.forward("POST", "/chat/completions", {"Content-Type": "application/json"},
                                        json.dumps(chat).encode(), translated_from=path)
         if status != 200:
-            return status, json_reply, anthropic_messages.error_body(status, _upstream_error(status, data))
+            return status, json_reply, module.error_body(status, _upstream_error(status, data))
         try:
-            answer = anthropic_messages.from_chat(json.loads(data), request)
+            answer = module.from_chat(json.loads(data), request)
         except (ValueError, RecursionError) as exc:
-            return 502, json_reply, anthropic_messages.error_body(502, f"the model's reply cannot be translated: {exc}")
+            return 502, json_reply, module.error_body(502, f"the model's reply cannot be translated: {exc}")
         if request.get("stream") is True:
             return 200, [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")], \
-                anthropic_messages.stream_events(answer)
+                module.stream_events(answer)
         return 200, json_reply, json.dumps(answer).encode()
 
     def _scrubbed(self, headers: list[tuple[str, str]], data: bytes) -> tuple[list[tuple[str, str]], bytes]:

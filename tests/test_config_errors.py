@@ -105,6 +105,11 @@ BAD_FILES = {
         "requests:\n  r1: {benchmark: example_exact_match, harness: chat, model: {id: m}}\n",
         "requests.r1.model", "base_url is not set",
     ),
+    "a harness that calls its model in chat completions, given a Model of another protocol": (
+        "requests:\n  r1: {benchmark: example_exact_match, harness: chat, "
+        "model: {id: m, base_url: 'http://127.0.0.1:9/v1', protocol: anthropic}}\n",
+        "requests.r1.model", "calls its Model in openai_chat, and model.protocol is 'anthropic'",
+    ),
     "a key repeated in a mapping": (
         "requests:\n  r1: {benchmark: example_exact_match, harness: oracle, model: {id: none}}\n"
         "  r1: {benchmark: example_exact_match, harness: fixed_answer, model: {id: none}}\n",

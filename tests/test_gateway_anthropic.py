@@ -19,7 +19,9 @@ import pytest
 
 from agentcompass.gateway import ModelGateway
 from agentcompass.protocols.anthropic_messages import RAW_ARGUMENTS_KEY
-from agentcompass.testing.endpoint import ScriptedEndpoint, completion, malformed, rate_limited, tool_call, tool_calls_reply
+from agentcompass.testing.endpoint import (
+    Reply, ScriptedEndpoint, completion, malformed, rate_limited, tool_call, tool_calls_reply,
+)
 from adversarial.test_gateway import over_socket, raw_request
 
 REAL_KEY = "sk-real-key-of-the-test"
@@ -182,3 +184,66 @@ def test_only_the_messages_paths_are_added(through, method: str, path: str, stat
         {"model": MODEL, "max_tokens": 8, "messages": USER})))
     assert got == status and body is not None
     assert endpoint.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_model_is_passed_through_with_its_key_as_x_api_key(tmp_path: Path, stream: bool):
+    reply = tool_calls_reply([tool_call("bash", {"command": "ls"}, "call_1")], text="Looking.")
+    with ScriptedEndpoint(script=[reply, completion("ok")], protocols=("anthropic",)) as endpoint, \
+            ModelGateway(endpoint.base_url.removesuffix("/v1"), REAL_KEY, tmp_path / "t.jsonl",
+                         protocol="anthropic") as gateway:
+        sdk = client(gateway, api_key=gateway.token)
+        if stream:
+            with sdk.beta.messages.stream(model=MODEL, max_tokens=64, tools=TOOLS, messages=USER,
+                                          betas=["interleaved-thinking-2025-05-14"]) as events:
+                message = events.get_final_message()
+        else:
+            message = sdk.messages.create(model=MODEL, max_tokens=64, tools=TOOLS, messages=USER)
+        counted = sdk.messages.count_tokens(model=MODEL, messages=USER)
+        usage = gateway.usage()
+    assert [block.type for block in message.content] == ["text", "tool_use"]
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (10, 2) and counted.input_tokens > 0
+    sent, count = endpoint.requests
+    assert (sent.path, count.path) == ("/v1/messages", "/v1/messages/count_tokens")  # no ?beta=true upstream
+    assert sent.body["tools"] == TOOLS and sent.body.get("stream", False) is stream  # as the agent sent it
+    headers = {k.lower(): v for k, v in sent.headers.items()}
+    assert headers["x-api-key"] == REAL_KEY and "authorization" not in headers
+    assert headers["anthropic-version"] and (headers.get("anthropic-beta") == "interleaved-thinking-2025-05-14") is stream
+    assert gateway.token not in json.dumps([r.headers for r in endpoint.requests])
+    # the count of tokens is a POST too, which an Anthropic endpoint answers with no tokens spent
+    assert (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (2, 10, 2)
+
+
+def test_chat_completions_to_an_anthropic_model_are_refused_in_anthropics_shape(tmp_path: Path):
+    with ScriptedEndpoint(script=[], protocols=("anthropic",)) as endpoint, \
+            ModelGateway(endpoint.base_url.removesuffix("/v1"), REAL_KEY, tmp_path / "t.jsonl",
+                         protocol="anthropic") as gateway:
+        chat = json.dumps({"model": MODEL, "messages": USER})
+        replies = [over_socket(gateway, raw_request("POST", path, gateway.token, chat))
+                   for path in ("/v1/chat/completions", "/chat/completions", "/responses")]
+    assert [(status, body and body["type"]) for status, body, _ in replies] == [(404, "error")] * 3
+    assert endpoint.requests == []
+
+
+def _anthropic_stream(*events: dict) -> bytes:
+    return b"".join(b"event: %s\ndata: %s\n\n" % (e["type"].encode(), json.dumps(e).encode()) for e in events)
+
+
+def test_anthropics_usage_is_counted_with_its_cached_input_streamed_and_not(tmp_path: Path):
+    cached = {"input_tokens": 5, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 100}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL, "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {**cached, "output_tokens": 1}}
+    stream = _anthropic_stream({"type": "message_start", "message": message},
+                               {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}},
+                               {"type": "message_stop"})
+    whole = {**message, "content": [{"type": "text", "text": "hi"}], "usage": {**cached, "output_tokens": 7}}
+    script = [Reply(200, stream, {"Content-Type": "text/event-stream"}), whole]
+    with ScriptedEndpoint(script=script, protocols=("anthropic",)) as endpoint, \
+            ModelGateway(endpoint.base_url.removesuffix("/v1"), REAL_KEY, tmp_path / "t.jsonl",
+                         protocol="anthropic") as gateway:
+        body = json.dumps({"model": MODEL, "max_tokens": 8, "messages": USER, "stream": True})
+        streamed = over_socket(gateway, raw_request("POST", "/v1/messages", gateway.token, body))
+        plain = client(gateway).messages.create(model=MODEL, max_tokens=8, messages=USER)
+        usage = gateway.usage()
+    assert streamed[0] == 200 and plain.usage.cache_read_input_tokens == 100
+    assert (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (2, 250, 14)

@@ -88,8 +88,10 @@ class Ran:
 
 
 def run_agent(harness, where: str, endpoint: ScriptedEndpoint, tmp_path: Path, monkeypatch, *,
-              protocol: str = "openai_chat", image: str = GLIBC_IMAGE, **params) -> Ran:
-    """One attempt of ``harness`` in a fresh session of ``where`` (no network but the gateway's hole)."""
+              protocol: str = "openai_chat", image: str = GLIBC_IMAGE, plant: dict[str, str] | None = None,
+              prompt: str = "Write hello into out.txt.", **params) -> Ran:
+    """One attempt of ``harness`` in a fresh session of ``where`` (no network but the gateway's hole), with the
+    files ``plant`` names (path in the workspace -> text) there before it starts, as a task's files would be."""
     monkeypatch.setenv(KEY_VARIABLE, "sk-agents-" + secrets.token_hex(16))
     model = ModelSpec(id="scripted-model", base_url=endpoint.base_url, api_key=f"${{{KEY_VARIABLE}}}",
                       protocol=protocol)
@@ -106,8 +108,11 @@ def run_agent(harness, where: str, endpoint: ScriptedEndpoint, tmp_path: Path, m
     async def main() -> Ran:
         session = await environment.open(spec, NetworkPolicy("none"), f"agents{secrets.token_hex(5)}-t-1-run")
         try:
-            prepared = PreparedTask(task_id="t", input=TaskInput(prompt="Write hello into out.txt.",
-                                                                 workspace=session.workdir))
+            for name, text in (plant or {}).items():
+                path = posixpath.join(session.workdir, name)
+                await session.exec(["mkdir", "-p", posixpath.dirname(path)])
+                await session.write_text(path, text)
+            prepared = PreparedTask(task_id="t", input=TaskInput(prompt=prompt, workspace=session.workdir))
             result = await harness.run(prepared, session, req, plan, context)
             files = {}
             for name in ("out.txt", "seen-env.txt"):
@@ -138,7 +143,9 @@ def assert_solved(ran: Ran, endpoint: ScriptedEndpoint, source: str) -> None:
     assert result.usage["prompt_tokens"] == 10 * result.usage["calls"]
     # the real key reached the endpoint, the agent never saw it nor its variable
     secret = os.environ[KEY_VARIABLE]
-    assert all(secret in (r.headers.get("Authorization", "") + r.headers.get("x-api-key", "")) for r in endpoint.requests)
+    for r in endpoint.requests:  # as a bearer token, or as Anthropic's x-api-key
+        sent = {name.lower(): value for name, value in r.headers.items()}
+        assert sent.get("authorization") == f"Bearer {secret}" or sent.get("x-api-key") == secret
     assert secret not in ran.files["seen-env.txt"] and KEY_VARIABLE not in ran.files["seen-env.txt"]
     holding, scanned = files_holding(secret, ran.attempt_dir)
     assert scanned >= 2 and holding == []
@@ -249,6 +256,9 @@ def test_extra_args_and_env_cannot_redirect_the_agent():
     config = ClaudeCodeHarness().build_config(SimpleNamespace(harness=SimpleNamespace(
         params={"extra_args": ["--append-system-prompt", "be brief"], "env": {"FOO": "1"}})))
     assert ClaudeCodeHarness().tools(config) == (CLAUDE,)
+    # the Models each can call, checked before any job: its own protocol's, or a chat one through the translation
+    assert ClaudeCodeHarness.model_protocols == ("anthropic", "openai_chat")
+    assert CodexHarness.model_protocols == ("openai_responses", "openai_chat")
 
 
 def test_claude_code_in_an_image_without_glibc_is_a_clear_error_before_any_model_call(

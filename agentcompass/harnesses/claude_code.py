@@ -1,9 +1,10 @@
-"""``claude_code``: Anthropic's Claude Code CLI, headless (``claude -p``), behind the model gateway.
+"""``claude_code``: Anthropic's Claude Code CLI, headless (``claude -p``, the prompt on its stdin), behind the model gateway.
 
 It speaks Anthropic's Messages API: the gateway passes its calls through to a Model of protocol
 ``anthropic`` and translates them for an ``openai_chat`` one. It runs with every permission
 (``--dangerously-skip-permissions``: the sandbox is the boundary), at most ``max_turns`` turns, the
-Model's id as both its main and its small model, and no traffic but its model calls. Its transcript
+Model's id as both its main and its small model, no traffic but its model calls, and no settings but
+those of its fresh config folder (a task's ``.claude/settings.json`` cannot point it elsewhere). Its transcript
 is its ``stream-json`` output: each assistant message, each tool call with its result, and the final
 ``result`` event, whose text is the answer.
 """
@@ -56,9 +57,13 @@ class ClaudeCodeHarness(InstalledAgentHarness):
                     "IS_SANDBOX")
 
     def argv(self, run: AgentRun) -> list[str]:
-        argv = [*run.command, "-p", run.prompt, "--output-format", "stream-json", "--verbose",
-                "--dangerously-skip-permissions", "--model", run.model]
+        # only the settings of its fresh config folder: a task's .claude/settings.json could set its endpoint
+        argv = [*run.command, "-p", "--output-format", "stream-json", "--verbose", "--setting-sources",
+                "user", "--dangerously-skip-permissions", "--model", run.model]
         return argv + (["--max-turns", str(run.params["max_turns"])] if run.params["max_turns"] else [])
+
+    def stdin(self, run: AgentRun) -> str:
+        return run.prompt  # `claude -p` reads the prompt there when none is given: a prompt like a flag is the prompt
 
     def environment(self, run: AgentRun) -> dict[str, str]:
         variables = {
@@ -101,5 +106,6 @@ class ClaudeCodeHarness(InstalledAgentHarness):
                 if kind == "result" and event.get("subtype") == "success" and not event.get("is_error"):
                     found.answer = _text(event.get("result"))
                 elif kind == "result":
-                    found.error = f"{event.get('subtype')}: {_text(event.get('result') or event.get('errors'))}"
+                    said = _text(event.get("result") or event.get("errors"))
+                    found.error = said if event.get("subtype") == "success" else f"{event.get('subtype')}: {said}"
         return found

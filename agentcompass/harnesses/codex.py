@@ -1,4 +1,4 @@
-"""``codex``: OpenAI's Codex CLI, headless (``codex exec --json``), behind the model gateway.
+"""``codex``: OpenAI's Codex CLI, headless (``codex exec --json``, the prompt on its stdin), behind the model gateway.
 
 It speaks OpenAI's Responses API: the gateway passes its calls through to a Model of protocol
 ``openai_responses`` and translates them for an ``openai_chat`` one. Its provider is the gateway,
@@ -57,7 +57,10 @@ class CodexHarness(InstalledAgentHarness):
 
     def argv(self, run: AgentRun) -> list[str]:
         return [*run.command, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                "-m", run.model, run.prompt]
+                "-m", run.model, "-"]
+
+    def stdin(self, run: AgentRun) -> str:
+        return run.prompt  # the prompt '-': read from stdin: a prompt like a flag is the prompt
 
     def environment(self, run: AgentRun) -> dict[str, str]:
         return {"CODEX_HOME": run.state, TOKEN_VARIABLE: run.token}

@@ -167,6 +167,11 @@ class InstalledAgentHarness(BaseHarness):
     reserved_flags: ClassVar[tuple[str, ...]] = ()  # flags the harness sets: refused in extra_args
     reserved_env: ClassVar[tuple[str, ...]] = ()  # variables (or prefixes ending in "_") it sets: refused in env
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "protocol" in cls.__dict__:  # the Models it can call: of its own protocol, or one the gateway translates
+            cls.model_protocols = tuple(dict.fromkeys((cls.protocol, *TRANSLATING)))
+
     def build_config(self, req):
         config = super().build_config(req)
         if not config.version:
@@ -221,7 +226,7 @@ class InstalledAgentHarness(BaseHarness):
 
         if not model.base_url:
             return failed(f"model.base_url is not set: {self.id} needs the Model's endpoint", FailureClass.ENDPOINT)
-        if model.protocol != self.protocol and model.protocol not in TRANSLATING:
+        if model.protocol not in self.model_protocols:  # refused at config time already
             return failed(f"{self.id} speaks {self.protocol}: the gateway serves it from a Model of that protocol or "
                           f"of {', '.join(TRANSLATING)}, not {model.protocol}")
         await env.exec(["true"])  # the run stage's session opens on its first call: its tools are known then
@@ -236,6 +241,8 @@ class InstalledAgentHarness(BaseHarness):
             state = posixpath.join(env.workdir, STATE_DIR)
             run = AgentRun(command, task_text(prepared), model.id, f"http://{address}", gateway.token, state, params,
                            dict(model.params))
+            # a folder of that name in the task's files is not the agent's config: it goes first
+            await after_agent(env, ["rm", "-rf", state], f"clearing {self.id}'s state {state}")
             await env.exec(["mkdir", "-p", state])
             for name, text in self.config_files(run).items():
                 path = posixpath.join(state, name)

@@ -295,6 +295,9 @@ class BaseHarness(_Component, abc.ABC):
     # A trusted reference harness: the run stage asks the Benchmark for its reference.
     is_oracle: ClassVar[bool] = False
     requires_model: ClassVar[bool] = True
+    # The ``ModelSpec.protocol`` values of the Models it can call (a harness that calls its Model through a
+    # ModelClient speaks chat completions only); a Model of another is a config error before any job runs.
+    model_protocols: ClassVar[tuple[str, ...]] = ("openai_chat",)
 
     def build_config(self, req: RunRequest):
         return build_component_config(self.config_class, req.harness.params, f"harness {self.id!r} params")

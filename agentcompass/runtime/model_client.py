@@ -269,20 +269,29 @@ def token_count(value: Any) -> int | None:
     return None
 
 
+# Anthropic's input tokens read from or written to its prompt cache, which its input_tokens leaves out: prompt
+# tokens too (chat completions' and the Responses API's prompt counts hold their cached tokens already).
+CACHE_INPUT_TOKENS = ("cache_creation_input_tokens", "cache_read_input_tokens")
+
+
 def reply_tokens(usage: Any) -> tuple[int, int, str | None]:
     """(prompt, completion) tokens of a reply's ``usage`` object, and what could not be read, if anything.
 
-    ``input_tokens``/``output_tokens`` (the Responses API's names) are read when the chat names are absent.
+    ``input_tokens``/``output_tokens`` (the names of Anthropic's Messages API and OpenAI's Responses API) are
+    read when the chat names are absent, and Anthropic's ``CACHE_INPUT_TOKENS`` are prompt tokens too.
     """
     if not isinstance(usage, dict):
         return 0, 0, None if usage is None else f"usage is not an object: {str(usage)[:100]!r}"
     counts, problems = [], []
-    for name, alias in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
-        raw = usage.get(name, usage.get(alias))
-        count = 0 if raw is None else token_count(raw)
-        if count is None:
-            problems.append(f"{name} is not a number: {str(raw)[:100]!r}")
-        counts.append(count or 0)
+    for name, alias, more in (("prompt_tokens", "input_tokens", CACHE_INPUT_TOKENS),
+                              ("completion_tokens", "output_tokens", ())):
+        total = 0
+        for key, raw in ((name, usage.get(name, usage.get(alias))), *((k, usage.get(k)) for k in more)):
+            count = 0 if raw is None else token_count(raw)
+            if count is None:
+                problems.append(f"{key} is not a number: {str(raw)[:100]!r}")
+            total += count or 0
+        counts.append(total)
     return counts[0], counts[1], "; ".join(problems) or None
 
 
@@ -370,6 +379,9 @@ class ModelClient:
     ):
         if not model.base_url:
             raise ModelCallError("model.base_url is not set: give the Model an OpenAI-compatible endpoint URL")
+        if model.protocol != "openai_chat":
+            raise ModelCallError(f"a ModelClient speaks chat completions, and model {model.id!r} speaks "
+                                 f"{model.protocol} (model.protocol: openai_chat for this harness)")
         self.model = model
         self.config = config or ModelCallConfig()
         self.usage = Usage()

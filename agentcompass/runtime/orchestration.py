@@ -240,6 +240,11 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
             raise _param_error(config, name, "harness", "harnesses", req.harness.id, exc, fail)
         _check_dependencies("harness", harness, harness_config, fail)
         needs_model = harness.requires_model
+        if needs_model and not req.model.is_none and req.model.protocol not in harness.model_protocols:
+            raise fail("model", f"harness {req.harness.id!r} calls its Model in {' or '.join(harness.model_protocols)}, "
+                                f"and model.protocol is {req.model.protocol!r}",
+                       f"give a Model that speaks {harness.model_protocols[0]} (model.protocol: "
+                       f"{harness.model_protocols[0]}), or a harness whose agent speaks {req.model.protocol}")
     if req.execution.preflight is not None and (
             req.harness.is_none or type(benchmark).reference_solution is BaseBenchmark.reference_solution):
         raise fail("execution", f"execution.preflight runs each task's reference solution, and benchmark "
@@ -255,7 +260,14 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
             "set model.base_url to its OpenAI-compatible endpoint, e.g. 'base_url: http://127.0.0.1:8000/v1' "
             "(--base-url on the command line)",
         )
-    for where, model in (("model", req.model), *(("benchmark", m) for m in benchmark.evaluation_models(req))):
+    judges = benchmark.evaluation_models(req)
+    for model in [*([req.model] if req.harness.is_none and needs_model else []), *judges]:
+        if model.protocol != "openai_chat":
+            caller = "its judge" if model in judges else "the model it calls itself"
+            raise fail("benchmark" if model in judges else "model",
+                       f"benchmark {req.benchmark.id!r} calls {caller} {model.id!r} in chat completions, and its "
+                       f"protocol is {model.protocol!r}", "give that Model protocol: openai_chat")
+    for where, model in (("model", req.model), *(("benchmark", m) for m in judges)):
         if model.base_url and references(model.base_url):
             problem = base_url_problem(resolve_secret(model.base_url))
             if problem:

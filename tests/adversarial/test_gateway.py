@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from agentcompass.gateway import ROUTES, ModelGateway
+from agentcompass.gateway import BODY_LIMIT, ROUTES, ModelGateway
+from agentcompass.runtime.model_client import REPLY_LIMIT
 from agentcompass.testing.endpoint import QuietHandler, send_json
 from environments.conftest import isolating_provider, provider  # noqa: F401 (fixtures)
 from environments.envkit import Provider
@@ -127,10 +129,10 @@ def over_socket(gateway: ModelGateway, data: bytes) -> tuple[int, dict | None, s
         conn.connect(str(gateway.socket_path))
         conn.sendall(data)
         conn.shutdown(socket.SHUT_WR)
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return parse_reply(reply.decode(errors="replace"))
+        chunks = []
+        while chunk := conn.recv(1 << 20):
+            chunks.append(chunk)
+    return parse_reply(b"".join(chunks).decode(errors="replace"))
 
 
 def parse_reply(text: str) -> tuple[int, dict | None, str]:
@@ -171,19 +173,31 @@ def test_a_refused_call_without_the_token_is_a_401_and_reaches_nothing(tmp_path:
     assert upstream.seen == []
 
 
-def test_every_model_call_of_the_protocol_passes_with_its_method_under_the_base_path(tmp_path: Path):
+# what an agent of each protocol sends in a POST: chat completions, Anthropic's Messages, OpenAI's Responses
+BODIES = {"openai_chat": CHAT, "anthropic": json.dumps({"model": "m", "max_tokens": 8, "messages": [
+    {"role": "user", "content": "hi"}]}), "openai_responses": json.dumps({"model": "m", "input": "hi"})}
+
+
+@pytest.mark.parametrize("protocol", sorted(ROUTES))
+def test_every_model_call_of_the_protocol_passes_with_its_method_under_the_base_path(tmp_path: Path, protocol: str):
     trajectory = tmp_path / "trajectory.jsonl"
-    calls = [(method, path) for path, method in ROUTES["openai_chat"].items()] + [
-        ("GET", "/models/gpt-4o-mini"), ("GET", "/models/meta-llama/Llama-3.1-8B-Instruct")]
-    with RecordingUpstream() as upstream, ModelGateway(upstream.base_url, KEY, trajectory) as gateway:
-        replies = [over_socket(gateway, raw_request(m, p, gateway.token, CHAT if m == "POST" else "")) for m, p in calls]
+    models = next(path for path, method in ROUTES[protocol].items() if path.endswith("/models"))
+    calls = [(method, path) for path, method in ROUTES[protocol].items()] + [
+        ("GET", f"{models}/gpt-4o-mini"), ("GET", f"{models}/meta-llama/Llama-3.1-8B-Instruct")]
+    with RecordingUpstream() as upstream, ModelGateway(upstream.base_url, KEY, trajectory, protocol=protocol) as gateway:
+        replies = [over_socket(gateway, raw_request(m, p, gateway.token, BODIES[protocol] if m == "POST" else ""))
+                   for m, p in calls]
         usage = gateway.usage()
     assert [status for status, _, _ in replies] == [200] * len(calls)
     assert [(m, p) for m, p, _, _ in upstream.seen] == [(m, "/v1" + p) for m, p in calls]
-    assert {auth for _, _, auth, _ in upstream.seen} == {f"Bearer {KEY}"}
-    assert {p for _, p, _, _ in upstream.seen} >= {"/v1/chat/completions", "/v1/completions", "/v1/responses",
-                                                     "/v1/embeddings", "/v1/models"}
-    assert usage["calls"] == 4  # the POSTs
+    assert [body for _, _, _, body in upstream.seen if body] == [BODIES[protocol].encode()] * usage["calls"]
+    if protocol == "anthropic":  # Anthropic's API takes its key as x-api-key, and no Authorization
+        assert {auth for _, _, auth, _ in upstream.seen} == {None}
+        assert {h["x-api-key"] for h in upstream.headers} == {KEY}
+    else:
+        assert {auth for _, _, auth, _ in upstream.seen} == {f"Bearer {KEY}"}
+        assert not any("x-api-key" in h for h in upstream.headers)
+    assert usage["calls"] == sum(m == "POST" for m, _ in calls)
     assert KEY not in trajectory.read_text() and gateway.token not in trajectory.read_text()
 
 
@@ -228,3 +242,209 @@ def test_from_the_sandbox_only_model_calls_pass_on_both_providers(isolating_prov
     assert statuses[:-1] == [404, 400, 400, 400, 400, 404], statuses
     assert statuses[-1] == 200, replies[-1]
     assert [(m, p) for m, p, _, _ in upstream.seen] == [("POST", "/v1/chat/completions")]
+
+
+# --- the other protocols: Anthropic's Messages and OpenAI's Responses, translated or passed through -------------
+
+# (Model protocol, the agent's path): the calls of the agent protocols each Model protocol answers
+SPOKEN_PATHS = [("openai_chat", "/v1/messages"), ("openai_chat", "/responses"), ("anthropic", "/v1/messages"),
+                ("openai_responses", "/responses")]
+# calls beside the protocols' (Anthropic's batches, files and legacy completions; stored responses): never passed
+BESIDE = ["/v1/messages/batches", "/v1/messages/batches?beta=true", "/v1/files", "/responses/abc",
+          "/responses/abc/cancel", "/responses/abc/input_items", "/v1/complete", "/v1/messages/abc",
+          "/v1/models?beta=true", "/responses?beta=true", "/v1/messages?beta=false", "/v1/messages?beta=true&x=1",
+          "/v1/messages?beta=true?beta=true", "/v1/messages?BETA=TRUE", "/v1/messages/count_tokens?x=1",
+          "/v1/messages%3Fbeta=true", "/v1/messages/", "/v1//messages"]
+
+
+def body_for(path: str) -> str:
+    return BODIES["openai_responses" if path.startswith("/responses") else "anthropic"]
+
+
+def head_only(gateway: ModelGateway, data: bytes) -> tuple[int, dict | None, float]:
+    """Send a request's head and none of its body, the connection left open: the reply's status and JSON body, and
+    how long it took (a gateway that read the body would wait for it until its idle limit)."""
+    started = time.monotonic()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(str(gateway.socket_path))
+        conn.sendall(data)
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    status, body, _ = parse_reply(reply.decode(errors="replace"))
+    return status, body, time.monotonic() - started
+
+
+@pytest.mark.parametrize("protocol,path", SPOKEN_PATHS)
+def test_without_the_token_a_call_of_any_protocol_is_a_401_before_its_body(tmp_path: Path, protocol: str, path: str):
+    with RecordingUpstream() as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl",
+                                                       protocol=protocol) as gateway:
+        for auth in ("", "Authorization: Bearer wrong\r\n", "X-Api-Key: wrong\r\n", "X-Api-Key: \r\n",
+                     f"Authorization: Basic {gateway.token}\r\n", f"X-Api-Key: {gateway.token}x\r\n"):
+            head = (f"POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n{auth}"
+                    "Content-Length: 1000000\r\n\r\n").encode()
+            status, body, took = head_only(gateway, head)
+            assert status == 401 and took < 5, (auth, status, took)
+            assert body is not None, auth
+            if path.startswith("/v1/messages"):  # in the shape of the agent's protocol
+                assert body["type"] == "error" and body["error"]["type"] == "authentication_error", body
+            else:
+                assert body["error"]["code"] == "invalid_api_key", body
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize("protocol,path", SPOKEN_PATHS)
+def test_the_agents_x_api_key_goes_no_further(tmp_path: Path, protocol: str, path: str):
+    with RecordingUpstream() as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl",
+                                                       protocol=protocol) as gateway:
+        data = raw_request("POST", path, None, body_for(path)).replace(
+            b"Connection: close\r\n", f"Connection: close\r\nX-Api-Key: {gateway.token}\r\n".encode())
+        status, _, _ = over_socket(gateway, data)
+    assert status == 200
+    [forwarded] = upstream.headers
+    assert gateway.token not in json.dumps(forwarded)
+    assert forwarded.get("x-api-key") == (KEY if protocol == "anthropic" else None)
+
+
+@pytest.mark.parametrize("protocol", sorted(ROUTES))
+def test_a_path_beside_the_protocols_is_refused_and_never_forwarded(tmp_path: Path, protocol: str):
+    with RecordingUpstream() as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl",
+                                                       protocol=protocol) as gateway:
+        for path in BESIDE:
+            for method in ("POST", "GET", "DELETE"):
+                status, body, head = over_socket(gateway, raw_request(method, path, gateway.token, body_for(path)))
+                assert status in (400, 404, 405), (method, path, head)
+                assert body is not None and (body.get("error") or {}).get("message"), (method, path, body)
+    assert upstream.seen == []
+
+
+class ShapedUpstream(LoopbackUpstream):
+    """A chat-completions Model on 127.0.0.1 whose every reply is ``reply`` (bytes), counting the calls."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply, self.calls = reply, 0
+
+    def __enter__(self) -> "ShapedUpstream":
+        upstream = self
+
+        class Handler(QuietHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                upstream.calls += 1
+                send_json(self, upstream.reply)
+                self.close_connection = True
+
+        return self.serve(Handler)
+
+
+def _translated_body(path: str, size: int = 0, stream: bool = False) -> str:
+    if path == "/responses":
+        return json.dumps({"model": "m", "input": "x" * size or "hi", "stream": stream})
+    return json.dumps({"model": "m", "max_tokens": 8, "stream": stream,
+                       "messages": [{"role": "user", "content": "x" * size or "hi"}]})
+
+
+HOSTILE_BODIES = {
+    "not json": "{not json",
+    "not an object": "[1, 2]",
+    "deeply nested lists": "[" * 200_000 + "]" * 200_000,
+    "deeply nested objects": '{"a":' * 100_000 + "1" + "}" * 100_000,
+    "deep inside a valid request": None,  # made per path: a nested tool schema, ten thousand deep
+    "a number of 100,000 digits": '{"model": "m", "max_tokens": ' + "9" * 100_000 + ', "max_output_tokens": 1}',
+    "an infinite number": '{"model": "m", "max_tokens": 1e999, "max_output_tokens": 1e999, "input": "x", "messages": []}',
+    "wrong types": '{"model": 5, "max_tokens": "8", "messages": {}, "input": 7}',
+    "at the body limit": None,  # a valid request of BODY_LIMIT bytes is no error; one of a wrong shape is
+}
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/responses"])
+@pytest.mark.parametrize("case", sorted(HOSTILE_BODIES))
+def test_a_hostile_request_to_translate_is_a_400_in_its_protocols_shape_in_bounded_time(tmp_path: Path, path: str,
+                                                                                       case: str):
+    body = HOSTILE_BODIES[case]
+    if case == "deep inside a valid request":
+        schema = '{"type":"object","properties":{"a":' * 10_000 + "{}" + "}}" * 10_000
+        body = (_translated_body(path)[:-1] + ', "tools": [{"name": "t", "type": "function", '
+                f'"input_schema": {schema}, "parameters": {schema}}}]}}')
+    elif case == "at the body limit":
+        body = '{"messages": [], "input": [], "pad": "' + "x" * (BODY_LIMIT - 40) + '"}'
+    assert body is not None and len(body) <= BODY_LIMIT
+    with ShapedUpstream(b"{}") as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl") as gateway:
+        started = time.monotonic()
+        status, reply, head = over_socket(gateway, raw_request("POST", path, gateway.token, body))
+        took = time.monotonic() - started
+    assert status == 400 and took < 10, (head, took)
+    assert reply is not None, head
+    if path == "/v1/messages":
+        assert reply["type"] == "error" and reply["error"]["type"] == "invalid_request_error", reply
+    else:
+        assert reply["error"]["type"] == "invalid_request_error", reply
+    assert "cannot be translated" in (reply["error"]["message"])
+    assert upstream.calls == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/responses"])
+def test_a_body_over_the_limit_is_a_413_in_its_protocols_shape_unread(tmp_path: Path, path: str):
+    with ShapedUpstream(b"{}") as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl") as gateway:
+        head = (f"POST {path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {gateway.token}\r\n"
+                f"Content-Length: {BODY_LIMIT + 1}\r\n\r\n").encode()
+        status, body, took = head_only(gateway, head)
+    assert status == 413 and took < 5
+    assert body is not None and (body["type"] == "error" if path == "/v1/messages" else "error" in body)
+    assert upstream.calls == 0
+
+
+def _chat_reply(calls: list[dict]) -> bytes:
+    return json.dumps({"choices": [{"finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": calls}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4}}).encode()
+
+
+def _call(index: int, arguments: str) -> dict:
+    return {"id": f"call_{index}", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+
+
+HOSTILE_REPLIES = {
+    # arguments of nearly the reply limit: the whole reply is one call
+    "huge tool arguments": _chat_reply([_call(0, json.dumps({"command": "x" * (REPLY_LIMIT - 300)}))]),
+    "tool arguments that are no JSON": _chat_reply([_call(0, '{"command": "ls"'), _call(1, "\x00\ud800"),
+                                                    _call(2, "[" * 100_000)]),
+    "ten thousand tool calls": _chat_reply([_call(i, "{}") for i in range(10_000)]),
+    "tool calls of the wrong shape": _chat_reply([5, {"function": None}, {"function": {"name": 7}}]),  # type: ignore[list-item]
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path", ["/v1/messages", "/responses"])
+@pytest.mark.parametrize("case", sorted(HOSTILE_REPLIES))
+def test_a_model_reply_hostile_to_translate_is_answered_in_bounded_time(tmp_path: Path, case: str, path: str,
+                                                                        stream: bool):
+    reply = HOSTILE_REPLIES[case]
+    assert len(reply) <= REPLY_LIMIT
+    with ShapedUpstream(reply) as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl") as gateway:
+        started = time.monotonic()
+        status, answer, head = over_socket(gateway, raw_request("POST", path, gateway.token,
+                                                                 _translated_body(path, stream=stream)))
+        took = time.monotonic() - started
+        usage = gateway.usage()
+    assert took < 20, took
+    assert upstream.calls == 1 and (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (1, 3, 4)
+    if case == "tool calls of the wrong shape" and path == "/responses":
+        assert status == 502 and answer is not None and "cannot be translated" in answer["error"]["message"]
+        return
+    assert status == 200, head
+    if stream:
+        assert "text/event-stream" in head
+        return
+    assert answer is not None
+    calls = answer["content"] if path == "/v1/messages" else answer["output"]
+    if case == "ten thousand tool calls":
+        assert len(calls) == 10_000
+    elif case == "huge tool arguments":
+        arguments = calls[0]["input"] if path == "/v1/messages" else json.loads(calls[0]["arguments"])
+        assert len(arguments["command"]) == REPLY_LIMIT - 300
+    elif case == "tool arguments that are no JSON":
+        sent = [c["input"]["_raw_arguments"] for c in calls] if path == "/v1/messages" else [
+            c["arguments"] for c in calls]
+        assert sent == ['{"command": "ls"', "\x00\ud800", "[" * 100_000]

@@ -100,7 +100,9 @@ class ModelSpec(Contract):
     id: str = "none"
     base_url: str | None = None
     api_key: str | None = None
-    protocol: Literal["openai_chat"] = "openai_chat"
+    # what the endpoint speaks (docs/models.md, "Protocols"): chat completions, Anthropic's Messages API or
+    # OpenAI's Responses API; only the harnesses whose agent speaks it (BaseHarness.model_protocols) may call it
+    protocol: Literal["openai_chat", "anthropic", "openai_responses"] = "openai_chat"
     params: dict[str, Any] = field(default_factory=dict)
     # extra HTTP headers of every model request; a credential's value holds a ${VAR} reference
     headers: dict[str, str] = field(default_factory=dict)

@@ -6,28 +6,38 @@ Environment as a program of its own gets a stand-in for the Model's base URL
 a random per-attempt token that lives only in memory. The gateway refuses a
 request without that token (401, nothing forwarded), and passes on only the
 model calls of the Model's protocol (``ROUTES``: for ``openai_chat``, POST
-``/chat/completions``, ``/completions``, ``/responses``, ``/embeddings`` and
-GET ``/models``), under the ``base_url``'s path, with the real key in place of
-the token. Any other method or path, and any path that is not plain text
-(``..`` or ``.`` segments, ``//``, a percent-encoding, a backslash, a query),
-is refused with a JSON error (400, 404 or 405) and never forwarded: the key's
-other powers (files, fine-tuning, the organization) stay out of the agent's
-reach. ``TRANSLATED`` adds the calls of another protocol that the gateway
-answers through the Model's own: for ``openai_chat``, Anthropic's POST
-``/v1/messages`` (Claude Code's), translated by
-``agentcompass.protocols.anthropic_messages`` into one ``/chat/completions``
-call and its reply back (a stream of events when the agent asked for one), and
-``/v1/messages/count_tokens``, estimated here with no model call; these two
-alone may carry a query, ``BETA_QUERY``, and their errors are in Anthropic's
-shape. Every request and reply is recorded into the attempt's trajectory and
-usage (each within ``RECORD_LIMIT``: a larger one is recorded cut, saying so); each
-call counts in the attempt's ``ATTEMPT_USAGE`` too, as a ModelClient's does.
+``/chat/completions``, ``/completions``, ``/embeddings`` and GET ``/models``;
+for ``anthropic``, POST ``/v1/messages``, ``/v1/messages/count_tokens`` and GET
+``/v1/models``; for ``openai_responses``, POST ``/responses`` and GET
+``/models``), under the ``base_url``'s path, with the real key in place of the
+token (as ``X-Api-Key`` for ``anthropic``, else as a bearer token). Any other
+method or path, and any path that is not plain text (``..`` or ``.`` segments,
+``//``, a percent-encoding, a backslash, a query), is refused with a JSON error
+(400, 404 or 405) in the shape of the agent's protocol and never forwarded: the
+key's other powers (files, batches, fine-tuning, stored responses, the
+organization) stay out of the agent's reach. ``TRANSLATED`` adds the calls of
+another protocol that the gateway answers through an ``openai_chat`` Model:
+Anthropic's POST ``/v1/messages`` (Claude Code's) and OpenAI's POST
+``/responses`` (Codex's), each translated by its module of
+``agentcompass.protocols`` into one ``/chat/completions`` call and its reply
+back (a stream of events when the agent asked for one), and
+``/v1/messages/count_tokens``, estimated here with no model call. There is no
+translation the other way: chat completions to an ``anthropic`` or
+``openai_responses`` Model are refused. Anthropic's two Messages paths alone
+may carry a query, ``BETA_QUERY``, which is dropped. Every request and reply is
+recorded into the attempt's trajectory and usage (each within ``RECORD_LIMIT``:
+a larger one is recorded cut, saying so); each call counts in the attempt's
+``ATTEMPT_USAGE`` too, as a ModelClient's does, its tokens read from the reply
+of whichever protocol, whole or streamed (``_usage_of``).
 
 What an agent sends costs the job bounded memory: the token is checked before
 any of a request's body is read, a body over ``BODY_LIMIT`` is refused (413)
 unread, and the bodies of all calls in flight together hold at most
 ``BODIES_IN_FLIGHT`` bytes (a call waits, unread, until its body fits). A
-reply of the Model over ``REPLY_LIMIT`` is a 502, never held whole.
+reply of the Model over ``REPLY_LIMIT`` is a 502, never held whole. What is
+translated holds at most ``TRANSLATE_ITEMS`` JSON values (a request over it is a
+400, a reply a 502) and a chat reply at most ``TRANSLATE_REPLY_LIMIT`` bytes; a
+translated stream is written one event at a time.
 
 What comes back is scrubbed of the secrets the gateway holds before the agent
 or the trajectory sees it: the key, and the value of each ``${VAR}`` in the
@@ -83,6 +93,12 @@ _NOT_RETURNED = {
 # of one gateway's calls in flight hold together (a call waits, its body unread, until its own fits).
 BODY_LIMIT = 8 << 20
 BODIES_IN_FLIGHT = 16 << 20
+# What the gateway translates (TRANSLATED), each bounding the memory that parsing and rewriting take (a parsed
+# value costs far more than its bytes): a request or reply of more JSON values than this (counted from its commas
+# and brackets, those in strings too) is refused (400) or not passed on (502); a chat reply of more bytes is not
+# translated (502). Both lie far beyond what a model's context or one of its turns holds.
+TRANSLATE_ITEMS = 100_000
+TRANSLATE_REPLY_LIMIT = 2 << 20
 # How much of each end of a reply too long to record whole is read for its usage.
 USAGE_WINDOW = 64 << 10
 # What stands in a reply for the key.
@@ -213,6 +229,15 @@ def _upstream_error(status: int, data: bytes) -> str:
     except (ValueError, RecursionError, AttributeError):
         message = None
     return message[:2000] if isinstance(message, str) and message else f"the model's endpoint answered HTTP {status}"
+
+
+def _parsed(data: bytes | bytearray, what: str) -> Any:
+    """``data`` parsed as JSON, when it holds at most ``TRANSLATE_ITEMS`` values; else a ``ValueError``."""
+    items = data.count(b",") + data.count(b"{") + data.count(b"[")
+    if items > TRANSLATE_ITEMS:
+        raise ValueError(f"{what} holds about {items} JSON values (counted from its commas and brackets), more "
+                         f"than the {TRANSLATE_ITEMS} the gateway translates")
+    return json.loads(data)
 
 
 def _event_usage(event: Any) -> Any:
@@ -369,12 +394,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(503, message, "too_many_calls_in_flight")
             return
         try:
-            body = self.rfile.read(size)
             if self.translated:
+                body = bytearray(size)  # which translate empties once it has parsed it
+                del body[self.rfile.readinto(body) or 0:]  # what did not come (the agent closed early) is no body
                 status, headers, data = gateway.translate(path, body)
+                del body
             else:
-                status, headers, data = gateway.forward(self.command, path, self.headers, body)
-            del body
+                status, headers, data = gateway.forward(self.command, path, self.headers, self.rfile.read(size))
         finally:
             gateway.release(size)
         self._reply(status, headers, data)
@@ -399,14 +425,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(data)
 
-    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes | list[bytes]) -> None:
+        """Send the reply: ``data`` is its body, or the pieces of it in order."""
+        pieces = [data] if isinstance(data, bytes) else data
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(sum(len(piece) for piece in pieces)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            for piece in pieces:
+                self.wfile.write(piece)
 
     # every method is answered here (refused unless it is the one a model call takes); any other is a 501
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _handle  # noqa: N815
@@ -572,7 +601,7 @@ class ModelGateway:
         self._record(record, latency if method == "POST" else None, bodies)
         return status, returned, data
 
-    def translate(self, path: str, body: bytes) -> tuple[int, list, bytes]:
+    def translate(self, path: str, body: bytes | bytearray) -> tuple[int, list, bytes | list[bytes]]:
         """Answer a call of another protocol (``path`` in ``TRANSLATED``: Anthropic's Messages, OpenAI's Responses)
         through the Model's chat completions: the request through the protocol module's ``to_chat``, one
         ``/chat/completions`` call (never streamed), its reply back through ``from_chat`` (as the protocol's
@@ -582,7 +611,9 @@ class ModelGateway:
         module: Any = openai_responses if SPOKEN[path] == "openai_responses" else anthropic_messages
         json_reply = [("Content-Type", "application/json")]
         try:
-            request = json.loads(body)
+            request = _parsed(body, "the request")
+            if isinstance(body, bytearray):
+                body.clear()  # parsed: its bytes are held no longer
             if path == "/v1/messages/count_tokens":
                 answer = anthropic_messages.count_tokens(request)
                 self._record({"source": "gateway", "method": "POST", "path": path, "status": 200,
@@ -595,15 +626,19 @@ class ModelGateway:
             return 400, json_reply, module.error_body(400, why)
         status, _, data = self.forward("POST", "/chat/completions", {"Content-Type": "application/json"},
                                        json.dumps(chat).encode(), translated_from=path)
+        del chat
         if status != 200:
             return status, json_reply, module.error_body(status, _upstream_error(status, data))
         try:
-            answer = module.from_chat(json.loads(data), request)
+            if len(data) > TRANSLATE_REPLY_LIMIT:
+                raise ValueError(f"it is {len(data)} bytes, more than the {TRANSLATE_REPLY_LIMIT} the gateway translates")
+            answer = module.from_chat(_parsed(data, "it"), request)  # the parsed reply is held no longer
         except (ValueError, RecursionError) as exc:
             return 502, json_reply, module.error_body(502, f"the model's reply cannot be translated: {exc}")
-        if request.get("stream") is True:
+        del data
+        if request.get("stream") is True:  # its events, written one after another: never joined whole
             return 200, [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")], \
-                module.stream_events(answer)
+                module.stream_chunks(answer)
         return 200, json_reply, json.dumps(answer).encode()
 
     def _scrubbed(self, headers: list[tuple[str, str]], data: bytes) -> tuple[list[tuple[str, str]], bytes]:

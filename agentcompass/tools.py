@@ -230,7 +230,9 @@ def install_all(keys: list[str], *, root: Path | None = None) -> dict[str, Path]
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """``path`` locked (``flock``, exclusive) while the block runs; opened read-only, so a lock file another
+    user of a shared cache made (mode 0644) locks as well."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -5,7 +5,8 @@ against a ScriptedEndpoint on 127.0.0.1 whose script makes one shell tool call t
 answers with a final text. Both routes: an endpoint that speaks the agent's own protocol (the Model's
 ``protocol`` set to it: the gateway passes the calls through) and a chat-completions-only one (the
 gateway translates). One real workflow runs a ``task_dir`` task end to end, its verifier checking the
-file. The tools come from the cache named by ``AGENTCOMPASS_TOOL_CACHE`` (``agentcompass tools install``).
+file. The tools come from the cache named by ``AGENTCOMPASS_TOOL_CACHE`` (``agentcompass tools install``):
+the tier ``agents`` (the fixture ``installed_agent``).
 """
 
 from __future__ import annotations
@@ -32,14 +33,9 @@ from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 from agentcompass.runtime.models.request import ModelSpec
 from agentcompass.runtime.models.task import HarnessPlan
 from agentcompass.testing.endpoint import ALL_PROTOCOLS, Reply, ScriptedEndpoint, completion, server_error, tool_call_reply
-from agentcompass.tools import TOOLS, installed
+from agentcompass.tools import TOOLS
 from conftest import clean_env, files_holding, snakemake
 
-import conftest
-
-# transitional: the `agents` tier and its fixture are the lead's (tests/conftest.py); until they land the
-# module is unmarked and asks for the tool itself
-pytestmark = [pytest.mark.agents] if "agents" in getattr(conftest, "MARKERS", {}) else []
 
 KEY_VARIABLE = "AGENTCOMPASS_TEST_AGENT_KEY"
 GLIBC_IMAGE = os.environ.get("AGENTCOMPASS_TEST_GLIBC_IMAGE", "local/glibc:latest")
@@ -49,19 +45,6 @@ COMMAND = "echo hello > out.txt; env > seen-env.txt"
 SHELL_TOOLS = {"Bash": lambda c: {"command": c}, "shell": lambda c: {"command": ["sh", "-c", c]},
                "exec_command": lambda c: {"cmd": c}, "bash": lambda c: {"command": c, "description": "write"},
                "run_shell_command": lambda c: {"command": c}}
-
-
-if not hasattr(conftest, "installed_agent"):
-    @pytest.fixture
-    def installed_agent():
-        """``installed_agent(key)``: the key, when the tool cache holds it; else the test is skipped."""
-
-        def check(key: str) -> str:
-            if not os.environ.get("AGENTCOMPASS_TOOL_CACHE") or installed(key) is None:
-                pytest.skip(f"{key} is not in the tool cache (AGENTCOMPASS_TOOL_CACHE; agentcompass tools install {key})")
-            return key
-
-        return check
 
 
 def shell_reply(command: str = COMMAND, final: str = FINAL):
@@ -181,7 +164,7 @@ CLAUDE = TOOLS["claude-code"].key
 @pytest.mark.parametrize("where", where_params())
 @pytest.mark.parametrize("protocol", ["openai_chat", "anthropic"])
 def test_claude_code_writes_the_file_and_answers(where, protocol, installed_agent, docker_if, tmp_path, monkeypatch):
-    installed_agent(CLAUDE)
+    installed_agent("claude-code")
     docker_if(where)
     with ScriptedEndpoint(shell_reply(), protocols=("openai_chat", protocol)) as endpoint:
         ran = run_agent(ClaudeCodeHarness(), where, endpoint, tmp_path, monkeypatch, protocol=protocol, max_turns=5)
@@ -198,7 +181,7 @@ CODEX = TOOLS["codex"].key
 @pytest.mark.parametrize("where", where_params())
 @pytest.mark.parametrize("protocol", ["openai_chat", "openai_responses"])
 def test_codex_writes_the_file_and_answers(where, protocol, installed_agent, docker_if, tmp_path, monkeypatch):
-    installed_agent(CODEX)
+    installed_agent("codex")
     docker_if(where)
     with ScriptedEndpoint(shell_reply(), protocols=("openai_chat", protocol)) as endpoint:
         # a static program: it runs in a busybox image, with no glibc
@@ -218,7 +201,7 @@ def run_claude(tmp_path, monkeypatch, reply, **params) -> tuple[Ran, ScriptedEnd
 
 @pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
 def test_claude_code_that_exits_non_zero_or_is_killed_is_a_harness_failure(installed_agent, tmp_path, monkeypatch):
-    installed_agent(CLAUDE)
+    installed_agent("claude-code")
     ran, endpoint = run_claude(tmp_path, monkeypatch, shell_reply(), extra_args=["--no-such-flag"])
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "harness"
     assert "exited with status 1" in ran.result.error and "no-such-flag" in ran.result.error
@@ -231,7 +214,7 @@ def test_claude_code_that_exits_non_zero_or_is_killed_is_a_harness_failure(insta
 
 @pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
 def test_claude_code_past_its_timeout_or_its_turns_is_a_limit(installed_agent, tmp_path, monkeypatch):
-    installed_agent(CLAUDE)
+    installed_agent("claude-code")
     ran, _ = run_claude(tmp_path, monkeypatch, lambda body: Reply(200, completion("late"), delay=30), timeout=3)
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "limit"
     assert "did not finish within 3" in ran.result.error
@@ -263,7 +246,7 @@ def test_extra_args_and_env_cannot_redirect_the_agent():
 
 def test_claude_code_in_an_image_without_glibc_is_a_clear_error_before_any_model_call(
         installed_agent, needs_docker, tmp_path, monkeypatch):
-    installed_agent(CLAUDE)
+    installed_agent("claude-code")
     with ScriptedEndpoint(shell_reply()) as endpoint:
         ran = run_agent(ClaudeCodeHarness(), "docker", endpoint, tmp_path, monkeypatch, image=BUSYBOX_IMAGE)
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "harness"
@@ -274,7 +257,7 @@ def test_claude_code_in_an_image_without_glibc_is_a_clear_error_before_any_model
 
 @pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
 def test_codex_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_agent, tmp_path, monkeypatch):
-    installed_agent(CODEX)
+    installed_agent("codex")
     with ScriptedEndpoint(lambda body: server_error(503), protocols=ALL_PROTOCOLS) as endpoint:
         ran = run_agent(CodexHarness(), "host_process", endpoint, tmp_path, monkeypatch, protocol="openai_responses")
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "endpoint", ran.result.error
@@ -288,7 +271,7 @@ def test_codex_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_ag
 @pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate the verifier's 'none' phase here")
 def test_claude_code_solves_a_task_dir_task_in_a_workflow_and_no_key_is_written(installed_agent, workdir: Path):
     """task_dir's hello-file, its verifier checking the file the agent wrote: reward 1, through the translation."""
-    installed_agent(CLAUDE)
+    installed_agent("claude-code")
     key = "sk-agents-" + secrets.token_hex(16)
     command = "printf 'Hello, agentcompass!\\n' > hello.txt"
     with ScriptedEndpoint(shell_reply(command)) as endpoint:

@@ -4,7 +4,7 @@
 ``count_tokens`` estimates the tokens of a request (chat completions cannot count them),
 ``from_chat`` turns the chat-completions reply into a Messages reply,
 ``stream_events`` turns that reply into the server-sent events of Anthropic's
-streaming API, and ``error_body`` is Anthropic's error shape. The gateway
+streaming API (``stream_chunks``: the same, one event at a time), and ``error_body`` is Anthropic's error shape. The gateway
 buffers: the upstream call is always ``stream: false``, and a request that
 asked for a stream gets the whole reply as one stream of events.
 
@@ -472,6 +472,11 @@ def _block_events(index: int, block: dict) -> list[bytes]:
 def stream_events(message: dict) -> bytes:
     """The server-sent events of Anthropic's streaming API that carry ``message`` (a reply of ``from_chat``):
     message_start, each block's start, delta(s) and stop, message_delta (stop reason, usage), message_stop."""
+    return b"".join(stream_chunks(message))
+
+
+def stream_chunks(message: dict) -> list[bytes]:
+    """``stream_events`` as its events, one ``bytes`` each (written one after another, never joined whole)."""
     usage = message["usage"]
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
              "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 0}}
@@ -484,7 +489,7 @@ def stream_events(message: dict) -> bytes:
         "usage": {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"]},
     }))
     events.append(_event("message_stop", {"type": "message_stop"}))
-    return b"".join(events)
+    return events
 
 
 def error_type(status: int) -> str:

@@ -4,7 +4,7 @@
 (``stream: false``: the gateway buffers the Model's reply); ``from_chat(reply,
 request)`` turns the chat reply into a Responses ``response`` object;
 ``stream_events(response)`` writes that response as the SSE stream the
-Responses API sends when the request asked for ``stream``; ``error_body``
+Responses API sends when the request asked for ``stream`` (``stream_chunks``: one event at a time); ``error_body``
 is OpenAI's error shape.
 
 What is translated:
@@ -128,6 +128,8 @@ _ERROR_TYPES = {
 # Fields of the request echoed in the response, as OpenAI's are.
 _ECHOED = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "temperature", "tool_choice",
            "tools", "top_p", "text", "reasoning", "truncation", "store", "user")
+# Of those, the ones that may be long, which a stream echoes in its last event alone (not in its first two too).
+_ECHOED_ONCE = ("instructions", "tools", "metadata")
 _ECHO_DEFAULTS: dict[str, Any] = {
     "instructions": None, "max_output_tokens": None, "metadata": {}, "parallel_tool_calls": True,
     "temperature": None, "tool_choice": "auto", "tools": [], "top_p": None, "text": {"format": {"type": "text"}},
@@ -597,20 +599,28 @@ def _stream_item(stream: _Stream, index: int, item: dict) -> None:
 
 
 def stream_events(response: dict) -> bytes:
-    """The SSE stream of the Responses API for ``response`` (one made by ``from_chat``), whole.
+    """The SSE stream of the Responses API for ``response`` (one made by ``from_chat``), whole (``stream_chunks``)."""
+    return b"".join(stream_chunks(response))
 
-    The text and the arguments come in one delta each: the gateway has the whole reply before it answers.
+
+def stream_chunks(response: dict) -> list[bytes]:
+    """The SSE stream of the Responses API for ``response``, one event a ``bytes`` (written one after another).
+
+    The text and the arguments come in one delta each: the gateway has the whole reply before it answers. The
+    request's long fields (``_ECHOED_ONCE``: its tools, instructions, metadata) are echoed in the last event alone:
+    ``response.created`` and ``response.in_progress`` give their defaults.
     """
     stream = _Stream()
-    begun = {**response, "status": "in_progress", "output": [], "incomplete_details": None,
-             "usage": None}
+    # the request's own fields that may be long (its tools, its instructions) are echoed once, in the last event
+    begun = {**response, "status": "in_progress", "output": [], "incomplete_details": None, "usage": None,
+             **{field: _ECHO_DEFAULTS[field] for field in _ECHOED_ONCE}}
     stream.send("response.created", response=begun)
     stream.send("response.in_progress", response=begun)
     for index, item in enumerate(response.get("output") or []):
         _stream_item(stream, index, item)
     final = "response.incomplete" if response.get("status") == "incomplete" else "response.completed"
     stream.send(final, response=response)
-    return b"".join(stream.chunks)
+    return stream.chunks
 
 
 def error_body(status: int, message: str, code: str | None = None) -> bytes:

@@ -17,6 +17,7 @@ import io
 import json
 import tarfile
 import threading
+import time
 import urllib.parse
 from http.server import ThreadingHTTPServer
 from typing import Callable
@@ -47,6 +48,8 @@ class NpmRegistry:
         self.packages: dict[tuple[str, str], dict] = {}
         self.tarballs: dict[str, bytes] = {}
         self.gets: list[str] = []
+        # seconds each tarball's answer waits (installs that overlap)
+        self.delay = 0.0
         self._lock = threading.Lock()
         registry = self
 
@@ -56,6 +59,7 @@ class NpmRegistry:
                 with registry._lock:
                     registry.gets.append(path)
                 if path in registry.tarballs:
+                    time.sleep(registry.delay)
                     send_json(self, registry.tarballs[path], content_type="application/octet-stream")
                     return
                 name, _, version = path.lstrip("/").rpartition("/")

@@ -17,8 +17,8 @@ from agentcompass.harnesses.claude_code import ClaudeCodeHarness
 from agentcompass.harnesses.codex import CodexHarness
 from agentcompass.harnesses.installed import STATE_DIR
 from agentcompass.testing.endpoint import ScriptedEndpoint
-from test_installed_agents import BUSYBOX_IMAGE, CLAUDE, CODEX, FINAL, run_agent, shell_reply, where_params
-from test_installed_agents import docker_if, installed_agent  # noqa: F401 (fixtures)
+from test_installed_agents import BUSYBOX_IMAGE, FINAL, run_agent, shell_reply, where_params
+from test_installed_agents import docker_if  # noqa: F401 (a fixture)
 
 ELSEWHERE = "http://127.0.0.1:9"
 CLAUDE_SETTINGS = json.dumps({"env": {"ANTHROPIC_BASE_URL": ELSEWHERE, "ANTHROPIC_AUTH_TOKEN": "x"},
@@ -31,7 +31,7 @@ CODEX_CONFIG = (f'model_provider = "elsewhere"\nmodel = "elsewhere"\n[model_prov
 @pytest.mark.parametrize("where", where_params())
 def test_claude_code_reads_no_settings_of_the_task(where, installed_agent, docker_if, tmp_path,  # noqa: F811
                                                    monkeypatch):
-    installed_agent(CLAUDE)
+    installed_agent("claude-code")
     docker_if(where)
     plant = {".claude/settings.json": CLAUDE_SETTINGS, ".claude/settings.local.json": CLAUDE_SETTINGS,
              f"{STATE_DIR}/.claude/settings.json": CLAUDE_SETTINGS}
@@ -44,7 +44,7 @@ def test_claude_code_reads_no_settings_of_the_task(where, installed_agent, docke
 
 @pytest.mark.parametrize("where", where_params())
 def test_codex_reads_no_config_of_the_task(where, installed_agent, docker_if, tmp_path, monkeypatch):  # noqa: F811
-    installed_agent(CODEX)
+    installed_agent("codex")
     docker_if(where)
     plant = {".codex/config.toml": CODEX_CONFIG, f"{STATE_DIR}/profile.config.toml": CODEX_CONFIG}
     with ScriptedEndpoint(shell_reply(), protocols=("openai_chat", "openai_responses")) as endpoint:
@@ -57,9 +57,9 @@ def test_codex_reads_no_config_of_the_task(where, installed_agent, docker_if, tm
 
 @pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
 @pytest.mark.parametrize("harness", [ClaudeCodeHarness(), CodexHarness()], ids=lambda h: h.id)
-def test_a_prompt_that_looks_like_flags_is_the_prompt(harness, installed_agent, tmp_path, monkeypatch):  # noqa: F811
+def test_a_prompt_that_looks_like_flags_is_the_prompt(harness, installed_agent, tmp_path, monkeypatch):
     """The task's prompt reaches the agent on its stdin, never among its arguments."""
-    installed_agent(CLAUDE if harness.id == "claude_code" else CODEX)
+    installed_agent(harness.tool)
     prompt = "--version --model=elsewhere -c model_provider=elsewhere " + "x" * 200_000
     with ScriptedEndpoint(shell_reply(), protocols=("openai_chat", harness.protocol)) as endpoint:
         ran = run_agent(harness, "host_process", endpoint, tmp_path, monkeypatch, prompt=prompt)

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcompass.gateway import BODY_LIMIT, ROUTES, ModelGateway
-from agentcompass.runtime.model_client import REPLY_LIMIT
+from agentcompass.gateway import BODY_LIMIT, ROUTES, TRANSLATE_ITEMS, TRANSLATE_REPLY_LIMIT, ModelGateway
 from agentcompass.testing.endpoint import QuietHandler, send_json
 from environments.conftest import isolating_provider, provider  # noqa: F401 (fixtures)
 from environments.envkit import Provider
@@ -406,12 +405,15 @@ def _call(index: int, arguments: str) -> dict:
 
 
 HOSTILE_REPLIES = {
-    # arguments of nearly the reply limit: the whole reply is one call
-    "huge tool arguments": _chat_reply([_call(0, json.dumps({"command": "x" * (REPLY_LIMIT - 300)}))]),
+    # arguments of nearly the most the gateway translates: the whole reply is one call
+    "huge tool arguments": _chat_reply([_call(0, json.dumps({"command": "x" * (TRANSLATE_REPLY_LIMIT - 300)}))]),
     "tool arguments that are no JSON": _chat_reply([_call(0, '{"command": "ls"'), _call(1, "\x00\ud800"),
-                                                    _call(2, "[" * 100_000)]),
+                                                    _call(2, "[" * 50_000)]),
     "ten thousand tool calls": _chat_reply([_call(i, "{}") for i in range(10_000)]),
+    # not translated (502): a call of the wrong shape for the Responses API; more bytes or values than are translated
     "tool calls of the wrong shape": _chat_reply([5, {"function": None}, {"function": {"name": 7}}]),  # type: ignore[list-item]
+    "more bytes than are translated": _chat_reply([_call(0, json.dumps({"command": "x" * TRANSLATE_REPLY_LIMIT}))]),
+    "more values than are translated": _chat_reply([_call(0, "[]," * TRANSLATE_ITEMS)]),
 }
 
 
@@ -421,7 +423,6 @@ HOSTILE_REPLIES = {
 def test_a_model_reply_hostile_to_translate_is_answered_in_bounded_time(tmp_path: Path, case: str, path: str,
                                                                         stream: bool):
     reply = HOSTILE_REPLIES[case]
-    assert len(reply) <= REPLY_LIMIT
     with ShapedUpstream(reply) as upstream, ModelGateway(upstream.base_url, KEY, tmp_path / "t.jsonl") as gateway:
         started = time.monotonic()
         status, answer, head = over_socket(gateway, raw_request("POST", path, gateway.token,
@@ -430,7 +431,7 @@ def test_a_model_reply_hostile_to_translate_is_answered_in_bounded_time(tmp_path
         usage = gateway.usage()
     assert took < 20, took
     assert upstream.calls == 1 and (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (1, 3, 4)
-    if case == "tool calls of the wrong shape" and path == "/responses":
+    if case.startswith("more") or case == "tool calls of the wrong shape" and path == "/responses":
         assert status == 502 and answer is not None and "cannot be translated" in answer["error"]["message"]
         return
     assert status == 200, head
@@ -443,8 +444,48 @@ def test_a_model_reply_hostile_to_translate_is_answered_in_bounded_time(tmp_path
         assert len(calls) == 10_000
     elif case == "huge tool arguments":
         arguments = calls[0]["input"] if path == "/v1/messages" else json.loads(calls[0]["arguments"])
-        assert len(arguments["command"]) == REPLY_LIMIT - 300
+        assert len(arguments["command"]) == TRANSLATE_REPLY_LIMIT - 300
     elif case == "tool arguments that are no JSON":
         sent = [c["input"]["_raw_arguments"] for c in calls] if path == "/v1/messages" else [
             c["arguments"] for c in calls]
-        assert sent == ['{"command": "ls"', "\x00\ud800", "[" * 100_000]
+        assert sent == ['{"command": "ls"', "\x00\ud800", "[" * 50_000]
+
+
+# from inside a 'none' sandbox, for a Model of each protocol: the key as x-api-key, the agent's paths of it
+SANDBOXED_SPOKEN = {
+    "openai_chat": [("POST", "/v1/messages", 200), ("POST", "/responses", 200), ("POST", "/responses/abc/cancel", 404),
+                    ("POST", "/v1/messages/batches", 404)],
+    "anthropic": [("POST", "/v1/messages?beta=true", 200), ("POST", "/v1/files", 404), ("POST", "/v1/complete", 404),
+                  ("POST", "/v1/messages?beta=1", 400), ("POST", "/chat/completions", 404)],
+    "openai_responses": [("POST", "/responses", 200), ("POST", "/responses/abc", 404), ("GET", "/responses/abc", 404),
+                         ("POST", "/chat/completions", 404)],
+}
+
+
+def test_from_the_sandbox_each_protocol_passes_only_its_calls_on_both_providers(isolating_provider: Provider,  # noqa: F811
+                                                                                tmp_path: Path):
+    with RecordingUpstream() as upstream, \
+            ModelGateway(upstream.base_url, KEY, tmp_path / "c.jsonl", protocol="openai_chat") as chat, \
+            ModelGateway(upstream.base_url, KEY, tmp_path / "a.jsonl", protocol="anthropic") as anthropic, \
+            ModelGateway(upstream.base_url, KEY, tmp_path / "r.jsonl", protocol="openai_responses") as responses:
+        gateways = {"openai_chat": chat, "anthropic": anthropic, "openai_responses": responses}
+
+        async def body(session):
+            out = {}
+            for protocol, gateway in gateways.items():
+                host, port = (await session.expose_host_socket(gateway.socket_path)).split(":")
+                out[protocol] = []
+                for method, path, _ in SANDBOXED_SPOKEN[protocol]:
+                    request = raw_request(method, path, None, body_for(path)).decode().replace(
+                        "Connection: close\r\n", f"Connection: close\r\nX-Api-Key: {gateway.token}\r\n")
+                    out[protocol].append(await isolating_provider.connect(session, host, int(port), request))
+            return out
+
+        replies = isolating_provider.run(body, mode="none")
+    for protocol, results in replies.items():
+        statuses = [parse_reply(r.stdout)[0] if r.stdout.startswith("HTTP/") else r for r in results]
+        assert statuses == [status for _, _, status in SANDBOXED_SPOKEN[protocol]], (protocol, statuses)
+    assert [(m, p) for m, p, _, _ in upstream.seen] == [
+        ("POST", "/v1/chat/completions"), ("POST", "/v1/chat/completions"), ("POST", "/v1/v1/messages"),
+        ("POST", "/v1/responses")]
+    assert [h.get("x-api-key") for h in upstream.headers] == [None, None, KEY, None]

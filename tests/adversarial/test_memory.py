@@ -593,3 +593,85 @@ def test_a_reply_too_long_to_record_whole_is_recorded_cut_and_its_tokens_still_c
     assert (used["prompt_tokens"], used["completion_tokens"]) == (7, 5)
     record = json.loads(trajectory.read_text())
     assert record["reply"]["bytes"] == len(data) and "agentcompass_cut" in record["reply"]
+
+
+TRANSLATING = '''
+    import http.server, itertools, threading
+    from agentcompass.gateway import TRANSLATE_REPLY_LIMIT, ModelGateway
+    from agentcompass.testing.endpoint import QuietHandler, send_json
+
+    def calls(arguments):
+        return [{"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": a}}
+                for i, a in enumerate(arguments)]
+
+    def reply(tool_calls):
+        return json.dumps({"choices": [{"finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None, "tool_calls": tool_calls}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+
+    # the model's replies in turn: ten thousand tool calls; one call of arguments at the translated limit
+    replies = itertools.cycle([reply(calls(["{}"] * 10_000)),
+                               reply(calls([json.dumps({"c": "x" * (TRANSLATE_REPLY_LIMIT - 300)})]))])
+
+    class Upstream(QuietHandler):
+        def do_POST(self):
+            left = int(self.headers.get("Content-Length") or 0)
+            while left > 0:  # read and dropped: this server's memory is the child's too
+                got = self.rfile.read(min(left, 1 << 16))
+                if not got:
+                    break
+                left -= len(got)
+            send_json(self, next(replies))
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with ModelGateway(f"http://127.0.0.1:{server.server_address[1]}/v1", "sk-upstream", sys.argv[1]) as gateway:
+        base = start()
+        print(json.dumps({"socket": str(gateway.socket_path), "token": gateway.token}), flush=True)
+        sys.stdin.readline()  # the test has sent what it sends
+        report = {"grown": grown(base), "usage": gateway.usage()}
+    server.shutdown()
+    print(json.dumps(report))
+'''
+
+
+def post(socket_path: str, path: str, token: str, body: bytes) -> int:
+    """POST ``body`` to the gateway at ``socket_path``; the reply's status, its body read whole and dropped."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(60)
+        conn.connect(socket_path)
+        conn.sendall((f"POST {path} HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+                      f"{token}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+        first = conn.recv(65536)
+        while conn.recv(1 << 20):
+            pass
+    return int(first.split(b" ", 2)[1])
+
+
+def test_translating_what_the_agent_sends_and_the_model_replies_stays_within_the_bound(tmp_path: Path):
+    def messages(count: int, stream: bool = True) -> bytes:
+        return json.dumps({"model": "m", "max_tokens": 8, "stream": stream,
+                           "messages": [{"role": "user", "content": "a"}] * count}).encode()
+
+    long_tools = json.dumps({"model": "m", "input": "hi", "stream": True, "instructions": "i" * (1 << 20), "tools": [
+        {"type": "function", "name": "t", "description": "d" * (BODY_LIMIT - (2 << 20)), "parameters": {}}]}).encode()
+    calls = [("/responses", long_tools), ("/responses", long_tools),  # each with both replies of the model
+             ("/v1/messages", messages(30_000)), ("/v1/messages", messages(30_000, stream=False)),
+             ("/v1/messages", messages(BODY_LIMIT // 40)),  # far more values than are translated: refused
+             ("/v1/messages", b"[" * (BODY_LIMIT // 2) + b"]" * (BODY_LIMIT // 2))]
+    child = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(TRANSLATING), str(tmp_path / "t.jsonl")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        ready = json.loads(child.stdout.readline())
+        statuses = [post(ready["socket"], path, ready["token"], body) for path, body in calls]
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        report = json.loads(child.stdout.readline())
+        assert child.wait(60) == 0, child.stderr.read() if child.stderr else ""
+    finally:
+        child.kill()
+    print(f"gateway translating: grew by {report['grown'] / MB:.1f} MB")
+    assert statuses == [200, 200, 200, 200, 400, 400]
+    assert report["usage"]["calls"] == 4
+    assert report["grown"] < MEMORY_BOUND, f"the gateway grew by {report['grown'] / MB:.1f} MB"

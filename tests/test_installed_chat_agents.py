@@ -29,22 +29,17 @@ from test_installed_agents import (
     FINAL, GLIBC_IMAGE, KEY_VARIABLE, assert_solved, run_agent, shell_reply, trajectory, where_params,
 )
 
-pytestmark = base.pytestmark
 docker_if = base.docker_if
-if hasattr(base, "installed_agent"):  # transitional, as there: the lead's fixture in tests/conftest.py once it lands
-    installed_agent = base.installed_agent
 
-OPENCODE = TOOLS["opencode"].key
-QWEN = TOOLS["qwen-code"].key
-AGENTS = {"opencode": (OpencodeHarness, OPENCODE, "bash"), "qwen_code": (QwenCodeHarness, QWEN, "run_shell_command")}
+AGENTS = {"opencode": (OpencodeHarness, "opencode", "bash"), "qwen_code": (QwenCodeHarness, "qwen-code", "run_shell_command")}
 needs_isolation = pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
 
 
 @pytest.mark.parametrize("where", where_params())
 @pytest.mark.parametrize("agent", list(AGENTS))
 def test_agent_writes_the_file_and_answers(agent, where, installed_agent, docker_if, tmp_path, monkeypatch):
-    harness, key, shell = AGENTS[agent]
-    installed_agent(key)
+    harness, tool, shell = AGENTS[agent]
+    installed_agent(tool)
     docker_if(where)
     with ScriptedEndpoint(shell_reply()) as endpoint:
         ran = run_agent(harness(), where, endpoint, tmp_path, monkeypatch, max_turns=5)
@@ -61,8 +56,8 @@ def test_agent_writes_the_file_and_answers(agent, where, installed_agent, docker
 @needs_isolation
 @pytest.mark.parametrize("agent", list(AGENTS))
 def test_agent_past_its_timeout_is_a_limit(agent, installed_agent, tmp_path, monkeypatch):
-    harness, key, _ = AGENTS[agent]
-    installed_agent(key)
+    harness, tool, _ = AGENTS[agent]
+    installed_agent(tool)
     with ScriptedEndpoint(lambda body: Reply(200, completion("late"), delay=30)) as endpoint:
         ran = run_agent(harness(), "host_process", endpoint, tmp_path, monkeypatch, timeout=4)
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "limit", ran.result.error
@@ -73,7 +68,7 @@ def test_agent_past_its_timeout_is_a_limit(agent, installed_agent, tmp_path, mon
 @needs_isolation
 def test_qwen_code_stopped_at_max_turns_is_a_limit(installed_agent, tmp_path, monkeypatch):
     """A model that never stops calling tools: Qwen Code's own turn limit stops it (status 53), the gateway counts."""
-    installed_agent(QWEN)
+    installed_agent("qwen-code")
     with ScriptedEndpoint(lambda body: tool_call_reply("run_shell_command", {"command": "true"})) as endpoint:
         ran = run_agent(QwenCodeHarness(), "host_process", endpoint, tmp_path, monkeypatch, max_turns=2)
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "limit", ran.result.error
@@ -97,8 +92,8 @@ def glibc_tasks(tmp_path: Path) -> Path:
 def test_agent_solves_a_task_dir_task_in_a_workflow_and_no_key_is_written(agent, where, installed_agent,
                                                                           workdir: Path, tmp_path):
     """task_dir's hello-file, its verifier checking the file the agent wrote: reward 1."""
-    harness, key, _ = AGENTS[agent]
-    installed_agent(key)
+    harness, tool, _ = AGENTS[agent]
+    installed_agent(tool)
     if where == "docker":
         require_docker()
     elif not network_isolation()[0]:
@@ -145,4 +140,4 @@ def test_extra_args_and_env_cannot_redirect_the_agent():
             harness.build_config(SimpleNamespace(harness=SimpleNamespace(params=params)))
     config = QwenCodeHarness().build_config(SimpleNamespace(harness=SimpleNamespace(
         params={"extra_args": ["--append-system-prompt", "be brief"], "env": {"FOO": "1"}})))
-    assert QwenCodeHarness().tools(config) == (QWEN,)
+    assert QwenCodeHarness().tools(config) == (TOOLS["qwen-code"].key,)

@@ -1,14 +1,15 @@
 """``qwen_code``: the Qwen Code CLI (run by its own Node), headless (``-o stream-json``), behind the model gateway.
 
 It speaks chat completions: its endpoint is the gateway (``OPENAI_BASE_URL``, the gateway's token as
-``OPENAI_API_KEY``, the Model's id as ``OPENAI_MODEL``), its settings in ``$HOME/.qwen/settings.json``
-(the state folder): the ``openai`` auth type, no telemetry nor usage statistics (it would send them to a
-host of its own), no update check, no memory or skill extraction after the run (each a model call of its
-own), no next-speaker check, few retries of its own. It runs with every permission (``--yolo``: the
-sandbox is the boundary) and at most ``max_turns`` turns (``--max-session-turns``, a hard limit: it stops
-there with status 53). The prompt goes on stdin. Its transcript is its ``stream-json`` output: each
-assistant message, each tool call with its result, and the final ``result`` event, whose text is the
-answer.
+``OPENAI_API_KEY``, the Model's id as ``OPENAI_MODEL`` and ``--model``). Its settings are system settings
+(a file of the state folder named by ``QWEN_CODE_SYSTEM_SETTINGS_PATH``), so they win over a task's
+``.qwen/settings.json``: the ``openai`` auth type, no telemetry nor usage statistics (it would send them
+to a host of its own), no update check, no memory or skill extraction after the run (each a model call
+of its own), no next-speaker check, few retries of its own. It runs with every permission (``--yolo``:
+the sandbox is the boundary) and at most ``max_turns`` turns (``--max-session-turns``, a hard limit: it
+stops there with status 53). The prompt goes on stdin. Its transcript is its ``stream-json`` output:
+each assistant message, each tool call with its result, and the final ``result`` event, whose text is
+the answer.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .installed import (
 )
 
 SOURCE = "qwen_code"
-SETTINGS = ".qwen/settings.json"
+SETTINGS = "qwen-system-settings.json"
 # its own retries of a failed model call (by default 10 for a rate limit, the first after a minute)
 RETRIES = 2
 RETRY_DELAY_MS = 2000
@@ -78,6 +79,7 @@ class QwenCodeHarness(InstalledAgentHarness):
             "OPENAI_BASE_URL": run.base_url,
             "OPENAI_API_KEY": run.token,
             "OPENAI_MODEL": run.model,
+            "QWEN_CODE_SYSTEM_SETTINGS_PATH": f"{run.state}/{SETTINGS}",
             "QWEN_TELEMETRY_ENABLED": "false",
             "QWEN_USAGE_STATISTICS_ENABLED": "false",
             "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",

@@ -72,3 +72,27 @@ def test_output_that_is_not_the_agents_json_is_skipped():
     for parse in (opencode_transcript, qwen_transcript):
         found = parse('not json\n{"type": "text", "part": 5}\n[1, 2]\n{"type": "assistant", "message": "x"}\n{"cut')
         assert found.answer is None and all(isinstance(r, dict) for r in found.records)
+
+
+def test_json_nested_past_the_bound_is_cut_or_skipped_never_an_error():
+    """A model's tool arguments, echoed by the CLI as objects: kept to MAX_DEPTH levels (the scrubber and the
+    trajectory's writer recurse), a line past what the parser takes skipped."""
+    from agentcompass.harnesses.installed import MAX_DEPTH, NESTED, json_lines
+    from agentcompass.secrets import Scrubber
+
+    def step(depth: int) -> str:
+        arguments = '{"command": "ls", "extra": ' + "[" * depth + "]" * depth + "}"
+        return ('{"type":"tool_use","part":{"type":"tool","tool":"bash","callID":"c","state":{"status":"completed",'
+                f'"input":{arguments},"output":"x"}}}}}}')
+
+    lines = [step(2), step(500), step(50_000), '{"type":"text","part":{"text":"done"}}',
+             '{"type":"step_finish","part":{"reason":"stop"}}']
+    found = opencode_transcript("\n".join(lines))
+    assert found.answer == "done"
+    results = [r for r in found.records if r.get("type") == "tool_result"]
+    assert len(results) == 2, "the line past the parser is skipped"
+    assert results[0]["arguments"]["extra"] == [[]] and NESTED in json.dumps(results[1]["arguments"])
+    scrubber = Scrubber([{"api_key": "sk-" + "1" * 20}])
+    assert all(json.dumps(scrubber.value(r)) for r in found.records)
+    deep = json_lines('{"a": ' + "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5) + "}")[0]
+    assert json.dumps(deep).count("[") < MAX_DEPTH

@@ -19,6 +19,10 @@ SNAKEFILE = ROOT / "Snakefile"
 # Every file the tests' runs write is checked against its schema, the per-attempt ones too
 # (agentcompass.pipeline.files.checks_writes_of); subprocesses inherit it.
 os.environ["AGENTCOMPASS_VALIDATE_WRITES"] = "1"
+# No test installs a tool from a real registry: one that would (a tool missing from the cache it names)
+# reaches a closed port on loopback instead. The installer's tests serve a registry of their own.
+os.environ.pop("NPM_CONFIG_REGISTRY", None)
+os.environ["npm_config_registry"] = "http://127.0.0.1:9"
 
 
 # --- tiers: what a test needs or costs, set here from the fixtures it uses ----------------------
@@ -315,6 +319,23 @@ def needs_podman(needs_docker) -> str:
     if not engine.startswith("podman"):
         pytest.skip(f"needs Podman's API service (.ci/podman-up.sh); DOCKER_HOST is a {engine} engine")
     return engine
+
+
+@pytest.fixture
+def readable_tmp() -> Iterator[Path]:
+    """A new folder every user can enter and read, as can every folder above it (``tmp_path`` is under a
+    folder of mode 0700): where a tool cache goes that a rootless Podman's user (not this one) mounts.
+    Removed after the test, read-only folders in it too."""
+    import tempfile
+
+    from agentcompass._util.trees import remove_tree
+
+    folder = Path(tempfile.mkdtemp(prefix="agentcompass-test-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
 
 
 # With AGENTCOMPASS_AGENTS=1 (set by .ci/run, which installs them) a missing agent fails its tests

@@ -24,7 +24,7 @@ import pytest
 
 from agentcompass.environments import DockerEnvironment, HostProcessEnvironment
 from agentcompass.environments.netns import network_isolation
-from agentcompass.harnesses.claude_code import ClaudeCodeHarness
+from agentcompass.harnesses.claude_code import RETRIES, ClaudeCodeHarness
 from agentcompass.harnesses.codex import CodexHarness
 from agentcompass.harnesses.installed import STATE_DIR
 from agentcompass.runtime import PreparedTask, TaskInput
@@ -298,3 +298,13 @@ def test_claude_code_solves_a_task_dir_task_in_a_workflow_and_no_key_is_written(
     holding, scanned = files_holding(key, workdir / "results", workdir / ".snakemake")
     assert scanned > 20 and holding == []
     assert key not in done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
+def test_claude_code_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_agent, tmp_path, monkeypatch):
+    installed_agent("claude-code")
+    ran, endpoint = run_claude(tmp_path, monkeypatch, lambda body: server_error(503))
+    assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "endpoint", ran.result.error
+    assert ran.result.metadata["failure"] == {"class": "endpoint", "http_status": 503}
+    # its own retries, few: each a call the gateway counted
+    assert ran.result.usage["calls"] == len(endpoint.requests) == 1 + RETRIES

@@ -1132,8 +1132,11 @@ class DockerEnvironment(BaseEnvironment):
                 self._start, client, config, label,
                 {str(folder): {"bind": mounts[key], "mode": "ro"} for key, folder in installed.items()},
             )
-        except BaseException:
+        except BaseException as exc:
             client.close()
+            refused = _mount_refused(exc, installed)
+            if refused is not None:
+                raise refused from exc
             raise
         session = DockerSession(client, container, config, workdir, label, podman)
         session.tools = mounts
@@ -1185,11 +1188,25 @@ async def _check_mounts(session: DockerSession, installed: dict[str, Path]) -> N
         manifest = posixpath.join(session.tools[key], tools.MANIFEST)
         ran = await session.exec(["test", "-r", manifest], timeout=session.call_timeout)
         if not ran.ok:
-            raise tools.ToolMountError(
-                f"tool {key}: the container cannot read {manifest}, the mount of {installed[key]}: the container "
-                f"engine's user must be able to enter every folder above the tool cache and read it (rootless "
-                f"Podman runs as your user; a cache under a folder of mode 0700 of another user is unreadable). "
-                f"Set AGENTCOMPASS_TOOL_CACHE to a folder the engine can read, e.g. one of mode 0755")
+            raise _unreadable(key, installed[key], f"the container cannot read {manifest}")
+
+
+def _unreadable(key: str, folder: Path, what: str) -> tools.ToolMountError:
+    return tools.ToolMountError(
+        f"tool {key}: {what}, the mount of {folder}: the container engine's user must be able to enter every "
+        f"folder above the tool cache and read it (rootless Podman runs as your user; a cache under a folder of "
+        f"mode 0700 of another user is unreadable). Set AGENTCOMPASS_TOOL_CACHE to a folder the engine can read, "
+        f"e.g. one of mode 0755")
+
+
+def _mount_refused(exc: BaseException, installed: dict[str, Path]) -> tools.ToolMountError | None:
+    """The engine's refusal to start a container because it cannot reach a tool folder (rootless Podman
+    cannot enter a folder above it: its error names that folder), as a ``ToolMountError``; else None."""
+    text = str(exc)
+    for key, folder in installed.items():
+        if any(str(place) in text for place in (folder, *folder.parents) if str(place) != "/"):
+            return _unreadable(key, folder, f"the engine refused to mount it ({text[:300]})")
+    return None
 
 
 def _clean_hosts() -> list[str | None]:

@@ -29,6 +29,9 @@ from .installed import (
 )
 
 SOURCE = "claude_code"
+# Claude Code retries a failed call itself (10 times by default, minutes apart at the end): few times, so an
+# endpoint that is down ends the run soon
+RETRIES = 2
 
 
 @dataclass(slots=True)
@@ -74,6 +77,7 @@ class ClaudeCodeHarness(InstalledAgentHarness):
             "ANTHROPIC_DEFAULT_HAIKU_MODEL": run.model,
             "CLAUDE_CONFIG_DIR": f"{run.state}/.claude",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_MAX_RETRIES": str(RETRIES),
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
             "IS_SANDBOX": "1",  # lets it skip permissions as root, in a container

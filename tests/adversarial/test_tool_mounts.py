@@ -44,16 +44,15 @@ def provider(request) -> Provider:
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch) -> Path:
+def cache(readable_tmp: Path, monkeypatch) -> Path:
     """A tool cache holding the fake tool, and a canary file of the host beside it."""
-    root = tmp_path / "tools"
+    root = readable_tmp / "tools"
     monkeypatch.setitem(tools.TOOLS, "fake", FAKE)
     with NpmRegistry() as registry:
         registry.publish("@fake/tool", "1.0.0", {"bin/fake": (PROGRAM, 0o755), "README.md": ("fake\n", 0o644)})
         tools.install(KEY, root=root, registry=registry.url)
     (root / "canary.txt").write_text(f"canary-{secrets.token_hex(8)}")
-    for folder in (tmp_path, root):
-        folder.chmod(0o755)  # an engine that is not this process's user reads the cache too
+    root.chmod(0o755)  # an engine that is not this process's user reads the cache too
     monkeypatch.setenv("AGENTCOMPASS_TOOL_CACHE", str(root))
     return root
 

@@ -22,13 +22,13 @@ GLIBC_IMAGE = os.environ.get("AGENTCOMPASS_TEST_GLIBC_IMAGE")
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch) -> Path:
-    root = tmp_path / "tools"
+def cache(readable_tmp: Path, monkeypatch) -> Path:
+    root = readable_tmp / "tools"
     monkeypatch.setitem(tools.TOOLS, "fake", FAKE)
     with NpmRegistry() as registry:
         registry.publish("@fake/tool", "1.0.0", {"bin/fake": ("#!/bin/sh\necho fake 1.0.0\n", 0o755)})
         tools.install(FAKE.key, root=root, registry=registry.url)
-    tmp_path.chmod(0o755)
+    root.chmod(0o755)
     monkeypatch.setenv("AGENTCOMPASS_TOOL_CACHE", str(root))
     return root
 
@@ -62,3 +62,19 @@ def test_a_tool_folder_the_container_cannot_read_fails_at_open_without_a_retry(n
     with pytest.raises(tools.ToolMountError, match="the container cannot read .*agentcompass-tool.json") as raised:
         asyncio.run(Provider("docker").environment.open(spec, NetworkPolicy(), unique_label("tools")))
     assert not retryable(raised.value) and retryable(tools.ToolInstallError("the registry did not answer"))
+
+
+def test_a_cache_the_rootless_engine_cannot_enter_is_refused_at_open_naming_the_fix(needs_podman, tmp_path, monkeypatch):
+    """Rootless Podman's user is not this process's: a cache under ``tmp_path`` (below a folder of mode 0700)
+    is one it cannot enter, and its refusal to mount it is a ToolMountError saying what to set."""
+    if needs_podman != "podman-rootless":
+        pytest.skip(f"an engine of {needs_podman} runs as root: it enters every folder")
+    root = tmp_path / "tools"
+    monkeypatch.setitem(tools.TOOLS, "fake", FAKE)
+    with NpmRegistry() as registry:
+        registry.publish("@fake/tool", "1.0.0", {"bin/fake": ("#!/bin/sh\necho fake 1.0.0\n", 0o755)})
+        tools.install(FAKE.key, root=root, registry=registry.url)
+    monkeypatch.setenv("AGENTCOMPASS_TOOL_CACHE", str(root))
+    spec = EnvironmentSpec(id="docker", params={"image": TEST_IMAGE}, tools=[FAKE.key])
+    with pytest.raises(tools.ToolMountError, match="Set AGENTCOMPASS_TOOL_CACHE to a folder the engine can read"):
+        asyncio.run(Provider("docker").environment.open(spec, NetworkPolicy(), unique_label("tools")))

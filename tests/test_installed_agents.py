@@ -43,7 +43,8 @@ BUSYBOX_IMAGE = os.environ.get("AGENTCOMPASS_TEST_IMAGE", "local/busybox:latest"
 FINAL = "I wrote out.txt."
 COMMAND = "echo hello > out.txt; env > seen-env.txt"
 SHELL_TOOLS = {"Bash": lambda c: {"command": c}, "shell": lambda c: {"command": ["sh", "-c", c]},
-               "exec_command": lambda c: {"cmd": c}}
+               "exec_command": lambda c: {"cmd": c}, "bash": lambda c: {"command": c, "description": "write"},
+               "run_shell_command": lambda c: {"command": c}}
 
 
 def shell_reply(command: str = COMMAND, final: str = FINAL):

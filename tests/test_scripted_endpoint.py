@@ -80,3 +80,22 @@ def test_a_scripted_error_is_in_the_protocols_shape():
 def test_an_unknown_protocol_is_refused():
     with pytest.raises(ValueError, match="not gemini"):
         ScriptedEndpoint(protocols=("gemini",))
+
+
+def test_a_streamed_chat_call_is_answered_in_chunks_with_usage_when_asked():
+    """The openai SDK reassembles the chunks into the scripted reply: the text, the tool call, the usage."""
+    script = [completion("hi"), tool_call_reply("bash", {"command": "ls"}), completion("plain")]
+    with ScriptedEndpoint(script=script) as endpoint:
+        client = openai.OpenAI(base_url=endpoint.base_url, api_key="k", max_retries=0)
+        with client.chat.completions.stream(model="m", messages=USER, stream_options={"include_usage": True}) as s:
+            text = s.get_final_completion()
+        with client.chat.completions.stream(model="m", messages=USER) as s:
+            call = s.get_final_completion()
+        plain = client.chat.completions.create(model="m", messages=USER)
+    assert text.choices[0].message.content == "hi" and text.choices[0].finish_reason == "stop"
+    assert text.usage is not None and (text.usage.prompt_tokens, text.usage.completion_tokens) == (10, 2)
+    tool = call.choices[0].message.tool_calls[0]
+    assert (tool.function.name, tool.function.arguments, call.choices[0].finish_reason) == ("bash", '{"command": "ls"}',
+                                                                                            "tool_calls")
+    assert call.usage is None, "no usage chunk unless stream_options.include_usage asks for one"
+    assert plain.choices[0].message.content == "plain" and plain.usage.total_tokens == 12

@@ -135,17 +135,34 @@ def tool_record(source: str, name: str, arguments: Any, output: Any, call_id: st
             "tool_call_id": call_id, "error": bool(error)}
 
 
+# how deep a transcript's JSON is kept: a model's tool arguments, echoed by the CLI, can nest past what the
+# parser, the scrubber and the writer of the trajectory recurse into; deeper values are replaced by NESTED
+MAX_DEPTH = 64
+NESTED = f"<nested deeper than {MAX_DEPTH} levels: cut>"
+
+
+def _bounded(value: Any, depth: int = MAX_DEPTH) -> Any:
+    if isinstance(value, (dict, list)) and depth <= 0:
+        return NESTED
+    if isinstance(value, dict):
+        return {key: _bounded(item, depth - 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_bounded(item, depth - 1) for item in value]
+    return value
+
+
 def json_lines(text: str) -> list[dict]:
-    """The JSON objects among ``text``'s lines (the rest: another line, an output cut in the middle, skipped)."""
+    """The JSON objects among ``text``'s lines, nested at most ``MAX_DEPTH`` levels (the rest: another line, an
+    output cut in the middle, JSON nested past what the parser takes, skipped)."""
     found = []
     for line in text.splitlines():
         if line.startswith("{"):
             try:
                 value = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(value, dict):
-                found.append(value)
+                found.append(_bounded(value))
     return found
 
 

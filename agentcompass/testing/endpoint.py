@@ -13,7 +13,10 @@ which also inject the faults a real endpoint has::
     ScriptedEndpoint(script=[tool_call_reply("bash", {"command": "ls"}), tool_call_reply("submit", {"answer": "x"})])
     ScriptedEndpoint(reply=lambda body: Drop())     # every request: the connection is closed unanswered
 
-It speaks chat completions (any POST path); ``protocols`` adds the other
+It speaks chat completions (any POST path; a chat completion the script
+gives is sent as chunks, ``chat_stream_events``, when the request asked for
+``stream: true``, with a usage chunk when ``stream_options.include_usage``
+is set, as OpenAI's API does); ``protocols`` adds the other
 protocols a Model may speak, each answered from the same chat script by
 translation through ``agentcompass.protocols``: ``anthropic`` (POST
 ``/v1/messages``, ``/v1/messages/count_tokens``, the count estimated with no
@@ -170,6 +173,38 @@ def _as_step(step: Step) -> Reply | Hang | Drop:
     return Reply(200, step)
 
 
+def chat_stream_events(reply: dict, include_usage: bool = False) -> bytes:
+    """The SSE stream of chat-completion chunks that says what the chat completion ``reply`` says: a chunk with
+    the role, one with the text, one per tool call (its whole arguments in one delta), one with the finish
+    reason, then (when ``include_usage``, as ``stream_options.include_usage`` asks) one with the usage and no
+    choices, and ``data: [DONE]``."""
+    base = {"id": reply.get("id", "chatcmpl-scripted"), "object": "chat.completion.chunk",
+            "created": reply.get("created", 0), "model": reply.get("model", "scripted")}
+    choice = (reply.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    deltas: list[dict] = [{"role": "assistant", "content": ""}]
+    if message.get("content"):
+        deltas.append({"content": message["content"]})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        deltas.append({"tool_calls": [{"index": index, **call}]})
+    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason", "stop")}]})
+    if include_usage and reply.get("usage"):
+        chunks.append({**base, "choices": [], "usage": reply["usage"]})
+    return b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+
+
+def _chat_streamed(request: Any, step: Reply | Hang | Drop) -> Reply | Hang | Drop:
+    """``step`` as chunks when the chat ``request`` asked for a stream and it is a chat completion; else as is."""
+    if not (isinstance(request, dict) and request.get("stream") is True and isinstance(step, Reply)
+            and step.status == 200 and isinstance(step.body, dict) and step.body.get("object") == "chat.completion"):
+        return step
+    options = request.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    return Reply(200, chat_stream_events(step.body, include_usage),
+                 {**step.headers, "Content-Type": "text/event-stream"}, step.delay)
+
+
 # --- protocols ---------------------------------------------------------------------------
 
 # The protocols a ScriptedEndpoint can speak (``ModelSpec.protocol``'s values).
@@ -255,7 +290,7 @@ class ScriptedEndpoint:
                                                     f"({path[:200]})", "type": "not_found_error"}})
         if protocol == "openai_chat":
             recorded.chat = body
-            return self._next_step(body)
+            return _chat_streamed(body, self._next_step(body))
         module: Any = anthropic_messages if protocol == "anthropic" else openai_responses
         try:
             if protocol == "anthropic" and path.partition("?")[0].rstrip("/").endswith("/count_tokens"):

@@ -70,13 +70,13 @@ class Ran:
     attempt_dir: Path
 
 
-def run_agent(harness, where: str, endpoint: ScriptedEndpoint, tmp_path: Path, monkeypatch, *,
+def run_agent(harness, where: str, endpoint: ScriptedEndpoint | SimpleNamespace, tmp_path: Path, monkeypatch, *,
               protocol: str = "openai_chat", image: str = GLIBC_IMAGE, plant: dict[str, str] | None = None,
-              prompt: str = "Write hello into out.txt.", **params) -> Ran:
+              prompt: str = "Write hello into out.txt.", model_id: str = "scripted-model", **params) -> Ran:
     """One attempt of ``harness`` in a fresh session of ``where`` (no network but the gateway's hole), with the
     files ``plant`` names (path in the workspace -> text) there before it starts, as a task's files would be."""
     monkeypatch.setenv(KEY_VARIABLE, "sk-agents-" + secrets.token_hex(16))
-    model = ModelSpec(id="scripted-model", base_url=endpoint.base_url, api_key=f"${{{KEY_VARIABLE}}}",
+    model = ModelSpec(id=model_id, base_url=endpoint.base_url, api_key=f"${{{KEY_VARIABLE}}}",
                       protocol=protocol)
     req = SimpleNamespace(model=model, harness=SimpleNamespace(params=params))
     config = harness.build_config(req)

@@ -333,7 +333,7 @@ def test_execution_plan_attempt_counts_from_one():
         pytest.param(lambda: ModelSpec(api_key="sk-literal"), id="ModelSpec(api_key='sk-literal')"),
         pytest.param(lambda: ModelSpec(api_key="prefix-${OPENAI_API_KEY}"), id="ModelSpec(api_key='prefix-${OPENAI_API_KEY}')"),
         pytest.param(lambda: ModelSpec(id=""), id="ModelSpec(id='')"),
-        pytest.param(lambda: ModelSpec(protocol="anthropic"), id="ModelSpec(protocol='anthropic')"),
+        pytest.param(lambda: ModelSpec(protocol="gemini"), id="ModelSpec(protocol='gemini')"),
         pytest.param(lambda: ModelSpec(params=[]), id="ModelSpec(params=[])"),
         pytest.param(lambda: BenchmarkSpec(id=3), id="BenchmarkSpec(id=3)"),
         pytest.param(lambda: HarnessSpec(id="oracle", params="x"), id="HarnessSpec(id='oracle', params='x')"),

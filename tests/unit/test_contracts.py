@@ -334,6 +334,8 @@ def test_execution_plan_attempt_counts_from_one():
         pytest.param(lambda: ModelSpec(api_key="prefix-${OPENAI_API_KEY}"), id="ModelSpec(api_key='prefix-${OPENAI_API_KEY}')"),
         pytest.param(lambda: ModelSpec(id=""), id="ModelSpec(id='')"),
         pytest.param(lambda: ModelSpec(protocol="gemini"), id="ModelSpec(protocol='gemini')"),
+        pytest.param(lambda: ModelSpec(protocol="anthropic", base_url="https://api.anthropic.com/v1/"),
+                     id="ModelSpec(protocol='anthropic', base_url='.../v1/')"),
         pytest.param(lambda: ModelSpec(params=[]), id="ModelSpec(params=[])"),
         pytest.param(lambda: BenchmarkSpec(id=3), id="BenchmarkSpec(id=3)"),
         pytest.param(lambda: HarnessSpec(id="oracle", params="x"), id="HarnessSpec(id='oracle', params='x')"),

@@ -80,3 +80,15 @@ def test_a_scripted_error_is_in_the_protocols_shape():
 def test_an_unknown_protocol_is_refused():
     with pytest.raises(ValueError, match="not gemini"):
         ScriptedEndpoint(protocols=("gemini",))
+
+
+def test_the_model_list_is_answered_in_both_shapes_without_a_step():
+    with ScriptedEndpoint(script=[completion("kept")], protocols=ALL_PROTOCOLS) as endpoint:
+        listed = [m.id for m in openai.OpenAI(base_url=endpoint.base_url, api_key="k", max_retries=0).models.list()]
+        one = anthropic.Anthropic(base_url=endpoint.base_url.removesuffix("/v1"), api_key="k",
+                                  max_retries=0).models.retrieve("claude-x")
+        chat = openai.OpenAI(base_url=endpoint.base_url, api_key="k", max_retries=0).chat.completions.create(
+            model="m", messages=USER)
+    assert listed == ["scripted"] and one.id == "claude-x"
+    assert chat.choices[0].message.content == "kept"
+    assert [r.path for r in endpoint.requests] == ["/v1/models", "/v1/models/claude-x", "/v1/chat/completions"]

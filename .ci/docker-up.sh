@@ -13,12 +13,14 @@
 # ("proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused"; the
 # engine still reaches a registry on loopback directly). The containers' own
 # environment is not changed.
-# Exit status 0: STATE_DIR/env exports DOCKER_HOST and AGENTCOMPASS_TEST_IMAGE.
+# Exit status 0: STATE_DIR/env exports DOCKER_HOST, AGENTCOMPASS_TEST_IMAGE and
+# AGENTCOMPASS_TEST_GLIBC_IMAGE (the same busybox with a glibc userland, for the installed agents).
 set -euo pipefail
 
 state=${1:?usage: docker-up.sh STATE_DIR}
 mkdir -p "$state"
 image=${AGENTCOMPASS_TEST_IMAGE:-local/busybox:latest}
+glibc_image=${AGENTCOMPASS_TEST_GLIBC_IMAGE:-local/glibc:latest}
 
 say() { echo "docker-up: $*" >&2; }
 
@@ -60,22 +62,25 @@ if ! docker version >/dev/null 2>&1; then
 fi
 say "engine $(docker version --format '{{.Server.Version}}') answering at $DOCKER_HOST after $((($(date +%s%N) - started) / 1000000)) ms"
 
-rootfs="$state/rootfs"
-mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc" "$rootfs/workspace"
-cp /bin/busybox "$rootfs/bin/"
-for applet in $(/bin/busybox --list); do
-    [ "$applet" = busybox ] || ln -sf busybox "$rootfs/bin/$applet"
+# the test images, imported from this machine's files (.ci/test-rootfs.sh): busybox, and glibc
+for kind in busybox glibc; do
+    name=$image
+    path=/bin
+    [ "$kind" = glibc ] && name=$glibc_image path=/bin:/usr/bin
+    rootfs="$state/rootfs-$kind"
+    .ci/test-rootfs.sh "$kind" "$rootfs"
+    tar -C "$rootfs" -c . | docker import -c "ENV PATH=$path" -c 'CMD ["sh"]' - "$name" >/dev/null
+    rm -rf "$rootfs"
+    if ! docker run --rm --network none "$name" true; then
+        say "the test image $name does not run"
+        exit 1
+    fi
+    say "built $name"
 done
-tar -C "$rootfs" -c . | docker import -c 'ENV PATH=/bin' -c 'CMD ["sh"]' - "$image" >/dev/null
-rm -rf "$rootfs"
-if ! docker run --rm --network none "$image" true; then
-    say "the test image $image does not run"
-    exit 1
-fi
-say "built $image"
 
 cat >"$state/env" <<EOF
 export DOCKER_HOST=$DOCKER_HOST
 export AGENTCOMPASS_TEST_IMAGE=$image
+export AGENTCOMPASS_TEST_GLIBC_IMAGE=$glibc_image
 export AGENTCOMPASS_TEST_OFFLINE_ENGINE=1
 EOF

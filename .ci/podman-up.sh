@@ -22,7 +22,7 @@
 # The service's bridge is podman0 (root) or lives in the user's namespaces (rootless); docker0
 # and the firewall rules of a Docker engine are never touched.
 # Exit status 0: STATE_DIR/env exports DOCKER_HOST, AGENTCOMPASS_TEST_IMAGE and
-# AGENTCOMPASS_TEST_ENGINE (podman-root or podman-rootless).
+# AGENTCOMPASS_TEST_ENGINE (podman-root or podman-rootless), and AGENTCOMPASS_TEST_GLIBC_IMAGE.
 set -euo pipefail
 
 state=${1:?usage: podman-up.sh STATE_DIR [--rootless]}
@@ -31,6 +31,7 @@ mode=root
 mkdir -p "$state"
 state=$(cd "$state" && pwd)
 image=${AGENTCOMPASS_TEST_IMAGE:-local/busybox:latest}
+glibc_image=${AGENTCOMPASS_TEST_GLIBC_IMAGE:-local/glibc:latest}
 # the rootless service's user: one per STATE_DIR (a user name has at most 32 characters)
 user=agentcompass-podman-$(printf %s "$state" | sha256sum | cut -c1-8)
 # where no route leads: every pull the service attempts goes there and is refused at once
@@ -180,22 +181,24 @@ if ! [ -S "$sock" ]; then
 fi
 say "podman $(pm version --format '{{.Server.Version}}' 2>/dev/null || pm --version) ($mode) answering at $DOCKER_HOST after $((($(date +%s%N) - started) / 1000000)) ms"
 
-rootfs=$(mktemp -d)
-mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc" "$rootfs/workspace"
-cp /bin/busybox "$rootfs/bin/"
-for applet in $(/bin/busybox --list); do
-    [ "$applet" = busybox ] || ln -sf busybox "$rootfs/bin/$applet"
+# the test images, imported from this machine's files (.ci/test-rootfs.sh): busybox, and glibc
+for kind in busybox glibc; do
+    name=$image
+    path=/bin
+    [ "$kind" = glibc ] && name=$glibc_image path=/bin:/usr/bin
+    rootfs=$(mktemp -d)
+    .ci/test-rootfs.sh "$kind" "$rootfs"
+    tar -C "$rootfs" -c . >"$state/rootfs.tar"
+    rm -rf "$rootfs"
+    chmod 644 "$state/rootfs.tar"
+    pm import --change "ENV PATH=$path" --change 'CMD ["sh"]' "$state/rootfs.tar" "$name" >/dev/null
+    rm -f "$state/rootfs.tar"
+    if ! pm run --rm --network none "$name" true; then
+        say "the test image $name does not run"
+        exit 1
+    fi
+    say "imported $name"
 done
-tar -C "$rootfs" -c . >"$state/rootfs.tar"
-rm -rf "$rootfs"
-chmod 644 "$state/rootfs.tar"
-pm import --change 'ENV PATH=/bin' --change 'CMD ["sh"]' "$state/rootfs.tar" "$image" >/dev/null
-rm -f "$state/rootfs.tar"
-if ! pm run --rm --network none "$image" true; then
-    say "the test image $image does not run"
-    exit 1
-fi
-say "imported $image"
 if [ "$mode" = root ]; then
     # netavark makes the podman0 bridge with the first container on it and removes it with the
     # last: one idle container keeps it, so that a test's server on this machine can listen on
@@ -213,6 +216,7 @@ fi
 cat >"$state/env" <<EOF
 export DOCKER_HOST=$DOCKER_HOST
 export AGENTCOMPASS_TEST_IMAGE=$image
+export AGENTCOMPASS_TEST_GLIBC_IMAGE=$glibc_image
 export AGENTCOMPASS_TEST_ENGINE=podman-$mode
 export AGENTCOMPASS_TEST_OFFLINE_ENGINE=1
 EOF

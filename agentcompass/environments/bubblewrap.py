@@ -237,7 +237,7 @@ def _mask_argv() -> list[str]:
     return argv
 
 
-def _holder_argv(workspace: str, isolated: bool, info_fd: int) -> list[str]:
+def _holder_argv(workspace: str, isolated: bool, info_fd: int, tools: tuple[str, ...] = ()) -> list[str]:
     # --new-session: no command can push input into the terminal of the job (TIOCSTI)
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--info-fd", str(info_fd)]
     if isolated:
@@ -254,6 +254,10 @@ def _holder_argv(workspace: str, isolated: bool, info_fd: int) -> list[str]:
         else:
             argv += ["--ro-bind", folder, folder]
     argv += _mask_argv()
+    # each tool folder (agentcompass.tools) read-only at its own path: the folders around it are empty ones
+    # bubblewrap makes, unless a visible folder holds it
+    for folder in tools:
+        argv += ["--ro-bind", folder, folder]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
     # the holder is PID 1 of the namespace and leads a process group of its own, as the holder of a
@@ -273,12 +277,14 @@ class Sandbox:
             self.network = netns.IsolatedNetwork(holder, fds["net"], fds.get("owner"))
 
     @classmethod
-    async def create(cls, workspace: str, isolated: bool, env: dict[str, str], what: str) -> "Sandbox":
+    async def create(cls, workspace: str, isolated: bool, env: dict[str, str], what: str,
+                     tools: tuple[str, ...] = ()) -> "Sandbox":
+        """The sandbox of one session; ``tools`` are host folders bound read-only at their own paths."""
         require_sandbox(what)
         read, write = os.pipe()
         try:
             holder = await asyncio.create_subprocess_exec(
-                *_holder_argv(workspace, isolated, write), pass_fds=(write,), env=env,
+                *_holder_argv(workspace, isolated, write, tools), pass_fds=(write,), env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
             )

@@ -55,6 +55,7 @@ from agentcompass.runtime.base import (
     SandboxEndedFromInsideError,
     keeps,
 )
+from agentcompass import tools
 from agentcompass.errors import DeadlineError
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field
 from agentcompass.secrets import MissingSecretError, resolve_secret, scrub
@@ -1121,17 +1122,26 @@ class DockerEnvironment(BaseEnvironment):
 
     async def open(self, spec: EnvironmentSpec, network: NetworkPolicy, label: str) -> DockerSession:
         config = self.build_config(spec)
+        # the harness's programs: installed once per version in the tool cache, bound read-only into the container
+        installed = await asyncio.to_thread(tools.install_all, list(spec.tools))
+        mounts = {key: posixpath.join(tools.SANDBOX_TOOL_ROOT, key) for key in installed}
         client = await _in_thread(_engine, config.docker_host)
         try:
             container, workdir, podman = await _in_thread(
                 _translated, functools.partial(_opening_fault, doing="starting a container", host=config.docker_host),
                 self._start, client, config, label,
+                {str(folder): {"bind": mounts[key], "mode": "ro"} for key, folder in installed.items()},
             )
-        except BaseException:
+        except BaseException as exc:
             client.close()
+            refused = _mount_refused(exc, installed)
+            if refused is not None:
+                raise refused from exc
             raise
         session = DockerSession(client, container, config, workdir, label, podman)
+        session.tools = mounts
         try:
+            await _check_mounts(session, installed)
             if network.mode == "none":
                 await session.set_network(network)
         except BaseException:
@@ -1140,7 +1150,7 @@ class DockerEnvironment(BaseEnvironment):
         return session
 
     @staticmethod
-    def _start(client, config: DockerConfig, label: str):
+    def _start(client, config: DockerConfig, label: str, volumes: dict[str, dict[str, str]] | None = None):
         podman = podman_host(client)
         _refuse_unenforced_limits(config, podman)
         image = _image(client, config)
@@ -1158,6 +1168,7 @@ class DockerEnvironment(BaseEnvironment):
             mem_limit=config.memory,
             nano_cpus=int(config.cpus * 1e9) if config.cpus else None,
             pids_limit=config.pids_limit,
+            volumes=volumes or None,
             detach=True,
         )
         try:
@@ -1167,6 +1178,35 @@ class DockerEnvironment(BaseEnvironment):
             container.remove(force=True, v=True)
             raise
         return container, workdir, podman
+
+
+async def _check_mounts(session: DockerSession, installed: dict[str, Path]) -> None:
+    """Raise ``ToolMountError`` unless the container reads each tool's manifest through its mount: an
+    engine whose user cannot read the cache (rootless Podman's user, a folder under a private home)
+    mounts an unreadable or empty folder instead of failing."""
+    for key in installed:
+        manifest = posixpath.join(session.tools[key], tools.MANIFEST)
+        ran = await session.exec(["test", "-r", manifest], timeout=session.call_timeout)
+        if not ran.ok:
+            raise _unreadable(key, installed[key], f"the container cannot read {manifest}")
+
+
+def _unreadable(key: str, folder: Path, what: str) -> tools.ToolMountError:
+    return tools.ToolMountError(
+        f"tool {key}: {what}, the mount of {folder}: the container engine's user must be able to enter every "
+        f"folder above the tool cache and read it (rootless Podman runs as your user; a cache under a folder of "
+        f"mode 0700 of another user is unreadable). Set AGENTCOMPASS_TOOL_CACHE to a folder the engine can read, "
+        f"e.g. one of mode 0755")
+
+
+def _mount_refused(exc: BaseException, installed: dict[str, Path]) -> tools.ToolMountError | None:
+    """The engine's refusal to start a container because it cannot reach a tool folder (rootless Podman
+    cannot enter a folder above it: its error names that folder), as a ``ToolMountError``; else None."""
+    text = str(exc)
+    for key, folder in installed.items():
+        if any(str(place) in text for place in (folder, *folder.parents) if str(place) != "/"):
+            return _unreadable(key, folder, f"the engine refused to mount it ({text[:300]})")
+    return None
 
 
 def _clean_hosts() -> list[str | None]:

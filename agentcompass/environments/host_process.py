@@ -42,6 +42,7 @@ from agentcompass.runtime import (
 )
 from agentcompass._util.aio import child_running
 from agentcompass._util.trees import remove_tree
+from agentcompass import tools
 from agentcompass.errors import DeadlineError
 from agentcompass.runtime.base import (
     END_PROCESSES_SECONDS, CappedOutput, EnvironmentUnavailableError, SandboxDiedError, keeps,
@@ -719,7 +720,8 @@ class HostProcessSession(EnvironmentSession):
             await self._reap_relays()
             await self._release_network()
             self._sandbox = await Sandbox.create(
-                str(self.root), policy.mode == "none", {**sandbox_environment(), **self._markers}, "host_process"
+                str(self.root), policy.mode == "none", {**sandbox_environment(), **self._markers}, "host_process",
+                tuple(self.tools.values()),
             )  # the holder stays out of the session's cgroup: no memory shortage of the agent's kills it
         elif policy.mode == "none":
             self._end_processes()
@@ -851,6 +853,10 @@ class HostProcessEnvironment(BaseEnvironment):
         record_session(root, label)
         session = HostProcessSession(root, keep=config.keep_workspace, label=label, sandboxed=sandboxed, limits=config.limits)
         try:
+            # the harness's programs: installed once per version in the tool cache, then bound read-only at
+            # their host paths (without the sandbox, the host paths as they are)
+            installed = await asyncio.to_thread(tools.install_all, list(spec.tools))
+            session.tools = {key: str(folder) for key, folder in installed.items()}
             await session.start(network)
         except BaseException:
             await session.close()

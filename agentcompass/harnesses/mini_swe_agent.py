@@ -34,6 +34,7 @@ from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
+from agentcompass.runtime.failures import endpoint_failed
 from agentcompass.secrets import Scrubber, resolve_secret
 
 # beside the workspace, not in it: the agent's config and trajectory, removed after the run
@@ -41,18 +42,8 @@ STATE_DIR = ".mini-swe-agent"
 LOG_NAME = "mini_swe_agent.log"
 TOKEN_PLACEHOLDER = "<gateway-token>"
 _TAIL = 2000
-# The HTTP statuses of a model call that say the endpoint failed whatever the request held: its own faults
-# (5xx, the gateway's 502 and 504 for an endpoint it could not reach or that did not answer in time), the real
-# key refused (401, 403) and rate limits (408, 429). Any other 4xx answers what the request held, and the
-# agent's own commands can send the gateway any request: that is the agent's doing, never the endpoint's.
-_ENDPOINT_FAULTS = frozenset({401, 403, 408, 429})
 # mini-swe-agent's own time limit, among the harness's `settings`
 _WALL_TIME_SETTING = "agent.wall_time_limit_seconds"
-
-
-def endpoint_failed(status: int | None) -> bool:
-    """Whether a model call the gateway forwarded and saw answered with ``status`` failed at the endpoint."""
-    return status is not None and (status >= 500 or status in _ENDPOINT_FAULTS)
 
 
 @dataclass(slots=True)

@@ -206,6 +206,16 @@ class LazySession(EnvironmentSession):
             raise RuntimeError("the session's workdir is known once it is opened; call a method first")
         return self._session.workdir
 
+    @property
+    def tools(self) -> dict[str, str]:
+        if self._session is None:
+            raise RuntimeError("the session's tools are known once it is opened; call a method first")
+        return self._session.tools
+
+    @tools.setter
+    def tools(self, value: dict[str, str]) -> None:
+        raise AttributeError("a lazily opened session's tools are its real session's")
+
     async def exec(self, cmd, **kwargs):
         return await (await self._real()).exec(cmd, **kwargs)
 

@@ -178,6 +178,8 @@ def run_param(v: AttemptView, s: Stage) -> dict[str, Any]:
         "harness_plan": plan.harness_plan.to_dict(),
         "execution": {"max_retries": plan.execution.max_retries, "task_timeout": plan.execution.task_timeout},
     }
+    if plan.task_environment.tools:  # the agent programs it runs (none: the view it had before tools existed)
+        fields["tools"] = list(plan.task_environment.tools)
     if plan.harness_plan.harness_id == "none":  # a harness-free Benchmark's run_task reads its own plan
         fields["benchmark_plan"] = True
     run = {

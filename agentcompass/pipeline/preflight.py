@@ -12,6 +12,7 @@ runs disagree) is quarantined: its attempts open no environment and call no mode
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from agentcompass._util.aio import run_coroutine
 from agentcompass._util.jsonio import read_json
 from agentcompass.runtime.base import HarnessContext
 from agentcompass.runtime.models import (
+    ExecutionPlan,
     FailureClass,
     PreparedTask,
     RunRequest,
@@ -49,7 +51,7 @@ def preflight(job: TaskJob) -> None:
     req, task = job.request, job.task
     spec = req.execution.preflight
     assert spec is not None  # the stage's files are targets only with preflight on
-    plan = job.plan  # its first attempt's: its sessions are named apart from the attempts' (who=STAGE)
+    plan = oracle_plan(job.plan)  # its first attempt's: its sessions are named apart from the attempts' (who=STAGE)
     started = time.monotonic()
     runs = [_one_run(req, task, plan) for _ in range(spec.runs)]
     verdicts = {run.status == TaskStatus.COMPLETED and run.correct is True for run in runs}
@@ -64,6 +66,14 @@ def preflight(job: TaskJob) -> None:
         correct=runs[0].correct, score=runs[0].score, error=None if passed else first_error,
         runs=runs, seconds=round(time.monotonic() - started, 6),
     ), secrets=job.secrets)
+
+
+def oracle_plan(plan: ExecutionPlan) -> ExecutionPlan:
+    """The plan as the preflight runs it: the oracle runs no agent program, so its sessions mount no tool
+    of the Harness (and a new tool version reruns no preflight)."""
+    if not plan.task_environment.tools:
+        return plan
+    return dataclasses.replace(plan, task_environment=dataclasses.replace(plan.task_environment, tools=[]))
 
 
 def _one_run(req: RunRequest, task, plan) -> PreflightRun:
@@ -159,7 +169,7 @@ def preflight_param(v: AttemptView, s: Stage) -> dict[str, Any]:
         "benchmark": v.versions["benchmark"], "environment": v.versions["environment"],
         "oracle": HARNESSES.get(ORACLE).version, "task": v.task_digest, "reference": reference,
         "plan": reuse.digest({
-            "task_environment": plan.task_environment.to_dict(),
+            "task_environment": oracle_plan(plan).task_environment.to_dict(),
             "evaluation_environment": plan.evaluation_environment.to_dict() if plan.evaluation_environment else None,
             "evaluation_environment_mode": plan.evaluation_environment_mode,
             "networks": [_policy(plan.baseline_network), _policy(plan.run_network), _policy(plan.evaluation_network)],

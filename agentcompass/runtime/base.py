@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+from agentcompass.tools import ToolMountError
 from agentcompass.errors import DeadlineError, InfrastructureError
 from agentcompass.secrets import resolve_secret
 
@@ -305,6 +306,14 @@ class BaseHarness(_Component, abc.ABC):
         config = self.build_config(req)
         return self.plan_class(harness_id=self.id, params=dataclasses.asdict(config))
 
+    def tools(self, config: Any) -> tuple[str, ...]:
+        """The tool keys (``"claude-code@2.1.328"``, ``agentcompass.tools``) this built config runs: the
+        planner puts them in the task environment's spec, and the environment installs them (once per
+        key, in the tool cache) and mounts them read-only when it opens (``EnvironmentSession.tools``).
+        None by default."""
+        _ = config
+        return ()
+
     @abc.abstractmethod
     async def run(
         self,
@@ -394,6 +403,19 @@ class EnvironmentSession(abc.ABC):
     # Seconds one file call may take (``CALL_TIMEOUT``), and a command the host runs after the agent
     # (``after_agent``); past it the call's processes are ended and it raises ``DeadlineError``.
     call_timeout: float = CALL_TIMEOUT
+    _tools: dict[str, str] | None = None
+
+    @property
+    def tools(self) -> dict[str, str]:
+        """Each tool key of the spec (``EnvironmentSpec.tools``) -> its folder as commands in the session
+        see it, mounted read-only at open (empty when the spec names none)."""
+        if self._tools is None:
+            self._tools = {}
+        return self._tools
+
+    @tools.setter
+    def tools(self, value: dict[str, str]) -> None:
+        self._tools = dict(value)
 
     @abc.abstractmethod
     async def exec(
@@ -547,6 +569,7 @@ _RETRIED: dict[type[InfrastructureError], bool] = {
     SandboxConnectionError: True,
     ImageBuildError: False,
     ImageMissingError: False,
+    ToolMountError: False,
 }
 
 

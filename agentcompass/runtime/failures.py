@@ -18,6 +18,11 @@ from agentcompass.errors import DeadlineError, InfrastructureError, ModelCallErr
 from .base import SandboxEndedFromInsideError
 from .models.result import FailureClass, RunResult, TaskStatus
 
+# The HTTP statuses of a model call that say the endpoint failed whatever the request held: its own faults
+# (5xx, the gateway's 502 and 504 for an endpoint it could not reach or that did not answer in time), the real
+# key refused (401, 403) and rate limits (408, 429). Any other 4xx answers what the request held, and the
+# agent's own commands can send the gateway any request: that is the agent's doing, never the endpoint's.
+_ENDPOINT_FAULTS = frozenset({401, 403, 408, 429})
 # The class of a failed result that names none, by the stage it failed in: the harness's
 # own code ran in 'run', the Benchmark's verdict in 'evaluate'; 'load' is the task's data.
 _BY_STAGE = {"run": FailureClass.HARNESS, "evaluate": FailureClass.VERIFIER, "load": FailureClass.TASK}
@@ -66,3 +71,8 @@ def classified(result: RunResult, stage: str) -> RunResult:
 def endpoint_failure(exc: ModelCallError) -> dict[str, Any]:
     """The fields of a failed RunResult a harness returns for a model call that failed for good."""
     return {"failure_class": FailureClass.ENDPOINT, "metadata": {"failure": {"class": "endpoint", **detail(exc)}}}
+
+
+def endpoint_failed(status: int | None) -> bool:
+    """Whether a model call the gateway forwarded and saw answered with ``status`` failed at the endpoint."""
+    return status is not None and (status >= 500 or status in _ENDPOINT_FAULTS)

@@ -7,6 +7,7 @@ import dataclasses
 from typing import cast
 
 from agentcompass.errors import AgentCompassError
+from agentcompass.tools import resolve as resolve_tool
 
 from .base import BaseBenchmark, BaseEnvironment, BaseHarness
 from .models import ExecutionPlan, ExecutionSpec, HarnessPlan, NetworkPolicy, RunRequest, TaskSpec
@@ -61,6 +62,8 @@ class Planner:
             harness_plan = HarnessPlan(harness_id="none")
         else:
             harness_plan = self.harness.build_plan(task, req, task_env)
+            # the programs it runs, installed and mounted by the environment (an unknown one fails here)
+            task_env.tools = [resolve_tool(key).key for key in self.harness.tools(self.harness.build_config(req))]
         plan = ExecutionPlan(
             task_id=task.task_id,
             attempt=attempt,
@@ -97,7 +100,9 @@ class Planner:
         plan.task_environment.evaluation_environment_mode = plan.evaluation_environment_mode
         # 8. Create or clear the evaluation environment for the final mode.
         if plan.evaluation_environment_mode == "fresh":
-            plan.evaluation_environment = plan.evaluation_environment or plan.task_environment.copy()
+            if plan.evaluation_environment is None:
+                plan.evaluation_environment = plan.task_environment.copy()
+                plan.evaluation_environment.tools = []  # no agent runs there
         else:
             plan.evaluation_environment = None
         if self.environment is not None:

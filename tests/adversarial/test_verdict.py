@@ -327,7 +327,7 @@ def test_a_swebench_log_whose_tests_pass_is_resolved():
 ])
 def test_only_a_status_the_request_cannot_cause_is_an_endpoint_failure(status, failed):
     """A 4xx that answers what the request held is the agent's doing: its commands can send the gateway anything."""
-    from agentcompass.harnesses.mini_swe_agent import endpoint_failed
+    from agentcompass.runtime.failures import endpoint_failed
 
     assert endpoint_failed(status) is failed
 

@@ -265,6 +265,31 @@ def test_fresh_mode_creates_evaluation_environment():
     assert plan.evaluation_environment.params == {"keep_workspace": True}
 
 
+class _ToolHarness(OracleHarness):
+    def tools(self, config) -> tuple[str, ...]:
+        return ("codex", "claude-code@2.1.0")
+
+
+def test_the_harness_s_tools_are_in_the_task_environment_only_and_plans_without_tools_keep_their_json():
+    req = make_request(EnvironmentSpec(evaluation_environment_mode="fresh"))
+    plan = Planner(ExampleExactMatchBenchmark(), _ToolHarness(), Registry("recipe")).plan(req, make_task(), 1)
+    assert plan.task_environment.tools == ["codex@0.169.0", "claude-code@2.1.0"]  # a bare name: its pinned version
+    assert plan.evaluation_environment is not None and plan.evaluation_environment.tools == []
+    assert plan.to_dict()["task_environment"]["tools"] == ["codex@0.169.0", "claude-code@2.1.0"]
+    plain = make_planner().plan(req, make_task(), 1).to_dict()
+    assert "tools" not in plain["task_environment"] and "tools" not in plain["evaluation_environment"]
+    assert EnvironmentSpec.from_dict(plan.to_dict()["task_environment"]) == plan.task_environment
+
+
+def test_a_harness_naming_an_unknown_tool_fails_planning():
+    class Unknown(OracleHarness):
+        def tools(self, config) -> tuple[str, ...]:
+            return ("nosuch@1",)
+
+    with pytest.raises(ConfigError, match="no tool is named 'nosuch'"):
+        Planner(ExampleExactMatchBenchmark(), Unknown(), Registry("recipe")).plan(make_request(), make_task(), 1)
+
+
 def test_task_mode_leaves_evaluation_environment_none():
     plan = make_planner().plan(make_request(EnvironmentSpec(evaluation_environment_mode="task")), make_task(), 1)
     assert plan.evaluation_environment is None

@@ -8,7 +8,7 @@ import pytest
 from agentcompass import layout
 from agentcompass.benchmarks.example_exact_match import ExampleExactMatchBenchmark
 from agentcompass.pipeline import reading, reuse
-from agentcompass.pipeline.fingerprints import AttemptView, component_versions
+from agentcompass.pipeline.fingerprints import AttemptView, component_versions, run_param
 from agentcompass.pipeline.preflight import preflight_param
 from agentcompass.results import left_out, scored_on
 from agentcompass.plugins import load_components
@@ -80,6 +80,22 @@ def test_the_fingerprint_never_holds_the_model_or_the_harness():
     assert fingerprint(request(preflight={"mode": "oracle", "runs": 2})) != base
     assert fingerprint(request(preflight="oracle"), "capital-japan") != base
     assert fingerprint(request(preflight="oracle", task_timeout=5)) != base
+
+
+def test_the_harness_s_tools_change_the_run_s_fingerprint_and_never_the_preflight_s():
+    req = request(preflight="oracle")
+    benchmark, harness = reading.benchmark_for(req), reading.harness_for(req)
+    task = benchmark.load_tasks(req)[0]
+    plan = Planner(benchmark, harness, build_run_recipe_registry(req)).plan(req, task, 1)
+
+    def params(tools):
+        plan.task_environment.tools = tools
+        view = AttemptView(req, task, plan, component_versions(req), benchmark, harness, reuse.task_fingerprint(task))
+        return preflight_param(view, stage("preflight")), run_param(view, stage("run"))
+
+    (preflight, run), (preflight_with, run_with) = params([]), params(["codex@0.169.0"])
+    assert preflight_with == preflight and run_with != run
+    assert params(["codex@0.170.0"])[1] != run_with
 
 
 def test_a_hostile_task_id_names_one_file_inside_the_preflight_folder():

@@ -252,10 +252,12 @@ def test_each_command_is_registered_by_the_module_that_holds_its_handler():
         for command, parser in sub.choices.items():
             if command == "config":  # config docs
                 parser = parser._subparsers._group_actions[0].choices["docs"]
+            if command == "tools":  # tools install, tools list
+                parser = parser._subparsers._group_actions[0].choices["install"]
             func = parser.get_default("func")
             handlers[command] = func.__module__
             assert func.__module__ == f"agentcompass.cli.{name}", f"{command}: handler {func.__module__}"
     top = cli.build_parser()._subparsers._group_actions[0].choices
     assert set(top) == set(handlers)
-    assert list(top) == ["init", "list", "config", "run", "check", "status", "retry", "clean", "runs", "export", "diff",
+    assert list(top) == ["init", "list", "config", "run", "check", "status", "retry", "clean", "tools", "runs", "export", "diff",
                          "compare", "report"]

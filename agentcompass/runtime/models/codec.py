@@ -18,6 +18,9 @@ from typing import Any, Callable, Union, get_args, get_origin
 from agentcompass.errors import ContractError
 
 JSON_SCALARS = (str, int, float, bool, type(None))
+# A field whose metadata holds this key is left out of the JSON while it is empty: a field added so,
+# with an empty default, keeps every value written before it existed (and each digest of one) as it was.
+OMIT_EMPTY = "omit_empty"
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,7 +135,8 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.metadata.get(OMIT_EMPTY) and not getattr(value, f.name))}
     if isinstance(value, dict):
         return {str(k): to_json_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -338,7 +342,8 @@ def json_schema(tp: Any, defs: dict[str, Any], open_classes: frozenset[type] = f
                 if desc:
                     schema = {**schema, "description": desc}
                 props[f.name] = schema
-                required.append(f.name)
+                if not f.metadata.get(OMIT_EMPTY):
+                    required.append(f.name)
             defs[name] = {
                 "type": "object",
                 "description": (tp.__doc__ or name).strip().splitlines()[0],

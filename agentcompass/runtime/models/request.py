@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from agentcompass.layout import MAX_NAME_CHARS
 
-from .codec import Contract, ContractError
+from .codec import OMIT_EMPTY, Contract, ContractError
 
 NetworkMode = Literal["public", "none"]
 EvaluationMode = Literal["task", "fresh"]
@@ -188,6 +188,10 @@ class EnvironmentSpec(Contract):
     run_network: NetworkPolicy | None = None
     evaluation_network: NetworkPolicy | None = None
     evaluation_environment_mode: EvaluationMode | None = None
+    # the tool keys ("claude-code@2.1.328") the environment installs and mounts read-only at open: the
+    # harness's (BaseHarness.tools), set by the planner; left out of a plan while empty
+    tools: list[str] = field(default_factory=list, metadata={OMIT_EMPTY: True, "description": (
+        "Tool keys (name@version) installed from the tool cache and mounted read-only in the session.")})
 
     def copy(self) -> "EnvironmentSpec":
         return copy.deepcopy(self)

@@ -153,6 +153,13 @@ def routes_of(protocol: str) -> dict[str, str]:
     return {**ROUTES.get(protocol, {}), **TRANSLATED.get(protocol, {})}
 
 
+def model_protocols_for(agent: str) -> tuple[str, ...]:
+    """The protocols of the Models the gateway serves an agent speaking ``agent`` from: its own (passed through),
+    then those it translates ``agent``'s calls into."""
+    return (agent, *(model for model, paths in TRANSLATED.items()
+                     if model != agent and any(SPOKEN[path] == agent for path in paths)))
+
+
 def canonical(protocol: str, path: str) -> str:
     """``path`` without ``BETA_QUERY`` when it is a call of Anthropic's (``BETA_PATHS``) that ``protocol``
     answers; any other path as it is."""

@@ -107,7 +107,7 @@ BAD_FILES = {
     ),
     "a harness that calls its model in chat completions, given a Model of another protocol": (
         "requests:\n  r1: {benchmark: example_exact_match, harness: chat, "
-        "model: {id: m, base_url: 'http://127.0.0.1:9/v1', protocol: anthropic}}\n",
+        "model: {id: m, base_url: 'http://127.0.0.1:9', protocol: anthropic}}\n",
         "requests.r1.model", "calls its Model in openai_chat, and model.protocol is 'anthropic'",
     ),
     "a key repeated in a mapping": (

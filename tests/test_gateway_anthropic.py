@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 from agentcompass.gateway import ModelGateway
+from agentcompass.runtime.model_client import RECORD_LIMIT
 from agentcompass.protocols.anthropic_messages import RAW_ARGUMENTS_KEY
 from agentcompass.testing.endpoint import (
     Reply, ScriptedEndpoint, completion, malformed, rate_limited, tool_call, tool_calls_reply,
@@ -247,3 +248,21 @@ def test_anthropics_usage_is_counted_with_its_cached_input_streamed_and_not(tmp_
         usage = gateway.usage()
     assert streamed[0] == 200 and plain.usage.cache_read_input_tokens == 100
     assert (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (2, 250, 14)
+
+
+def test_the_usage_of_a_stream_too_long_to_record_is_read_from_both_its_ends(tmp_path: Path):
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL, "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 40, "output_tokens": 1}}
+    text = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x" * 1000}}
+    stream = _anthropic_stream({"type": "message_start", "message": message}, *[text] * 2000,
+                               {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 900}})
+    assert len(stream) > RECORD_LIMIT
+    with ScriptedEndpoint(script=[Reply(200, stream, {"Content-Type": "text/event-stream"})],
+                          protocols=("anthropic",)) as endpoint, \
+            ModelGateway(endpoint.base_url.removesuffix("/v1"), REAL_KEY, tmp_path / "t.jsonl",
+                         protocol="anthropic") as gateway:
+        body = json.dumps({"model": MODEL, "max_tokens": 8, "messages": USER, "stream": True})
+        status, _, _ = over_socket(gateway, raw_request("POST", "/v1/messages", gateway.token, body))
+        usage = gateway.usage()
+    assert status == 200 and (usage["prompt_tokens"], usage["completion_tokens"]) == (40, 900)
+    assert "agentcompass_cut" in json.dumps(records(tmp_path / "t.jsonl")[0]["reply"])

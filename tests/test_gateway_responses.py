@@ -18,7 +18,7 @@ import httpx2
 import openai
 import pytest
 
-from agentcompass.gateway import ModelGateway
+from agentcompass.gateway import ModelGateway, model_protocols_for
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion, malformed, rate_limited, tool_call, tool_calls_reply
 from adversarial.test_gateway import over_socket, raw_request
 
@@ -146,3 +146,9 @@ def test_chat_completions_to_a_responses_model_are_refused_there_is_no_translati
     status, body, _ = over_socket(gateway, raw_request("POST", "/v1/messages", gateway.token, "{}"))
     assert status == 404 and body is not None and "is not a model call" in body["error"]["message"]
     assert endpoint.requests == []
+
+
+def test_which_models_serve_an_agent_of_each_protocol():
+    assert model_protocols_for("openai_responses") == ("openai_responses", "openai_chat")
+    assert model_protocols_for("anthropic") == ("anthropic", "openai_chat")
+    assert model_protocols_for("openai_chat") == ("openai_chat",)

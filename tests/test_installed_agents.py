@@ -76,8 +76,9 @@ def run_agent(harness, where: str, endpoint: ScriptedEndpoint | SimpleNamespace,
     """One attempt of ``harness`` in a fresh session of ``where`` (no network but the gateway's hole), with the
     files ``plant`` names (path in the workspace -> text) there before it starts, as a task's files would be."""
     monkeypatch.setenv(KEY_VARIABLE, "sk-agents-" + secrets.token_hex(16))
-    model = ModelSpec(id=model_id, base_url=endpoint.base_url, api_key=f"${{{KEY_VARIABLE}}}",
-                      protocol=protocol)
+    # an anthropic Model's base_url is the host alone: its calls are /v1/messages under it
+    base_url = endpoint.base_url.removesuffix("/v1") if protocol == "anthropic" else endpoint.base_url
+    model = ModelSpec(id=model_id, base_url=base_url, api_key=f"${{{KEY_VARIABLE}}}", protocol=protocol)
     req = SimpleNamespace(model=model, harness=SimpleNamespace(params=params))
     config = harness.build_config(req)
     plan = HarnessPlan(harness_id=harness.id, params=dataclasses.asdict(config))

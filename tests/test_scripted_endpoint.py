@@ -99,3 +99,15 @@ def test_a_streamed_chat_call_is_answered_in_chunks_with_usage_when_asked():
                                                                                             "tool_calls")
     assert call.usage is None, "no usage chunk unless stream_options.include_usage asks for one"
     assert plain.choices[0].message.content == "plain" and plain.usage.total_tokens == 12
+
+
+def test_the_model_list_is_answered_in_both_shapes_without_a_step():
+    with ScriptedEndpoint(script=[completion("kept")], protocols=ALL_PROTOCOLS) as endpoint:
+        listed = [m.id for m in openai.OpenAI(base_url=endpoint.base_url, api_key="k", max_retries=0).models.list()]
+        one = anthropic.Anthropic(base_url=endpoint.base_url.removesuffix("/v1"), api_key="k",
+                                  max_retries=0).models.retrieve("claude-x")
+        chat = openai.OpenAI(base_url=endpoint.base_url, api_key="k", max_retries=0).chat.completions.create(
+            model="m", messages=USER)
+    assert listed == ["scripted"] and one.id == "claude-x"
+    assert chat.choices[0].message.content == "kept"
+    assert [r.path for r in endpoint.requests] == ["/v1/models", "/v1/models/claude-x", "/v1/chat/completions"]

@@ -93,8 +93,9 @@ first developer message), ``tool_choice: auto``, ``parallel_tool_calls``,
 ``{"type": "web_search", "external_web_access": true}``. Through these
 functions it ran the model's ``exec_command`` call and ended its turn with
 the model's text and the summed usage, a reasoning item in the reply
-included (sent back the next turn, then dropped by ``to_chat``); checked by
-hand, not yet a test.
+included (sent back the next turn, then dropped by ``to_chat``); the agents
+tier runs it so through the gateway (``tests/test_installed_agents.py``,
+``test_codex_writes_the_file_and_answers``).
 """
 
 from __future__ import annotations

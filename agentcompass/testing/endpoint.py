@@ -27,7 +27,8 @@ reply back through ``from_chat`` (usage in the protocol's shape), as the
 protocol's events when the request asked for ``stream: true``; a scripted
 error is an error in the protocol's shape. A path of a protocol the endpoint
 does not speak is recorded and answered 404, with no step played: a test sees
-whether the gateway translated::
+whether the gateway translated. A GET of ``.../models`` lists one model
+(``MODEL_ENTRY``), with no step played either::
 
     ScriptedEndpoint(script=[completion("hi")], protocols=ALL_PROTOCOLS)
 """
@@ -207,6 +208,10 @@ def _chat_streamed(request: Any, step: Reply | Hang | Drop) -> Reply | Hang | Dr
 
 # --- protocols ---------------------------------------------------------------------------
 
+# What a GET of .../models lists (the one model, in OpenAI's and Anthropic's shape at once), and a GET of
+# .../models/<id> answers (with that id); no step of the script is played.
+MODEL_ENTRY = {"id": "scripted", "object": "model", "type": "model", "owned_by": "agentcompass",
+               "display_name": "scripted", "created": 0, "created_at": "1970-01-01T00:00:00Z"}
 # The protocols a ScriptedEndpoint can speak (``ModelSpec.protocol``'s values).
 ALL_PROTOCOLS = ("openai_chat", "anthropic", "openai_responses")
 
@@ -328,6 +333,16 @@ class ScriptedEndpoint:
                     self._play(endpoint._answer(self.path, dict(self.headers), body))
                 finally:
                     endpoint._leave()
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+                endpoint.requests.append(RecordedRequest(self.path, dict(self.headers), None))
+                bare = self.path.partition("?")[0]
+                if bare.endswith("/models"):
+                    send_json(self, json.dumps({"object": "list", "has_more": False, "data": [MODEL_ENTRY]}).encode())
+                elif "/models/" in bare:
+                    send_json(self, json.dumps({**MODEL_ENTRY, "id": bare.partition("/models/")[2]}).encode())
+                else:
+                    send_json(self, json.dumps({"error": {"message": f"no GET {bare[:200]}"}}).encode(), 404)
 
             def _play(self, step: Reply | Hang | Drop) -> None:
                 if isinstance(step, Hang):

@@ -128,6 +128,11 @@ class ModelSpec(Contract):
         problem = None if self.base_url is None or ANY_REF.search(self.base_url) else base_url_problem(self.base_url)
         if problem:
             raise ContractError(f"model.base_url {self.base_url!r}: {problem}; {BASE_URL_FIX}")
+        if self.protocol == "anthropic" and self.base_url and self.base_url.rstrip("/").endswith("/v1"):
+            raise ContractError(
+                f"model.base_url {self.base_url!r} ends in /v1, and an anthropic Model's calls are /v1/messages "
+                "under it: give the host alone, such as https://api.anthropic.com"
+            )
         if self.api_key is not None and not ENV_REF.match(self.api_key):
             raise ContractError(
                 "ModelSpec.api_key must name an environment variable as '${VAR}'; "

@@ -395,11 +395,12 @@ def real_model(tmp_path_factory) -> Iterator[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = (folder / "server.log").open("wb")
-    # the gemma chat format (the model's own turns); logits of the last token only (all of them: 32 GiB)
+    # the gemma chat format (the model's own turns); logits of the last token only (all of them: 32 GiB); one seed:
+    # the same replies to the same calls
     server = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(weights), "--model_alias", REAL_MODEL_ID,
          "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "16384", "--logits_all", "False",
-         "--chat_format", "gemma", "--n_threads", "2"],
+         "--chat_format", "gemma", "--n_threads", "2", "--seed", "7"],
         stdout=log, stderr=subprocess.STDOUT,
     )
     base_url = f"http://127.0.0.1:{port}/v1"

@@ -132,6 +132,27 @@ TOOLS: dict[str, ToolRecipe] = {
 }
 
 
+def register_tool(recipe: ToolRecipe) -> ToolRecipe:
+    """Add ``recipe`` to ``TOOLS`` (a plug-in's agent names its program so); checked as a built-in one is:
+    a plain name and version, npm package specs, a program and interpreter inside the tool folder. The same
+    recipe twice is one; another under a taken name is refused."""
+    if not TOOL_NAME.match(recipe.name) or not PLAIN_VERSION.match(recipe.version):
+        raise ToolError(f"tool recipe {recipe.name!r}@{recipe.version!r}: the name is lower-case letters, digits, "
+                        "'.', '_', '-' and the version a plain one (letters, digits, '.', '+', '-')")
+    if not recipe.packages:
+        raise ToolError(f"tool recipe {recipe.name!r}: it names no npm package")
+    for spec in recipe.packages:
+        _split_spec(spec.format(version=recipe.version))  # a ToolError naming what is wrong
+    for inside in filter(None, (recipe.program, recipe.interpreter)):
+        if inside.startswith("/") or ".." in inside.split("/") or not inside.strip("/"):
+            raise ToolError(f"tool recipe {recipe.name!r}: {inside!r} must be a path inside the tool folder")
+    taken = TOOLS.get(recipe.name)
+    if taken is not None and taken != recipe:
+        raise ToolError(f"tool {recipe.name!r} is registered already, as {taken.key}")
+    TOOLS[recipe.name] = recipe
+    return recipe
+
+
 def tool_key(name: str, version: str) -> str:
     return f"{name}@{version}"
 

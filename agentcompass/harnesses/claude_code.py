@@ -12,7 +12,6 @@ is its ``stream-json`` output: each assistant message, each tool call with its r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from agentcompass.runtime import HARNESSES
 
@@ -21,10 +20,8 @@ from .installed import (
     InstalledAgentConfig,
     InstalledAgentHarness,
     Transcript,
-    json_lines,
     max_turns_field,
-    message_record,
-    tool_record,
+    stream_json_transcript,
     version_field,
 )
 
@@ -38,12 +35,6 @@ RETRIES = 2
 class ClaudeCodeConfig(InstalledAgentConfig):
     version: str = version_field("claude-code")
     max_turns: int = max_turns_field()
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content)
-    return "" if content is None else str(content)
 
 
 @HARNESSES.register()
@@ -87,29 +78,4 @@ class ClaudeCodeHarness(InstalledAgentHarness):
         return variables
 
     def transcript(self, stdout: str) -> Transcript:
-        found = Transcript()
-        calls: dict[str, tuple[str, Any]] = {}  # tool_use id -> (name, input)
-        for event in json_lines(stdout):
-            kind = event.get("type")
-            content = (event.get("message") or {}).get("content") if isinstance(event.get("message"), dict) else None
-            if kind == "assistant" and isinstance(content, list):
-                uses = [part for part in content if isinstance(part, dict) and part.get("type") == "tool_use"]
-                for use in uses:
-                    calls[str(use.get("id"))] = (str(use.get("name")), use.get("input"))
-                text = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-                found.records.append(message_record(SOURCE, text, [(str(u.get("id")), str(u.get("name")), u.get("input"))
-                                                                   for u in uses]))
-            elif kind == "user" and isinstance(content, list):
-                for part in content:
-                    if isinstance(part, dict) and part.get("type") == "tool_result":
-                        name, arguments = calls.get(str(part.get("tool_use_id")), ("?", None))
-                        found.records.append(tool_record(SOURCE, name, arguments, _text(part.get("content")),
-                                                         part.get("tool_use_id"), bool(part.get("is_error"))))
-            else:
-                found.records.append({"source": SOURCE, "event": event})
-                if kind == "result" and event.get("subtype") == "success" and not event.get("is_error"):
-                    found.answer = _text(event.get("result"))
-                elif kind == "result":
-                    said = _text(event.get("result") or event.get("errors"))
-                    found.error = said if event.get("subtype") == "success" else f"{event.get('subtype')}: {said}"
-        return found
+        return stream_json_transcript(stdout, SOURCE)

@@ -166,6 +166,47 @@ def json_lines(text: str) -> list[dict]:
     return found
 
 
+def content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the ``text`` of each of its parts."""
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content)
+    return "" if content is None else str(content)
+
+
+def stream_json_transcript(stdout: str, source: str, *, skipped: tuple[str, ...] = ()) -> Transcript:
+    """The events of a ``stream-json`` output (Claude Code's, and Qwen Code's after it): each assistant message
+    with its tool calls, each tool result, every other event as it is but those of a type in ``skipped``; the
+    ``result`` event's text is the answer when it succeeded, else the error it reports."""
+    found = Transcript()
+    calls: dict[str, tuple[str, Any]] = {}  # tool_use id -> (name, input)
+    for event in json_lines(stdout):
+        kind = event.get("type")
+        message: dict = event["message"] if isinstance(event.get("message"), dict) else {}
+        content = message.get("content")
+        if kind == "assistant" and isinstance(content, list):
+            uses = [part for part in content if isinstance(part, dict) and part.get("type") == "tool_use"]
+            for use in uses:
+                calls[str(use.get("id"))] = (str(use.get("name")), use.get("input"))
+            text = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+            found.records.append(message_record(source, text, [(str(u.get("id")), str(u.get("name")), u.get("input"))
+                                                               for u in uses]))
+        elif kind == "user" and isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "tool_result":
+                    name, arguments = calls.get(str(part.get("tool_use_id")), ("?", None))
+                    found.records.append(tool_record(source, name, arguments, content_text(part.get("content")),
+                                                     part.get("tool_use_id"), bool(part.get("is_error"))))
+        elif kind not in skipped:
+            found.records.append({"source": source, "event": event})
+            if kind == "result" and event.get("subtype") == "success" and not event.get("is_error"):
+                found.answer = content_text(event.get("result"))
+            elif kind == "result":
+                error: dict = event["error"] if isinstance(event.get("error"), dict) else {}
+                said = content_text(error.get("message") or event.get("result") or event.get("errors"))
+                found.error = said if event.get("subtype") == "success" else f"{event.get('subtype')}: {said}"
+    return found
+
+
 def task_text(prepared) -> str:
     parts = [prepared.input.system_prompt, prepared.input.prompt, prepared.output.answer]
     return "\n\n".join(p for p in parts if p)

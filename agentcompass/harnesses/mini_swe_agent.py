@@ -29,6 +29,7 @@ from pathlib import Path
 
 from agentcompass.environments.transfer import CopyLimitError
 from agentcompass.gateway import MAX_CONNECTIONS, ModelGateway
+from agentcompass.harnesses.installed import task_text
 from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
@@ -97,11 +98,6 @@ class MiniSweAgentConfig(ComponentConfig):
 def _setting(key: str, value) -> list[str]:
     # mini reads each value as JSON: every value keeps its type, and a string stays a string
     return ["-c", f"{key}={json.dumps(value)}"]
-
-
-def _task_text(prepared) -> str:
-    parts = [prepared.input.system_prompt, prepared.input.prompt, prepared.output.answer]
-    return "\n\n".join(p for p in parts if p)
 
 
 @HARNESSES.register()
@@ -198,7 +194,7 @@ class MiniSweAgentHarness(BaseHarness):
 
     @staticmethod
     def _argv(executable, prepared, model, params, state, api_base, token) -> list[str]:
-        argv = [executable, "-m", f"openai/{model.id}", "-t", _task_text(prepared), "-y", "--exit-immediately",
+        argv = [executable, "-m", f"openai/{model.id}", "-t", task_text(prepared), "-y", "--exit-immediately",
                 "-o", f"{state}/traj.json", "-c", params["config"]]
         argv += _setting("agent.step_limit", params["step_limit"])
         argv += _setting("agent.cost_limit", 0)  # prices are unknown offline: steps and time are the limits

@@ -25,10 +25,8 @@ from .installed import (
     InstalledAgentConfig,
     InstalledAgentHarness,
     Transcript,
-    json_lines,
     max_turns_field,
-    message_record,
-    tool_record,
+    stream_json_transcript,
     version_field,
 )
 
@@ -44,12 +42,6 @@ RETRY_MAX_DELAY_MS = 30000
 class QwenCodeConfig(InstalledAgentConfig):
     version: str = version_field("qwen-code")
     max_turns: int = max_turns_field()
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content)
-    return "" if content is None else str(content)
 
 
 @HARNESSES.register()
@@ -110,34 +102,6 @@ class QwenCodeHarness(InstalledAgentHarness):
 
 
 def qwen_transcript(stdout: str) -> Transcript:
-    """``qwen -o stream-json``'s events: each assistant message with its tool calls, each tool result, and the
-    ``result`` event (its text the answer when it succeeded, else the error it reports)."""
-    found = Transcript()
-    calls: dict[str, tuple[str, Any]] = {}  # tool_use id -> (name, input)
-    for event in json_lines(stdout):
-        kind = event.get("type")
-        message: dict = event["message"] if isinstance(event.get("message"), dict) else {}
-        content = message.get("content")
-        if kind == "assistant" and isinstance(content, list):
-            uses = [part for part in content if isinstance(part, dict) and part.get("type") == "tool_use"]
-            for use in uses:
-                calls[str(use.get("id"))] = (str(use.get("name")), use.get("input"))
-            text = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-            found.records.append(message_record(SOURCE, text, [(str(u.get("id")), str(u.get("name")), u.get("input"))
-                                                               for u in uses]))
-        elif kind == "user" and isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and part.get("type") == "tool_result":
-                    name, arguments = calls.get(str(part.get("tool_use_id")), ("?", None))
-                    found.records.append(tool_record(SOURCE, name, arguments, _text(part.get("content")),
-                                                     part.get("tool_use_id"), bool(part.get("is_error"))))
-        elif kind == "stream_event":
-            continue  # its live status (goal state, partial text): nothing the trajectory lacks
-        else:
-            found.records.append({"source": SOURCE, "event": event})
-            if kind == "result" and event.get("subtype") == "success" and not event.get("is_error"):
-                found.answer = _text(event.get("result"))
-            elif kind == "result":
-                error: dict = event["error"] if isinstance(event.get("error"), dict) else {}
-                found.error = f"{event.get('subtype')}: {_text(error.get('message') or event.get('result'))}"
-    return found
+    """``qwen -o stream-json``'s events; its ``stream_event`` ones (live status, partial text) hold nothing the
+    trajectory lacks."""
+    return stream_json_transcript(stdout, SOURCE, skipped=("stream_event",))

@@ -21,8 +21,7 @@ from conftest import snakemake
 
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments import bubblewrap
-from agentcompass.environments.bubblewrap import sandbox_support
-from environments.envkit import TEST_IMAGE, Provider, docker_engine, require_docker
+from environments.envkit import TEST_IMAGE, Provider, docker_engine, require_docker, sandboxed_provider
 
 HOST_SHADOW = Path("/etc/shadow")
 
@@ -30,19 +29,7 @@ HOST_SHADOW = Path("/etc/shadow")
 @pytest.fixture(params=["host_process", "docker"])
 def sandboxed(request) -> Provider:
     """A provider whose commands run confined, as root: host_process in its sandbox, or docker."""
-    if request.param == "docker":
-        require_docker()
-        return Provider("docker", {"image": TEST_IMAGE})
-    return host_sandbox()
-
-
-def host_sandbox() -> Provider:
-    available, reason = sandbox_support()
-    if not available:
-        pytest.skip(f"host_process cannot make its sandbox here: {reason}")
-    if os.geteuid() != 0:
-        pytest.skip("root in the sandbox needs agentcompass to run as root")
-    return Provider("host_process", {"sandbox": "bubblewrap"})
+    return sandboxed_provider(request.param, as_root=True)
 
 
 # --- device nodes ---------------------------------------------------------------------------------
@@ -127,7 +114,7 @@ def test_root_reads_no_root_only_file_of_the_host(sandboxed: Provider, canaries)
 def test_every_root_only_path_of_the_bound_folders_is_empty_in_the_sandbox():
     """By class: whatever the host holds that an unprivileged user could not read, root in the sandbox sees empty
     (host_process only: a container's file system is its image's, and the next test shows nothing of the host is in it)."""
-    sandboxed = host_sandbox()
+    sandboxed = sandboxed_provider("host_process", as_root=True)
     bubblewrap.hidden_paths.cache_clear()
     hidden = bubblewrap.hidden_paths()
     assert (str(HOST_SHADOW), False) in hidden or not HOST_SHADOW.exists()
@@ -147,7 +134,7 @@ def test_every_root_only_path_of_the_bound_folders_is_empty_in_the_sandbox():
 def test_a_hidden_file_removed_after_the_walk_leaves_sandboxes_working():
     """The walk of what to hide is once per process: a file it found that is gone since (a test's canary,
     a rotated backup of a key) has nothing to hide, and every sandbox still opens."""
-    sandboxed = host_sandbox()
+    sandboxed = sandboxed_provider("host_process", as_root=True)
     if os.geteuid() != 0:
         pytest.skip("plants a file in /etc: root only")
     gone = Path("/etc") / f"agentcompass-gone-{secrets.token_hex(6)}"
@@ -207,9 +194,7 @@ def environment_of(provider: str, tmp_path: Path, **params) -> dict:
     if provider == "docker":
         require_docker()
         return {"id": "docker", "params": params}
-    available, reason = sandbox_support()
-    if not available or os.geteuid() != 0:
-        pytest.skip(f"host_process cannot make its sandbox as root here: {reason}")
+    sandboxed_provider("host_process", as_root=True)
     (tmp_path / "sessions").mkdir()
     return {"id": "host_process", "params": {"sandbox": "bubblewrap", "workspace_root": str(tmp_path / "sessions"), **params}}
 

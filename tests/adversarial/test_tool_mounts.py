@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import secrets
 from pathlib import Path
 
 import pytest
 
 from agentcompass import tools
-from agentcompass.environments.bubblewrap import sandbox_support
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
 from agentcompass.testing.npm_registry import NpmRegistry
-from environments.envkit import TEST_IMAGE, Provider, require_docker, unique_label
+from environments.envkit import Provider, sandboxed_provider, unique_label
 
 FAKE = tools.ToolRecipe("fake", "1.0.0", ("@fake/tool@{version}",), "@fake/tool/bin/fake")
 KEY = FAKE.key
@@ -32,15 +30,7 @@ PROGRAM = "#!/bin/sh\necho fake 1.0.0\n"
 
 @pytest.fixture(params=["host_process", "docker"])
 def provider(request) -> Provider:
-    if request.param == "docker":
-        require_docker()
-        return Provider("docker", {"image": TEST_IMAGE})
-    available, reason = sandbox_support()
-    if not available:
-        pytest.skip(f"host_process cannot make its sandbox here: {reason}")
-    if os.geteuid() != 0:
-        pytest.skip("root in the sandbox needs agentcompass to run as root")
-    return Provider("host_process", {"sandbox": "bubblewrap"})
+    return sandboxed_provider(request.param, as_root=True)
 
 
 @pytest.fixture

@@ -24,27 +24,16 @@ from conftest import clean_env, snakemake
 from adversarial.test_privileges import run_solutions
 from agentcompass.benchmarks.swebench import DEPENDENCY as SWEBENCH
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
-from agentcompass.environments.bubblewrap import sandbox_support
 from agentcompass.environments.netns import network_isolation
 from agentcompass.harnesses.mini_swe_agent import MiniSweAgentHarness
 from agentcompass.testing.dependencies import needs
 from agentcompass.testing.endpoint import ScriptedEndpoint
-from environments.envkit import TEST_IMAGE, Provider, require_docker
-
-
-def _host_sandbox() -> Provider:
-    available, reason = sandbox_support()
-    if not available:
-        pytest.skip(f"host_process cannot make its sandbox here: {reason}")
-    return Provider("host_process", {"sandbox": "bubblewrap"})
+from environments.envkit import Provider, require_docker, sandboxed_provider
 
 
 @pytest.fixture(params=["host_process", "docker"])
 def sandboxed(request) -> Provider:
-    if request.param == "docker":
-        require_docker()
-        return Provider("docker", {"image": TEST_IMAGE})
-    return _host_sandbox()
+    return sandboxed_provider(request.param)
 
 
 # --- the session operation -----------------------------------------------------------------------
@@ -77,10 +66,7 @@ def ending(request) -> Provider:
     """A provider as end_processes meets it: in the sandbox, without it, in a container."""
     if request.param == "off":
         return Provider("host_process", {"sandbox": "off"})
-    if request.param == "docker":
-        require_docker()
-        return Provider("docker", {"image": TEST_IMAGE})
-    return _host_sandbox()
+    return sandboxed_provider(request.param)
 
 
 def test_no_process_of_the_verifier_runs_once_the_sessions_processes_are_ended(ending: Provider):
@@ -165,7 +151,7 @@ def _environment(provider: str, tmp_path: Path) -> dict:
     if provider == "docker":
         require_docker()
         return {"id": "docker"}
-    _host_sandbox()
+    sandboxed_provider("host_process")
     (tmp_path / "sessions").mkdir()
     return {"id": "host_process", "params": {"sandbox": "bubblewrap", "workspace_root": str(tmp_path / "sessions")}}
 

@@ -86,6 +86,23 @@ def require_docker() -> None:
         pytest.skip(reason)
 
 
+def sandboxed_provider(kind: str, *, as_root: bool = False) -> "Provider":
+    """A provider whose commands run confined: ``docker`` (the test image, as root), or ``host_process`` in its
+    bubblewrap sandbox; skip, saying why, where that cannot be made (with ``as_root``: where agentcompass does
+    not run as root, so root in the sandbox cannot be had)."""
+    if kind == "docker":
+        require_docker()
+        return Provider("docker", {"image": TEST_IMAGE})
+    from agentcompass.environments.bubblewrap import sandbox_support
+
+    available, reason = sandbox_support()
+    if not available:
+        pytest.skip(f"host_process cannot make its sandbox here: {reason}")
+    if as_root and os.geteuid() != 0:
+        pytest.skip("root in the sandbox needs agentcompass to run as root")
+    return Provider("host_process", {"sandbox": "bubblewrap"})
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment for a workflow run in a child: no Snakemake state, no user config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from agentcompass.runtime import PreparedTask, RunResult, TaskStatus
 from agentcompass.runtime.failures import endpoint_failure
 from agentcompass.runtime.model_client import ChatReply, ModelCallError, ModelClient, Trajectory, parse_reply
+from agentcompass.secrets import Scrubber
 
-__all__ = ["Trajectory", "call_model", "opening_messages", "run_error"]
+__all__ = ["GatewaySeen", "Trajectory", "call_model", "opening_messages", "run_error"]
+
+# what stands for the gateway's token in what an agent's run leaves (its log, its trajectory's records)
+TOKEN_PLACEHOLDER = "<gateway-token>"
 
 
 def opening_messages(prepared: PreparedTask, system_prompt: str | None = None) -> list[dict[str, Any]]:
@@ -41,3 +46,21 @@ def run_error(prepared: PreparedTask, attempt: int, exc: ModelCallError, client:
         usage=client.usage.as_dict() if client else {}, metadata={**metadata, **failure["metadata"]},
         failure_class=failure["failure_class"],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySeen:
+    """What an attempt's model gateway saw of the agent, read once its program is done: the usage of the calls
+    it forwarded, the HTTP status of the last one (None before one), the connections it refused as too many,
+    and a scrubber of the token and of every secret of the Model and the harness's params, for what the
+    agent's run leaves (its log as text, its trajectory's records as values)."""
+
+    usage: dict[str, Any]
+    last_call: int | None
+    crowded: int
+    scrubber: Scrubber
+
+    @classmethod
+    def of(cls, gateway: Any, model: Any, params: dict[str, Any]) -> "GatewaySeen":
+        scrubber = Scrubber([model.to_dict(), params], literals={gateway.token: TOKEN_PLACEHOLDER})
+        return cls(gateway.usage(), gateway.last_call_status, gateway.connections_refused, scrubber)

@@ -38,12 +38,13 @@ from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.failures import endpoint_failed
-from agentcompass.secrets import Scrubber, resolve_secret
+from agentcompass.secrets import resolve_secret
+
+from .common import GatewaySeen
 from agentcompass.tools import check_runnable, resolve, tool_key
 
 # beside the workspace, not in it: the agent's HOME and config, removed after the run
 STATE_DIR = ".agentcompass-agent"
-TOKEN_PLACEHOLDER = "<gateway-token>"
 _TAIL = 2000
 # the protocols whose Model the gateway can serve an agent of another protocol from, by translation
 TRANSLATING = ("openai_chat",)
@@ -315,13 +316,8 @@ class InstalledAgentHarness(BaseHarness):
                                   env=variables, cwd=prepared.input.workspace or None, timeout=params["timeout"],
                                   input=self.stdin(run))
             await after_agent(env, ["rm", "-rf", state], f"removing {self.id}'s state {state}")
-            usage = gateway.usage()
-            token = gateway.token
-            last_call = gateway.last_call_status
-            crowded = gateway.connections_refused
-
-        # the token and every secret value: as values in the trajectory's records, as text in the log
-        scrubber = Scrubber([model.to_dict(), plan.params], literals={token: TOKEN_PLACEHOLDER})
+            seen = GatewaySeen.of(gateway, model, plan.params)
+        usage, last_call, crowded, scrubber = seen.usage, seen.last_call, seen.crowded, seen.scrubber
         clean = scrubber.text
         (context.attempt_dir / f"{self.id}.log").write_text(clean(done.stdout + done.stderr), encoding="utf-8")
         transcript = self.transcript(done.stdout)

@@ -36,12 +36,12 @@ from agentcompass.runtime.config import ComponentConfig, ConfigError, config_fie
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
 from agentcompass.runtime.failures import endpoint_failed
-from agentcompass.secrets import Scrubber, resolve_secret
+from agentcompass.harnesses.common import GatewaySeen
+from agentcompass.secrets import resolve_secret
 
 # beside the workspace, not in it: the agent's config and trajectory, removed after the run
 STATE_DIR = ".mini-swe-agent"
 LOG_NAME = "mini_swe_agent.log"
-TOKEN_PLACEHOLDER = "<gateway-token>"
 _TAIL = 2000
 # mini-swe-agent's own time limit, among the harness's `settings`
 _WALL_TIME_SETTING = "agent.wall_time_limit_seconds"
@@ -147,13 +147,8 @@ class MiniSweAgentHarness(BaseHarness):
             elapsed = time.monotonic() - started
             trajectory = await self._read_trajectory(env, f"{state}/traj.json")
             await after_agent(env, ["rm", "-rf", state], f"removing mini-swe-agent's state {state}")
-            usage = gateway.usage()
-            token = gateway.token
-            last_call = gateway.last_call_status
-            crowded = gateway.connections_refused
-
-        # the token and every secret value: as values in the trajectory's records, as text in the log
-        scrubber = Scrubber([model.to_dict(), plan.params], literals={token: TOKEN_PLACEHOLDER})
+            seen = GatewaySeen.of(gateway, model, plan.params)
+        usage, last_call, crowded, scrubber = seen.usage, seen.last_call, seen.crowded, seen.scrubber
         clean = scrubber.text
 
         (context.attempt_dir / LOG_NAME).write_text(clean(done.stdout + done.stderr), encoding="utf-8")

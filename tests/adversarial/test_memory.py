@@ -327,11 +327,9 @@ def test_no_command_of_the_sandbox_sees_the_file_helper(sandboxed_provider: Prov
 # --- the gateway -------------------------------------------------------------------------------
 
 
-GATEWAY = '''
-    import http.server, threading
-    from agentcompass.gateway import ModelGateway
-    from agentcompass.testing.endpoint import QuietHandler, send_json
-
+# the end of a child program that measures the gateway: an upstream that reads each request and answers
+# next_reply() (defined above it), a gateway before it, and the child's growth once the test has sent its calls
+SERVES_A_GATEWAY = '''
     class Upstream(QuietHandler):
         def do_POST(self):
             left = int(self.headers.get("Content-Length") or 0)
@@ -340,9 +338,7 @@ GATEWAY = '''
                 if not got:
                     break
                 left -= len(got)
-            data = json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}],
-                               "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
-            send_json(self, data)
+            send_json(self, next_reply())
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -354,6 +350,18 @@ GATEWAY = '''
     server.shutdown()
     print(json.dumps(report))
 '''
+
+
+GATEWAY = '''
+    import http.server, threading
+    from agentcompass.gateway import ModelGateway
+    from agentcompass.testing.endpoint import QuietHandler, send_json
+
+    def next_reply():
+        return json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}],
+                           "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+
+''' + SERVES_A_GATEWAY
 
 
 def send(path: str, token: str | None, size: int, sent: int) -> tuple[int, int, float]:
@@ -613,26 +621,9 @@ TRANSLATING = '''
     replies = itertools.cycle([reply(calls(["{}"] * 10_000)),
                                reply(calls([json.dumps({"c": "x" * (TRANSLATE_REPLY_LIMIT - 300)})]))])
 
-    class Upstream(QuietHandler):
-        def do_POST(self):
-            left = int(self.headers.get("Content-Length") or 0)
-            while left > 0:  # read and dropped: this server's memory is the child's too
-                got = self.rfile.read(min(left, 1 << 16))
-                if not got:
-                    break
-                left -= len(got)
-            send_json(self, next(replies))
+    next_reply = replies.__next__
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    with ModelGateway(f"http://127.0.0.1:{server.server_address[1]}/v1", "sk-upstream", sys.argv[1]) as gateway:
-        base = start()
-        print(json.dumps({"socket": str(gateway.socket_path), "token": gateway.token}), flush=True)
-        sys.stdin.readline()  # the test has sent what it sends
-        report = {"grown": grown(base), "usage": gateway.usage()}
-    server.shutdown()
-    print(json.dumps(report))
-'''
+''' + SERVES_A_GATEWAY
 
 
 def post(socket_path: str, path: str, token: str, body: bytes) -> int:

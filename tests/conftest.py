@@ -321,6 +321,32 @@ def needs_podman(needs_docker) -> str:
     return engine
 
 
+# the real key of a gateway's Model in the protocol tests (tests/test_gateway_*.py)
+GATEWAY_KEY = "sk-real-key-of-the-test"
+
+
+@pytest.fixture
+def through(tmp_path: Path) -> Iterator[Callable]:
+    """start(script, protocol) -> (endpoint, gateway, trajectory path): a Model of ``protocol`` served by an
+    endpoint that speaks it alone; all closed after the test."""
+    from agentcompass.gateway import ModelGateway
+    from agentcompass.testing.endpoint import ScriptedEndpoint
+
+    opened: list = []
+
+    def start(script: list, protocol: str = "openai_chat") -> tuple:
+        endpoint = ScriptedEndpoint(script=script, protocols=(protocol,)).__enter__()
+        opened.append(endpoint)
+        trajectory = tmp_path / f"trajectory{len(opened)}.jsonl"
+        gateway = ModelGateway(endpoint.base_url, GATEWAY_KEY, trajectory, protocol=protocol).__enter__()
+        opened.append(gateway)
+        return endpoint, gateway, trajectory
+
+    yield start
+    for each in reversed(opened):
+        each.__exit__(None, None, None)
+
+
 @pytest.fixture
 def readable_tmp() -> Iterator[Path]:
     """A new folder every user can enter and read, as can every folder above it (``tmp_path`` is under a

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import anthropic
 import httpx2
@@ -24,8 +24,8 @@ from agentcompass.testing.endpoint import (
     Reply, ScriptedEndpoint, completion, malformed, rate_limited, tool_call, tool_calls_reply,
 )
 from adversarial.test_gateway import over_socket, raw_request
+from conftest import GATEWAY_KEY as REAL_KEY
 
-REAL_KEY = "sk-real-key-of-the-test"
 MODEL = "qwen-test"
 TOOLS: Any = [{"name": "bash", "description": "run a command",
                "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
@@ -40,22 +40,6 @@ def client(gateway: ModelGateway, **auth: str) -> anthropic.Anthropic:
                                **(auth or {"auth_token": gateway.token}))
 
 
-@pytest.fixture
-def through(tmp_path: Path) -> Iterator[Any]:
-    """start(script) -> (endpoint, gateway, trajectory path), all closed after the test."""
-    opened: list[Any] = []
-
-    def start(script: list) -> tuple[ScriptedEndpoint, ModelGateway, Path]:
-        endpoint = ScriptedEndpoint(script=script).__enter__()
-        opened.append(endpoint)
-        trajectory = tmp_path / f"trajectory{len(opened)}.jsonl"
-        gateway = ModelGateway(endpoint.base_url, REAL_KEY, trajectory).__enter__()
-        opened.append(gateway)
-        return endpoint, gateway, trajectory
-
-    yield start
-    for each in reversed(opened):
-        each.__exit__(None, None, None)
 
 
 def records(path: Path) -> list[dict]:

@@ -11,19 +11,18 @@ endpoint the call passes as it is. Usage is counted from either shape.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx2
 import openai
 import pytest
 
 from agentcompass.gateway import ModelGateway, model_protocols_for
-from agentcompass.testing.endpoint import ScriptedEndpoint, completion, malformed, rate_limited, tool_call, tool_calls_reply
+from agentcompass.testing.endpoint import completion, malformed, rate_limited, tool_call, tool_calls_reply
 from adversarial.test_gateway import over_socket, raw_request
+from conftest import GATEWAY_KEY as REAL_KEY
+from test_gateway_anthropic import MODEL, records
 
-REAL_KEY = "sk-real-key-of-the-test"
-MODEL = "qwen-test"
 TOOLS: Any = [{"type": "function", "name": "exec_command", "description": "run a command",
                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
               {"type": "custom", "name": "apply_patch", "description": "patch files"}]
@@ -36,27 +35,6 @@ def client(gateway: ModelGateway, token: str | None = None) -> openai.OpenAI:
                          api_key=token or gateway.token)
 
 
-@pytest.fixture
-def through(tmp_path: Path) -> Iterator[Any]:
-    """start(script, protocol) -> (endpoint, gateway, trajectory path): a Model of ``protocol`` served by an
-    endpoint that speaks it alone; all closed after the test."""
-    opened: list[Any] = []
-
-    def start(script: list, protocol: str = "openai_chat") -> tuple[ScriptedEndpoint, ModelGateway, Path]:
-        endpoint = ScriptedEndpoint(script=script, protocols=(protocol,)).__enter__()
-        opened.append(endpoint)
-        trajectory = tmp_path / f"trajectory{len(opened)}.jsonl"
-        gateway = ModelGateway(endpoint.base_url, REAL_KEY, trajectory, protocol=protocol).__enter__()
-        opened.append(gateway)
-        return endpoint, gateway, trajectory
-
-    yield start
-    for each in reversed(opened):
-        each.__exit__(None, None, None)
-
-
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_a_text_reply_translated_streamed_and_not(through):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from agentcompass.gateway import MAX_CONNECTIONS
 from agentcompass.runtime import PreparedTask, RunResult, TaskStatus
 from agentcompass.runtime.failures import endpoint_failure
 from agentcompass.runtime.model_client import ChatReply, ModelCallError, ModelClient, Trajectory, parse_reply
@@ -64,3 +67,19 @@ class GatewaySeen:
     def of(cls, gateway: Any, model: Any, params: dict[str, Any]) -> "GatewaySeen":
         scrubber = Scrubber([model.to_dict(), params], literals={gateway.token: TOKEN_PLACEHOLDER})
         return cls(gateway.usage(), gateway.last_call_status, gateway.connections_refused, scrubber)
+
+    def over_limits(self, done: Any, who: str, timeout: float) -> str | None:
+        """Why the agent's run (``done``, its ExecResult) was out of its limits, by what the host saw: the run
+        took its ``timeout``, or it held more connections to the gateway than an attempt is given; else None."""
+        if done.timed_out:
+            return f"{who} did not finish within {timeout} s"
+        if self.crowded:
+            return (f"the agent opened more than {MAX_CONNECTIONS} connections to the model gateway at once "
+                    f"({self.crowded} refused)")
+        return None
+
+    def append_records(self, path: Path, records: list[dict]) -> None:
+        """Append the agent's ``records`` to the trajectory at ``path``, scrubbed, one JSON line each."""
+        with path.open("a", encoding="utf-8") as log:
+            for record in records:
+                log.write(json.dumps(self.scrubber.value(record), sort_keys=True) + "\n")

@@ -32,7 +32,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
-from agentcompass.gateway import MAX_CONNECTIONS, ModelGateway
+from agentcompass.gateway import ModelGateway
 from agentcompass.runtime import BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
@@ -317,20 +317,14 @@ class InstalledAgentHarness(BaseHarness):
                                   input=self.stdin(run))
             await after_agent(env, ["rm", "-rf", state], f"removing {self.id}'s state {state}")
             seen = GatewaySeen.of(gateway, model, plan.params)
-        usage, last_call, crowded, scrubber = seen.usage, seen.last_call, seen.crowded, seen.scrubber
-        clean = scrubber.text
+        usage, last_call, clean = seen.usage, seen.last_call, seen.scrubber.text
         (context.attempt_dir / f"{self.id}.log").write_text(clean(done.stdout + done.stderr), encoding="utf-8")
         transcript = self.transcript(done.stdout)
-        with context.trajectory_path.open("a", encoding="utf-8") as log:
-            for record in transcript.records:
-                log.write(json.dumps(scrubber.value(record), sort_keys=True) + "\n")
+        seen.append_records(context.trajectory_path, transcript.records)
         metadata: dict[str, Any] = {"returncode": done.returncode}
-        if done.timed_out:
-            return failed(f"{self.id} did not finish within {params['timeout']} s", FailureClass.LIMIT,
-                          usage=usage, metadata=metadata)
-        if crowded:  # it held more connections to the gateway than an attempt is given: its own failure
-            return failed(f"the agent opened more than {MAX_CONNECTIONS} connections to the model gateway at once "
-                          f"({crowded} refused)", FailureClass.LIMIT, usage=usage, metadata=metadata)
+        stopped = seen.over_limits(done, self.id, params["timeout"])
+        if stopped is not None:
+            return failed(stopped, FailureClass.LIMIT, usage=usage, metadata=metadata)
         if done.returncode == 0 and transcript.answer is not None:
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=transcript.answer,
                              usage=usage, metadata=metadata)

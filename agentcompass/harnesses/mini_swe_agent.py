@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcompass.environments.transfer import CopyLimitError
-from agentcompass.gateway import MAX_CONNECTIONS, ModelGateway
+from agentcompass.gateway import ModelGateway
 from agentcompass.harnesses.installed import task_text
 from agentcompass.runtime import HARNESSES, BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.base import after_agent
@@ -148,23 +148,17 @@ class MiniSweAgentHarness(BaseHarness):
             trajectory = await self._read_trajectory(env, f"{state}/traj.json")
             await after_agent(env, ["rm", "-rf", state], f"removing mini-swe-agent's state {state}")
             seen = GatewaySeen.of(gateway, model, plan.params)
-        usage, last_call, crowded, scrubber = seen.usage, seen.last_call, seen.crowded, seen.scrubber
-        clean = scrubber.text
+        usage, last_call, clean = seen.usage, seen.last_call, seen.scrubber.text
 
         (context.attempt_dir / LOG_NAME).write_text(clean(done.stdout + done.stderr), encoding="utf-8")
         if trajectory is not None:
-            with context.trajectory_path.open("a", encoding="utf-8") as log:
-                for record in self._records(trajectory):
-                    log.write(json.dumps(scrubber.value(record), sort_keys=True) + "\n")
+            seen.append_records(context.trajectory_path, self._records(trajectory))
         info = (trajectory or {}).get("info") or {}
         status = info.get("exit_status") or ""
         metadata = {"exit_status": status, "returncode": done.returncode}
-        if done.timed_out:
-            return failed(f"mini-swe-agent did not finish within {params['timeout']} s", FailureClass.LIMIT,
-                          usage=usage, metadata=metadata)
-        if crowded:  # it held more connections to the gateway than an attempt is given: its own failure
-            return failed(f"the agent opened more than {MAX_CONNECTIONS} connections to the model gateway at once "
-                          f"({crowded} refused)", FailureClass.LIMIT, usage=usage, metadata=metadata)
+        stopped = seen.over_limits(done, "mini-swe-agent", params["timeout"])
+        if stopped is not None:
+            return failed(stopped, FailureClass.LIMIT, usage=usage, metadata=metadata)
         if status == "Submitted":
             return RunResult(task_id=prepared.task_id, attempt=context.attempt, answer=info.get("submission", ""),
                              usage=usage, metadata=metadata)

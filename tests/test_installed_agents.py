@@ -4,8 +4,8 @@ Each agent is driven in this process (the harness's ``run`` in a real session, a
 against a ScriptedEndpoint on 127.0.0.1 whose script makes one shell tool call that writes a file, then
 answers with a final text. Both routes: an endpoint that speaks the agent's own protocol (the Model's
 ``protocol`` set to it: the gateway passes the calls through) and a chat-completions-only one (the
-gateway translates). One real workflow runs a ``task_dir`` task end to end, its verifier checking the
-file. The tools come from the cache named by ``AGENTCOMPASS_TOOL_CACHE`` (``agentcompass tools install``):
+gateway translates); test_installed_agents_workflow runs every agent through a ``task_dir`` task in a real
+workflow. The tools come from the cache named by ``AGENTCOMPASS_TOOL_CACHE`` (``agentcompass tools install``):
 the tier ``agents`` (the fixture ``installed_agent``).
 """
 
@@ -34,7 +34,7 @@ from agentcompass.runtime.models.request import ModelSpec
 from agentcompass.runtime.models.task import HarnessPlan
 from agentcompass.testing.endpoint import ALL_PROTOCOLS, Reply, ScriptedEndpoint, completion, server_error, tool_call_reply
 from agentcompass.tools import TOOLS
-from conftest import clean_env, files_holding, snakemake
+from conftest import files_holding
 
 
 KEY_VARIABLE = "AGENTCOMPASS_TEST_AGENT_KEY"
@@ -264,41 +264,6 @@ def test_codex_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_ag
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "endpoint", ran.result.error
     assert ran.result.metadata["failure"] == {"class": "endpoint", "http_status": 503}
     assert ran.result.usage["calls"] == len(endpoint.requests) >= 1
-
-
-# --- one real workflow ---------------------------------------------------------------------------
-
-
-@pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate the verifier's 'none' phase here")
-def test_claude_code_solves_a_task_dir_task_in_a_workflow_and_no_key_is_written(installed_agent, workdir: Path):
-    """task_dir's hello-file, its verifier checking the file the agent wrote: reward 1, through the translation."""
-    installed_agent("claude-code")
-    key = "sk-agents-" + secrets.token_hex(16)
-    command = "printf 'Hello, agentcompass!\\n' > hello.txt"
-    with ScriptedEndpoint(shell_reply(command)) as endpoint:
-        config = {"requests": {"claude": {
-            "benchmark": {"id": "task_dir", "params": {"task_ids": ["hello-file"]}},
-            "harness": {"id": "claude_code", "params": {"max_turns": 4}},
-            "model": {"id": "scripted-model", "base_url": endpoint.base_url, "api_key": f"${{{KEY_VARIABLE}}}"},
-            "environment": {"id": "host_process"},
-        }}}
-        path = workdir / "claude.yaml"
-        path.write_text(json.dumps(config))
-        done = snakemake(workdir, "--configfile", str(path), env=clean_env(**{KEY_VARIABLE: key}))
-    assert done.returncode == 0, done.stderr[-3000:]
-    attempt = workdir / "results/default/claude/attempts/hello-file/1"
-    result = json.loads((attempt / "result.json").read_text())
-    assert result["status"] == "completed", result.get("error")
-    assert result["score"] == 1.0 and result["answer"] == FINAL
-    assert result["usage"]["calls"] == len(endpoint.requests) >= 2
-    assert {r.headers.get("Authorization") for r in endpoint.requests} == {f"Bearer {key}"}
-    # the report's trajectory: the gateway's calls, then the agent's messages and its tool call with its output
-    lines = [json.loads(line) for line in (attempt / "trajectory.jsonl").read_text().splitlines()]
-    assert [line["source"] for line in lines if line["source"] == "gateway"] == ["gateway"] * len(endpoint.requests)
-    assert [r["arguments"] for r in lines if r.get("type") == "tool_result"] == [{"command": command}]
-    holding, scanned = files_holding(key, workdir / "results", workdir / ".snakemake")
-    assert scanned > 20 and holding == []
-    assert key not in done.stdout + done.stderr
 
 
 @pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")

@@ -2,31 +2,24 @@
 
 As in test_installed_agents: each agent driven in this process (the harness's ``run`` in a real session)
 against a ScriptedEndpoint on 127.0.0.1 whose script makes one shell tool call that writes a file, then
-answers; the gateway passes the chat calls through (streamed: both CLIs ask for a stream). One real
-workflow per agent runs task_dir's hello-file to reward 1; one failure of each is classed.
+answers; the gateway passes the chat calls through (streamed: both CLIs ask for a stream); one failure of
+each is classed. test_installed_agents_workflow runs them through a task folder's task in a real workflow.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
-import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 import test_installed_agents as base
-from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments.netns import network_isolation
 from agentcompass.harnesses.opencode import OpencodeHarness
 from agentcompass.harnesses.qwen_code import QwenCodeHarness
 from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, tool_call_reply
 from agentcompass.tools import TOOLS
-from conftest import clean_env, files_holding, snakemake
-from environments.envkit import require_docker
 from test_installed_agents import (
-    FINAL, GLIBC_IMAGE, KEY_VARIABLE, assert_solved, run_agent, shell_reply, trajectory, where_params,
+    assert_solved, run_agent, shell_reply, trajectory, where_params,
 )
 
 docker_if = base.docker_if
@@ -74,54 +67,6 @@ def test_qwen_code_stopped_at_max_turns_is_a_limit(installed_agent, tmp_path, mo
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "limit", ran.result.error
     assert "exited with status 53" in ran.result.error
     assert ran.result.usage["calls"] == len(endpoint.requests) == 2
-
-
-# --- one real workflow each ----------------------------------------------------------------------
-
-
-def glibc_tasks(tmp_path: Path) -> Path:
-    """task_dir's hello-file, its image one with glibc (and libstdc++: Node's) for the agents' programs."""
-    tasks = tmp_path / "tasks"
-    shutil.copytree(SHIPPED_TASKS / "hello-file", tasks / "hello-file")
-    (tasks / "hello-file/environment/Dockerfile").write_text(f"FROM {GLIBC_IMAGE}\nWORKDIR /app\n")
-    return tasks
-
-
-# each agent's workflow in one provider (the run above covers both providers for each)
-@pytest.mark.parametrize(("agent", "where"), [("opencode", "docker"), ("qwen_code", "host_process")])
-def test_agent_solves_a_task_dir_task_in_a_workflow_and_no_key_is_written(agent, where, installed_agent,
-                                                                          workdir: Path, tmp_path):
-    """task_dir's hello-file, its verifier checking the file the agent wrote: reward 1."""
-    harness, tool, _ = AGENTS[agent]
-    installed_agent(tool)
-    if where == "docker":
-        require_docker()
-    elif not network_isolation()[0]:
-        pytest.skip("host_process cannot isolate the verifier's 'none' phase here")
-    secret = "sk-agents-" + secrets.token_hex(16)
-    command = "printf 'Hello, agentcompass!\\n' > hello.txt"
-    with ScriptedEndpoint(shell_reply(command)) as endpoint:
-        config = {"requests": {agent: {
-            "benchmark": {"id": "task_dir", "params": {"path": str(glibc_tasks(tmp_path)), "task_ids": ["hello-file"]}},
-            "harness": {"id": agent, "params": {"max_turns": 4}},
-            "model": {"id": "scripted-model", "base_url": endpoint.base_url, "api_key": f"${{{KEY_VARIABLE}}}"},
-            "environment": {"id": where},
-        }}}
-        path = workdir / f"{agent}.yaml"
-        path.write_text(json.dumps(config))
-        done = snakemake(workdir, "--configfile", str(path), env=clean_env(**{KEY_VARIABLE: secret}))
-    assert done.returncode == 0, done.stderr[-3000:]
-    attempt = workdir / f"results/default/{agent}/attempts/hello-file/1"
-    result = json.loads((attempt / "result.json").read_text())
-    assert result["status"] == "completed", result.get("error")
-    assert result["score"] == 1.0 and result["answer"] == FINAL
-    assert result["usage"]["calls"] == len(endpoint.requests) == 2
-    assert {r.headers.get("Authorization") for r in endpoint.requests} == {f"Bearer {secret}"}
-    lines = [json.loads(line) for line in (attempt / "trajectory.jsonl").read_text().splitlines()]
-    assert [r["arguments"]["command"] for r in lines if r.get("type") == "tool_result"] == [command]
-    holding, scanned = files_holding(secret, workdir / "results", workdir / ".snakemake")
-    assert scanned > 20 and holding == []
-    assert secret not in done.stdout + done.stderr
 
 
 def test_extra_args_and_env_cannot_redirect_the_agent():

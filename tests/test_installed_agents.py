@@ -2,10 +2,10 @@
 
 Each agent is driven in this process (the harness's ``run`` in a real session, as the run stage calls it)
 against a ScriptedEndpoint on 127.0.0.1 whose script makes one shell tool call that writes a file, then
-answers with a final text. Both routes: an endpoint that speaks the agent's own protocol (the Model's
-``protocol`` set to it: the gateway passes the calls through) and a chat-completions-only one (the
-gateway translates); test_installed_agents_workflow runs every agent through a ``task_dir`` task in a real
-workflow. The tools come from the cache named by ``AGENTCOMPASS_TOOL_CACHE`` (``agentcompass tools install``):
+answers with a final text, through the gateway's translation for a chat-completions-only endpoint;
+test_installed_agents_workflow runs every agent through a ``task_dir`` task in a real workflow against an
+endpoint that speaks its own protocol (the Model's ``protocol`` set to it: the gateway passes the calls
+through). The tools come from the cache named by ``AGENTCOMPASS_TOOL_CACHE`` (``agentcompass tools install``):
 the tier ``agents`` (the fixture ``installed_agent``).
 """
 
@@ -162,8 +162,9 @@ def docker_if(request):
 CLAUDE = TOOLS["claude-code"].key
 
 
+# through translation, for a chat-completions-only endpoint (its own protocol, passed through: the workflow test)
 @pytest.mark.parametrize("where", where_params())
-@pytest.mark.parametrize("protocol", ["openai_chat", "anthropic"])
+@pytest.mark.parametrize("protocol", ["openai_chat"])
 def test_claude_code_writes_the_file_and_answers(where, protocol, installed_agent, docker_if, tmp_path, monkeypatch):
     installed_agent("claude-code")
     docker_if(where)
@@ -180,7 +181,7 @@ CODEX = TOOLS["codex"].key
 
 
 @pytest.mark.parametrize("where", where_params())
-@pytest.mark.parametrize("protocol", ["openai_chat", "openai_responses"])
+@pytest.mark.parametrize("protocol", ["openai_chat"])
 def test_codex_writes_the_file_and_answers(where, protocol, installed_agent, docker_if, tmp_path, monkeypatch):
     installed_agent("codex")
     docker_if(where)

@@ -1,9 +1,11 @@
 """Every installed agent solves a task folder's task in a real workflow, on host_process and docker.
 
 One Snakemake run of eight requests (claude_code, codex, opencode, qwen_code, each on host_process and on
-docker) of task_dir's hello-file, its verifier checking the file the agent wrote, against one chat-only
-ScriptedEndpoint on 127.0.0.1 (so Claude Code's Messages and Codex's Responses calls are translated by the
-gateway): each attempt has reward 1 and the agent's final text as its answer, its usage is the gateway's
+docker) of task_dir's hello-file, its verifier checking the file the agent wrote, against one ScriptedEndpoint
+on 127.0.0.1 that speaks each agent's own protocol (Anthropic's Messages for Claude Code, OpenAI's Responses for
+Codex, chat completions for the others), streaming, with tool calls; each Model's ``protocol`` is its agent's,
+so the gateway passes the calls through (test_installed_agents drives them through translation): each
+attempt has reward 1 and the agent's final text as its answer, its usage is the gateway's
 count of its calls, and the Model's key is in no file of the run and not in its output.
 """
 
@@ -18,7 +20,7 @@ import pytest
 
 from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments.netns import network_isolation
-from agentcompass.testing.endpoint import ScriptedEndpoint
+from agentcompass.testing.endpoint import ALL_PROTOCOLS, ScriptedEndpoint
 from conftest import clean_env, files_holding, snakemake
 from test_installed_agents import FINAL, GLIBC_IMAGE, KEY_VARIABLE, shell_reply
 
@@ -32,6 +34,8 @@ def glibc_tasks(tmp_path: Path) -> Path:
 
 
 AGENTS = {"claude_code": "claude-code", "codex": "codex", "opencode": "opencode", "qwen_code": "qwen-code"}
+# the protocol each agent speaks: its Model's, so the gateway passes the calls through
+PROTOCOL = {"claude_code": "anthropic", "codex": "openai_responses"}
 PROVIDERS = ("host_process", "docker")
 
 
@@ -44,11 +48,17 @@ def test_every_installed_agent_solves_a_task_dir_task_on_both_providers(installe
     secret = "sk-agents-" + secrets.token_hex(16)
     command = "printf 'Hello, agentcompass!\\n' > hello.txt"
     tasks = glibc_tasks(tmp_path)  # the docker requests' image has glibc (and Node's libstdc++)
-    with ScriptedEndpoint(shell_reply(command)) as endpoint:
+    with ScriptedEndpoint(shell_reply(command), protocols=ALL_PROTOCOLS) as endpoint:
+        def model(agent: str) -> dict:
+            protocol = PROTOCOL.get(agent, "openai_chat")
+            # an anthropic Model's base_url is the host alone: its calls are /v1/messages under it
+            base_url = endpoint.base_url.removesuffix("/v1") if protocol == "anthropic" else endpoint.base_url
+            return {"id": "scripted-model", "base_url": base_url, "api_key": f"${{{KEY_VARIABLE}}}", "protocol": protocol}
+
         config = {"requests": {f"{agent}-{where}": {
             "benchmark": {"id": "task_dir", "params": {"path": str(tasks), "task_ids": ["hello-file"]}},
             "harness": {"id": agent, "params": {"max_turns": 4} if agent != "codex" else {}},
-            "model": {"id": "scripted-model", "base_url": endpoint.base_url, "api_key": f"${{{KEY_VARIABLE}}}"},
+            "model": model(agent),
             "environment": {"id": where},
         } for agent in AGENTS for where in PROVIDERS}}
         path = workdir / "agents.yaml"
@@ -68,9 +78,13 @@ def test_every_installed_agent_solves_a_task_dir_task_on_both_providers(installe
         ran = [r["arguments"] for r in lines if r.get("type") == "tool_result"]  # the shell call, as the agent ran it
         assert len(ran) == 1 and "hello.txt" in json.dumps(ran), name
         calls += result["usage"]["calls"]
-    model_calls = [r for r in endpoint.requests if r.path.endswith("/chat/completions")]
+    model_calls = [r for r in endpoint.requests if "/models" not in r.path]  # the POSTs: no model list
     assert calls == len(model_calls)
-    assert {r.headers.get("Authorization") for r in model_calls} == {f"Bearer {secret}"}
+    # each in its own protocol, passed through, with the real key (Anthropic's as x-api-key)
+    assert {r.protocol for r in model_calls} == {"anthropic", "openai_responses", "openai_chat"}
+    for r in model_calls:
+        sent = {name.lower(): value for name, value in r.headers.items()}
+        assert sent.get("authorization") == f"Bearer {secret}" or sent.get("x-api-key") == secret
     holding, scanned = files_holding(secret, workdir / "results", workdir / ".snakemake")
     assert scanned > 50 and holding == []
     assert secret not in done.stdout + done.stderr

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from agentcompass.runtime import HARNESSES
 
 from .installed import (
+    GATEWAY_TOKEN_VARIABLE,
     AgentRun,
     InstalledAgentConfig,
     InstalledAgentHarness,
@@ -29,7 +30,7 @@ from .installed import (
 
 SOURCE = "codex"
 PROVIDER = "agentcompass"
-TOKEN_VARIABLE = "AGENTCOMPASS_GATEWAY_TOKEN"
+TOKEN_VARIABLE = GATEWAY_TOKEN_VARIABLE
 # Codex retries a failed call itself: few times, so an endpoint that is down ends the run soon
 RETRIES = 1
 

@@ -32,7 +32,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
-from agentcompass.gateway import ModelGateway
+from agentcompass.gateway import ModelGateway, model_protocols_for
 from agentcompass.runtime import BaseHarness, FailureClass, RunResult, TaskStatus
 from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
@@ -46,8 +46,9 @@ from agentcompass.tools import check_runnable, resolve, tool_key
 # beside the workspace, not in it: the agent's HOME and config, removed after the run
 STATE_DIR = ".agentcompass-agent"
 _TAIL = 2000
-# the protocols whose Model the gateway can serve an agent of another protocol from, by translation
-TRANSLATING = ("openai_chat",)
+# the variable that holds the gateway's token for an agent whose config names one (Codex's env_key, opencode's
+# {env:...}): never the real key's
+GATEWAY_TOKEN_VARIABLE = "AGENTCOMPASS_GATEWAY_TOKEN"
 
 
 @dataclass(slots=True)
@@ -229,7 +230,7 @@ class InstalledAgentHarness(BaseHarness):
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if "protocol" in cls.__dict__:  # the Models it can call: of its own protocol, or one the gateway translates
-            cls.model_protocols = tuple(dict.fromkeys((cls.protocol, *TRANSLATING)))
+            cls.model_protocols = model_protocols_for(cls.protocol)
 
     def build_config(self, req):
         config = super().build_config(req)
@@ -286,8 +287,8 @@ class InstalledAgentHarness(BaseHarness):
         if not model.base_url:
             return failed(f"model.base_url is not set: {self.id} needs the Model's endpoint", FailureClass.ENDPOINT)
         if model.protocol not in self.model_protocols:  # refused at config time already
-            return failed(f"{self.id} speaks {self.protocol}: the gateway serves it from a Model of that protocol or "
-                          f"of {', '.join(TRANSLATING)}, not {model.protocol}")
+            return failed(f"{self.id} speaks {self.protocol}: the gateway serves it from a Model of protocol "
+                          f"{' or '.join(self.model_protocols)}, not {model.protocol}")
         await env.exec(["true"])  # the run stage's session opens on its first call: its tools are known then
         why = await check_runnable(env, key)  # before the gateway and any model call
         if why is not None:

@@ -22,6 +22,7 @@ from typing import Any
 from agentcompass.runtime import HARNESSES
 
 from .installed import (
+    GATEWAY_TOKEN_VARIABLE,
     AgentRun,
     InstalledAgentConfig,
     InstalledAgentHarness,
@@ -35,7 +36,7 @@ from .installed import (
 
 SOURCE = "opencode"
 PROVIDER = "agentcompass"
-TOKEN_VARIABLE = "AGENTCOMPASS_GATEWAY_TOKEN"
+TOKEN_VARIABLE = GATEWAY_TOKEN_VARIABLE
 CONFIG = "opencode.json"
 TITLE = "agentcompass"
 # its plugin folder, marked as holding @opencode-ai/plugin already: else it runs an npm install at start

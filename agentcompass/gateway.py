@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentcompass import callcache
 from agentcompass.protocols import anthropic_messages, openai_responses
 from agentcompass.runtime.model_client import ATTEMPT_USAGE, RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
 from agentcompass.secrets import Scrubber, check_header_value, resolved_values
@@ -226,6 +227,19 @@ def _decoded(data: bytes, content_type: str = "") -> Any:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
         return text
+
+
+def _model_of(body: bytes) -> str:
+    """The ``model`` a request body names (for its call's key), or "" when it names none it can read."""
+    at = body.find(b'"model"')
+    if at < 0:
+        return ""
+    try:
+        text = body[at + len(b'"model"'):at + 1024].decode(errors="replace").lstrip()
+        value = json.JSONDecoder().raw_decode(text[1:].lstrip())[0] if text.startswith(":") else ""
+    except ValueError:
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 def _upstream_error(status: int, data: bytes) -> str:
@@ -486,6 +500,8 @@ class ModelGateway:
         self.token = secrets.token_urlsafe(32)
         self._lock = threading.Lock()
         self._attempt_usage = ATTEMPT_USAGE.get()  # the attempt's, counted with the gateway's own
+        self._calls = callcache.ATTEMPT_CALLS.get()  # the attempt's view of the call cache, when it uses one
+        self._endpoint = callcache.endpoint_of(base_url)
         self._usage: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                                        "latency_seconds": 0.0}
         # short: a Unix socket path has a limit of about 100 bytes
@@ -516,7 +532,8 @@ class ModelGateway:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def usage(self) -> dict[str, float]:
-        """Calls (forwarded POSTs), their prompt, completion and total tokens (whole numbers), and their summed latency."""
+        """Calls (forwarded POSTs), their prompt, completion and total tokens (whole numbers), and their summed
+        latency; with the calls answered from the call cache, when there were any (``Usage``'s names)."""
         with self._lock:
             return {**self._usage, "latency_seconds": round(self._usage["latency_seconds"], 6)}
 
@@ -562,6 +579,13 @@ class ModelGateway:
         if refusal is not None:  # never with the key
             status, code, message = refusal
             return status, [("Content-Type", "application/json")], error_reply(self.protocol, status, message, code)
+        cache, key = self._calls, None
+        if cache is not None and method == "POST":
+            key = cache.key(endpoint=self._endpoint, model=_model_of(body), protocol=self.protocol, path=path,
+                            body=body.replace(self.token.encode(), b"[gateway token]"))
+            answered = self._from_cache(cache, key, path, headers, body, translated_from)
+            if answered is not None:
+                return answered
         outgoing = {k: v for k, v in headers.items() if k.lower() not in _NOT_FORWARDED}
         outgoing["Accept-Encoding"] = "identity"  # the trajectory records what it can read
         if self._api_key and self.protocol == "anthropic":
@@ -604,9 +628,37 @@ class ModelGateway:
             record["error"] = error
         if translated_from is not None:
             record["translated_from"] = translated_from
+        if cache is not None and key is not None:
+            record["cache"] = cache.record(key, "sent")
         bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
-        self._record(record, latency if method == "POST" else None, bodies)
+        tokens = self._record(record, latency if method == "POST" else None, bodies)
+        if cache is not None and key is not None and error is None and status == 200:
+            cache.keep(key, callcache.Entry(status, content_type, data, *tokens, latency_seconds=latency))
         return status, returned, data
+
+    def _from_cache(self, cache: callcache.AttemptCalls, key: callcache.CallKey, path: str,
+                    headers: Message | dict[str, str], body: bytes,
+                    translated_from: str | None) -> tuple[int, list, bytes] | None:
+        """The answer to a call from the call cache: its kept reply (recorded and counted as cached), a
+        replay's miss (an error in the protocol's shape, nothing sent), or None to send it."""
+        record: dict[str, Any] = {"source": "gateway", "method": "POST", "path": path}
+        if translated_from is not None:
+            record["translated_from"] = translated_from
+        entry = cache.lookup(key)
+        if entry is not None:
+            record.update(status=entry.status, latency_seconds=0.0, cache=cache.record(key, "hit"))
+            returned = [("Content-Type", entry.content_type)] if entry.content_type else []
+            self._record(record, 0.0, (body, headers.get("Content-Type") or "", entry.body, entry.content_type),
+                         cached=True)
+            return entry.status, returned, entry.body
+        if not cache.replaying:
+            return None
+        message = callcache.miss_message(cache.missed(key))
+        record.update(status=503, error=message, cache=cache.record(key, "miss"))
+        self._record(record, None, (body, headers.get("Content-Type") or "", None, ""))
+        with self._lock:
+            self.last_call_status = 503
+        return 503, [("Content-Type", "application/json")], error_reply(self.protocol, 503, message, "cache_miss")
 
     def translate(self, path: str, body: bytes | bytearray) -> tuple[int, list, bytes | list[bytes]]:
         """Answer a call of another protocol (``path`` in ``TRANSLATED``: Anthropic's Messages, OpenAI's Responses)
@@ -660,7 +712,12 @@ class ModelGateway:
         return ([(k, clean(v)) for k, v in headers if clean(k) == k],
                 data if scrubbed == text else scrubbed.encode("utf-8", "surrogateescape"))
 
-    def _record(self, record: dict, call_latency: float | None = None, bodies: tuple | None = None) -> None:
+    def _record(self, record: dict, call_latency: float | None = None, bodies: tuple | None = None,
+                cached: bool = False) -> tuple[int, int]:
+        """Write ``record`` (with ``bodies``: the request and reply, decoded) to the trajectory; a model call
+        (``call_latency`` given) counts in the usage, as sent or, ``cached``, as answered from the call
+        cache. Returns the call's prompt and completion tokens."""
+        prompt = completion = 0
         with self._lock:  # one record at a time: what is decoded for it is held once per gateway
             usage: Any = None
             if bodies is not None:
@@ -672,14 +729,22 @@ class ModelGateway:
                 prompt, completion, unread = _tokens(usage if usage is not None else record.get("reply"))
                 if unread:
                     record["usage_unreadable"] = unread
-                self._usage["calls"] += 1
                 self._usage["prompt_tokens"] += prompt
                 self._usage["completion_tokens"] += completion
                 self._usage["total_tokens"] += prompt + completion
-                self._usage["latency_seconds"] += call_latency
-                if self._attempt_usage is not None:
-                    self._attempt_usage.add(calls=1, prompt_tokens=prompt, completion_tokens=completion,
-                                            latency_seconds=call_latency)
+                if cached:
+                    for name, count in (("cached_calls", 1), ("cached_prompt_tokens", prompt),
+                                        ("cached_completion_tokens", completion)):
+                        self._usage[name] = self._usage.get(name, 0) + count
+                    if self._attempt_usage is not None:
+                        self._attempt_usage.add_cached(prompt, completion)
+                else:
+                    self._usage["calls"] += 1
+                    self._usage["latency_seconds"] += call_latency
+                    if self._attempt_usage is not None:
+                        self._attempt_usage.add(calls=1, prompt_tokens=prompt, completion_tokens=completion,
+                                                latency_seconds=call_latency)
                 self.last_call_status = record["status"]
             with self._trajectory_path.open("a", encoding="utf-8") as log:
                 log.write(json.dumps(record, sort_keys=True) + "\n")
+        return prompt, completion

@@ -39,10 +39,13 @@ COLUMNS = [
     "task_id", "attempt", "category", "status", "score", "correct", "error", "error_stage", "failure_class",
     "left_out", "retries_used",
     "calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds", "cost_usd",
+    "cached_calls", "cached_prompt_tokens", "cached_completion_tokens", "saved_usd",
     "run_seconds", "evaluate_seconds", "host", "slurm_job_id", "attempt_dir",
 ]
 MISSING = "missing"
 _USAGE = ("calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds")
+# what the call cache answered (agentcompass.callcache): 0 when a result names none
+_CACHED = ("cached_calls", "cached_prompt_tokens", "cached_completion_tokens")
 _TIMINGS = ("run_seconds", "evaluate_seconds")
 _ERROR_STATUSES = frozenset(s.value for s in TaskStatus if s.is_error)
 # a class no version wrote (a result.json edited by hand) is not counted: metrics.json names only these
@@ -189,8 +192,9 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
                 "left_out": left_out(result),
                 "retries_used": result.get("retries_used", 0),
                 **{key: usage.get(key) for key in _USAGE},
+                **{key: usage.get(key) or 0 for key in _CACHED},
                 **{key: timings.get(key) for key in _TIMINGS},
-                "cost_usd": cost_usd(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, pricing),
+                **paid_and_saved(usage, pricing),
                 "host": where.get("host"), "slurm_job_id": where.get("slurm_job_id"),
             })
         yield {column: row.get(column) for column in COLUMNS}
@@ -423,6 +427,28 @@ def spread(values: Iterable[float]) -> dict[str, float] | None:
             "p50": round(percentile(ordered, 0.5), 6), "p95": round(percentile(ordered, 0.95), 6)}
 
 
+def paid_and_saved(usage: Mapping[str, Any], pricing: Mapping[str, float] | None) -> dict[str, float | None]:
+    """``cost_usd``, what the calls sent cost (the tokens less those answered from the call cache), and
+    ``saved_usd``, what the cached ones would have: the one place a usage becomes dollars."""
+    cached_prompt = usage.get("cached_prompt_tokens") or 0
+    cached_completion = usage.get("cached_completion_tokens") or 0
+    return {"cost_usd": cost_usd((usage.get("prompt_tokens") or 0) - cached_prompt,
+                                 (usage.get("completion_tokens") or 0) - cached_completion, pricing),
+            "saved_usd": cost_usd(cached_prompt, cached_completion, pricing)}
+
+
+def cached_note(stats: Mapping[str, Any] | None) -> str:
+    """What the call cache answered, as every view says it: ``12 calls from the cache (saved $0.0040)``;
+    '' when it answered none."""
+    calls = (stats or {}).get("cached_calls") or 0
+    if not isinstance(calls, int) or calls <= 0:
+        return ""
+    saved = (stats or {}).get("saved_usd")
+    dollars = "" if not isinstance(saved, (int, float)) else f" (saved ${saved:,.2f})" if saved >= 1 else \
+        f" (saved ${saved:.4f})"
+    return f"{calls:,} call{'s' if calls != 1 else ''} from the cache{dollars}"
+
+
 def cost_usd(prompt_tokens: float, completion_tokens: float, pricing: Mapping[str, float] | None) -> float | None:
     """What the tokens cost at ``pricing`` ({input_per_million, output_per_million}); None without prices."""
     if not pricing:
@@ -544,6 +570,7 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
     right = sum(1 for row in counted if row["correct"] is True)
     prompt = sum(row["prompt_tokens"] or 0 for row in table)
     completion = sum(row["completion_tokens"] or 0 for row in table)
+    cached = {key: int(sum(row.get(key) or 0 for row in table)) for key in _CACHED}
     walls = [(row["run_seconds"] or 0) + (row["evaluate_seconds"] or 0) for row in table
              if row["run_seconds"] is not None or row["evaluate_seconds"] is not None]
     return {
@@ -562,7 +589,8 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
         "latency_seconds": spread(row["latency_seconds"] for row in table
                                   if row["latency_seconds"] is not None and (row["calls"] or 0) > 0),
         "wall_seconds": spread(walls),
-        "cost_usd": cost_usd(prompt, completion, pricing),
+        **paid_and_saved({"prompt_tokens": prompt, "completion_tokens": completion, **cached}, pricing),
+        **cached,
     }
 
 
@@ -621,6 +649,7 @@ def overview(run: Run) -> dict[str, Any]:
         # a metrics.json of a version before the classes has none: its result files name none either
         "failures": dict(finished.get("failures") or {}),
         "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
+        "cached_calls": finished.get("cached_calls") or 0, "saved_usd": finished.get("saved_usd"),
         # what the accuracy is over: the tasks and attempts counted, and those left out
         "scored_on": _scored_on(scored),
         "last_change": None if changed is None else

@@ -30,10 +30,19 @@ def _scored(scored: dict | None) -> str:
     return f"{scored['scored']}/{scored['tasks']} tasks" + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def _cached(overview: dict) -> str:
+    """The calls the call cache answered, and what they would have cost: ``12 ($0.0040)``; '-' for none."""
+    calls = overview.get("cached_calls") or 0
+    if not calls:
+        return "-"
+    saved = overview.get("saved_usd")
+    return f"{calls}" + ("" if saved is None else f" ({_dollars(saved)})")
+
+
 def _runs_table(overviews: list[dict]) -> str:
     """One aligned line per run, under a header."""
     header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "failures by class",
-              "accuracy", "scored on", "cost", "last change"]
+              "accuracy", "scored on", "cost", "cached", "last change"]
     lines = [header]
     for o in overviews:
         total = "?" if o["attempts_total"] is None else str(o["attempts_total"])
@@ -43,7 +52,7 @@ def _runs_table(overviews: list[dict]) -> str:
                       " ".join(f"{display.visible(str(cls))}={n}" for cls, n in o["failures"].items()) or "-",
                       "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
                       _scored(o.get("scored_on")),
-                      _dollars(o["cost_usd"]), changed])
+                      _dollars(o["cost_usd"]), _cached(o), changed])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 

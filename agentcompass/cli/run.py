@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from agentcompass import layout, results, sdk
+from agentcompass import callcache, layout, results, sdk
 from agentcompass._util import display
 from agentcompass.pipeline import progress
 from agentcompass.pipeline import locks
@@ -60,6 +60,8 @@ def _build(orchestration, layer, args, extra: list[str], quiet: bool = False) ->
 
 def cmd_run(args) -> int:
     layer = _layer(args)
+    if args.cache is not None:  # process-wide: over every request's execution.cache
+        layer = {**(layer or {}), "runtime": {**(layer or {}).get("runtime", {}), "cache": args.cache}}
     orchestration = _resolve(args, layer)
     if args.dry_run:
         _print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))
@@ -77,4 +79,9 @@ def register(sub) -> None:
     _add_selection(p)
     p.add_argument("--cores", default="2", type=_cores, help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
     p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved requests; load no tasks")
+    p.add_argument("--cache", nargs="?", const="on", choices=callcache.MODES, metavar="MODE",
+                   help="the call cache for every request (execution.cache): on (the default of --cache), refresh, "
+                        "replay or off")
+    p.add_argument("--no-cache", dest="cache", action="store_const", const="off",
+                   help="no call cache for any request (--cache off)")
     p.set_defaults(func=cmd_run)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 import agentcompass
-from agentcompass import layout
+from agentcompass import callcache, layout
 from agentcompass._util import aio
 from agentcompass import report as report_pages
 from agentcompass import results as results_data
@@ -54,6 +54,7 @@ from agentcompass.runtime.models import (
     TaskStatus,
 )
 from agentcompass.runtime.models.codec import from_dict
+from agentcompass.runtime.models.orchestration import ResolvedRuntimeOptions
 from agentcompass.runtime.planner import Planner
 from agentcompass.runtime.recipes import build_run_recipe_registry
 from agentcompass.runtime.registry import ANALYZERS
@@ -100,7 +101,9 @@ def scrub_attempt_files(attempt_dir: Path, scrubber: Scrubber) -> None:
 
 
 def write_request(job: RequestJob) -> None:
-    job.write("request", job.request)
+    # the cache mode is what is paid, never what a file holds (a rerun with another mode rebuilds nothing)
+    job.write("request", dataclasses.replace(job.request, execution=dataclasses.replace(job.request.execution,
+                                                                                          cache=None)))
 
 
 def write_tasks(job: RequestJob) -> None:
@@ -390,10 +393,14 @@ def run(job: AttemptJob) -> None:
     # every call of every try (a runtime retry's too), counted as it is made: whatever ends the attempt
     # (an error, its time limit, a harness that raised) its result holds them
     spent = Usage()
+    calls = attempt_calls(job, "run")
 
     async def once() -> RunResult:
         ATTEMPT_TRAJECTORY.set(trajectory)  # a ModelClient of this attempt records its calls there
         ATTEMPT_USAGE.set(spent)  # ... and counts them there, as the model gateway does
+        callcache.ATTEMPT_CALLS.set(calls)  # ... and both read and keep their replies through it
+        if calls is not None:
+            calls.restart()  # each try of the attempt gets the replies of the first, in order
         return await run_in(req, plan, prepared, attempt_dir, call)
 
     started = time.monotonic()
@@ -432,6 +439,8 @@ def run(job: AttemptJob) -> None:
                 continue
             result = failures.failed(error_result(plan.task_id, plan.attempt, "run", exc), exc, "run")
             break
+    if calls is not None and calls.misses:  # a replay that met a call it holds no reply for
+        result = cache_missed(result, calls.misses[0], "run")
     result = dataclasses.replace(
         failures.classified(result, "run"),
         task_id=plan.task_id,
@@ -444,6 +453,27 @@ def run(job: AttemptJob) -> None:
     # before output.json appears: a finished attempt's files are all final
     scrub_attempt_files(attempt_dir, Scrubber(job.secrets))
     job.write("output", result, secrets=job.secrets)
+
+
+def attempt_calls(job: AttemptJob, stage_name: str) -> callcache.AttemptCalls | None:
+    """The call cache as the attempt's ``stage_name`` stage uses it, with the request's mode (None when
+    off); its folder is the invocation's (``runtime.cache_dir``, else in the results folder)."""
+    mode = callcache.cache_mode(job.request.execution.cache)
+    if mode == "off":
+        return None
+    runtime = job.pipeline.inv.runtime if job.pipeline is not None else ResolvedRuntimeOptions()
+    scrubber = Scrubber(job.secrets)
+    return callcache.AttemptCalls(callcache.CallStore(callcache.cache_root(runtime.results_dir, runtime.cache_dir)),
+                                  mode, job.plan.attempt, stage_name, scrub=scrubber.text if scrubber else None)
+
+
+def cache_missed(result: RunResult, miss: dict, stage_name: str) -> RunResult:
+    """``result`` as the error of a replay that met a call the cache holds no reply for: the miss is the
+    attempt's error (its endpoint, the cache, could not answer), named in ``metadata.cache_miss``."""
+    return dataclasses.replace(
+        result, status=TaskStatus.RUN_ERROR if stage_name == "run" else TaskStatus.EVAL_ERROR,
+        error=callcache.miss_message(miss), error_stage=stage_name, failure_class=FailureClass.ENDPOINT,
+        metadata={**result.metadata, "cache_miss": miss, "failure": {"class": FailureClass.ENDPOINT.value}})
 
 
 async def run_in(req: RunRequest, plan: ExecutionPlan, prepared: PreparedTask, folder: Path, call,
@@ -490,13 +520,17 @@ def evaluate(job: AttemptJob) -> RunResult:
 
     started = time.monotonic()
     judged = Usage()  # a judge's calls, counted as they are made: kept whatever ends the evaluation
+    calls = attempt_calls(job, "evaluate")
     try:
-        result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir, judged=judged))
+        result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir, judged=judged,
+                                           calls=calls))
     except Exception as exc:
         result = failures.failed(dataclasses.replace(
             output, status=TaskStatus.EVAL_ERROR, error=f"{type(exc).__name__}: {exc}", error_stage="evaluate",
             correct=None, score=None,
         ), exc, "evaluate")
+    if calls is not None and calls.misses:
+        result = cache_missed(dataclasses.replace(output, correct=None, score=None), calls.misses[0], "evaluate")
     result = dataclasses.replace(
         failures.classified(result, "evaluate"), usage=counted(result.usage, judged, "judge_"), timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
@@ -507,11 +541,14 @@ def evaluate(job: AttemptJob) -> RunResult:
 
 
 async def evaluate_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, prepared: PreparedTask,
-                      output: RunResult, folder: Path, who: str | None = None, judged: Usage | None = None) -> RunResult:
+                      output: RunResult, folder: Path, who: str | None = None, judged: Usage | None = None,
+                      calls: callcache.AttemptCalls | None = None) -> RunResult:
     """Score ``output`` in an evaluation session, with the files the run saved in ``folder``; the model
-    calls made meanwhile (a judge's) count in ``judged``, when given."""
+    calls made meanwhile (a judge's) count in ``judged``, when given, and go through the call cache's
+    ``calls``."""
     ATTEMPT_TRAJECTORY.set(folder / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
     ATTEMPT_USAGE.set(judged)
+    callcache.ATTEMPT_CALLS.set(calls)
     benchmark = benchmark_for(req)
     seconds = EVALUATE_GRACE + benchmark.evaluation_seconds(plan.benchmark_plan)
     async with _open(req, plan, "evaluation", evaluation=True, who=who) as session, \

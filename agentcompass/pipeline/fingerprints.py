@@ -96,6 +96,7 @@ def plans_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
     execution.pop("task_concurrency")  # how fast, not what: never a reason to rerun
     execution.pop("analyzers")
     execution.pop("preflight")  # the preflight stage's, not the plans'
+    execution.pop("cache", None)  # what is paid, never what a file holds
     plans = {
         "stage": s.version,
         "benchmark": req.benchmark.to_dict(),

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentcompass.results import cached_note
+
 from . import engine
 from .events import EVENTS_FILE, Follower
 
@@ -192,4 +194,7 @@ def usage_summary(stats: Any) -> str:
         parts.append(f"{_count((prompt or 0) + (completion or 0))} tokens ({split})")
     if cost is not None:
         parts.append(f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}")
+    cached = cached_note(stats)
+    if cached:
+        parts.append(cached)
     return ", ".join(parts)

@@ -59,6 +59,7 @@ def request_record(req: RunRequest) -> dict[str, Any]:
     """The request as recorded in request.json's params: how fast is never a reason to rerun."""
     data = req.to_dict()
     data["execution"].pop("task_concurrency", None)
+    data["execution"].pop("cache", None)  # what is paid, never what a file holds
     if data["execution"].get("preflight", 1) is None:
         del data["execution"]["preflight"]  # a request without preflight keeps the identity it had before it existed
     return data

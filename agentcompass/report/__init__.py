@@ -345,7 +345,7 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
         _card("tokens", _count((overall.get("prompt_tokens") or 0) + (overall.get("completion_tokens") or 0)),
               f"{_count(overall.get('prompt_tokens'))} prompt, {_count(overall.get('completion_tokens'))} completion"),
         _card("cost", "\u2013" if cost is None else f"${cost:.4f}",
-              "" if cost is not None else "the Model declares no prices (model.pricing)"),
+              results.cached_note(overall) if cost is not None else "the Model declares no prices (model.pricing)"),
         _card("model latency per attempt (p50)", latency, latency_detail),
         _card("wall time per attempt (p50)", wall, wall_detail),
         "</div>",
@@ -393,6 +393,7 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
                    ("prompt tokens", _count(overall.get("prompt_tokens"))),
                    ("completion tokens", _count(overall.get("completion_tokens"))),
                    ("cost", "no prices declared (model.pricing)" if cost is None else f"${cost:.4f}"),
+                   ("answered from the call cache", results.cached_note(overall) or "none"),
                    ("model latency per attempt", latency_detail or "\u2013"),
                    ("wall time per attempt", wall_detail or "\u2013")]),
               "</section>", "</div>"]

@@ -13,6 +13,15 @@ of the attempt's trajectory, and counts what the attempt cost in ``usage``:
     total_tokens       prompt_tokens + completion_tokens
     latency_seconds    time spent waiting on the endpoint (backoff sleeps excluded)
 
+and, when calls were answered from the call cache (``agentcompass.callcache``):
+
+    cached_calls              calls answered from the cache: not sent, not counted in ``calls``
+    cached_prompt_tokens      the prompt tokens of those replies (counted in prompt_tokens too)
+    cached_completion_tokens  their completion tokens (counted in completion_tokens too)
+
+Token counts keep each reply's own count, cached or not, so runs compare like
+for like; what was paid is the tokens less the cached ones (``results.cost_usd``).
+
 Each call also counts in the attempt's own ``Usage`` (``ATTEMPT_USAGE``), which
 the stage that runs the attempt holds and reads whatever ended it: the calls
 an attempt made count in its result even when an error, its time limit or a
@@ -49,6 +58,7 @@ from typing import Any
 
 import httpx
 
+from agentcompass import callcache
 from agentcompass._util.display import visible
 from agentcompass.errors import ModelCallError
 from agentcompass._util.jsonio import not_unicode, without_surrogates
@@ -211,6 +221,10 @@ class ChatReply:
 _COUNTING = threading.Lock()  # a gateway counts from its own threads
 
 
+# the counts of calls answered from the call cache: in a usage only when there were any
+CACHED_USAGE = ("cached_calls", "cached_prompt_tokens", "cached_completion_tokens")
+
+
 @dataclass
 class Usage:
     calls: int = 0
@@ -218,22 +232,34 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_seconds: float = 0.0
+    cached_calls: int = 0
+    cached_prompt_tokens: int = 0
+    cached_completion_tokens: int = 0
 
     def add(self, calls: int = 0, retries: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0,
-            latency_seconds: float = 0.0) -> None:
+            latency_seconds: float = 0.0, cached_calls: int = 0, cached_prompt_tokens: int = 0,
+            cached_completion_tokens: int = 0) -> None:
         with _COUNTING:
             self.calls += calls
             self.retries += retries
             self.prompt_tokens += prompt_tokens
             self.completion_tokens += completion_tokens
             self.latency_seconds += latency_seconds
+            self.cached_calls += cached_calls
+            self.cached_prompt_tokens += cached_prompt_tokens
+            self.cached_completion_tokens += cached_completion_tokens
+
+    def add_cached(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """A call answered from the call cache: its reply's tokens count, as cached ones too; no call was sent."""
+        self.add(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_calls=1,
+                 cached_prompt_tokens=prompt_tokens, cached_completion_tokens=completion_tokens)
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def as_dict(self) -> dict[str, int | float]:
-        return {
+        counts: dict[str, int | float] = {
             "calls": self.calls,
             "retries": self.retries,
             "prompt_tokens": self.prompt_tokens,
@@ -241,13 +267,16 @@ class Usage:
             "total_tokens": self.total_tokens,
             "latency_seconds": round(self.latency_seconds, 6),
         }
+        if self.cached_calls:
+            counts.update({name: getattr(self, name) for name in CACHED_USAGE})
+        return counts
 
 
 def counted(reported: dict[str, Any], spent: Usage, prefix: str = "") -> dict[str, Any]:
     """The usage a result records: what its code reported, with the calls its stage counted (``spent``, under
     ``prefix``) in place of that code's own count when it counted any. The stage's count holds every call,
     those of a try that raised included; the code's own keys beyond it stay."""
-    if not spent.calls:
+    if not (spent.calls or spent.cached_calls):
         return dict(reported)
     return {**reported, **{f"{prefix}{key}": value for key, value in spent.as_dict().items()}}
 
@@ -386,6 +415,7 @@ class ModelClient:
         self.config = config or ModelCallConfig()
         self.usage = Usage()
         self._attempt_usage = ATTEMPT_USAGE.get()  # the attempt's, counted with this client's own
+        self._calls = callcache.ATTEMPT_CALLS.get()  # the attempt's view of the call cache, when it uses one
         # the URL as configured (a ${VAR} stays one): what errors and records name
         self.url = model.base_url.rstrip("/") + "/chat/completions"
         attempt_trajectory = ATTEMPT_TRAJECTORY.get()
@@ -393,6 +423,7 @@ class ModelClient:
         self._rng = rng or random.Random()
         self._http: httpx.AsyncClient | None = None
         self._wire_url = self.url
+        self._endpoint = ""
 
     async def __aenter__(self) -> "ModelClient":
         headers = {"Content-Type": "application/json"}
@@ -414,6 +445,7 @@ class ModelClient:
             raise ModelCallError(f"model.base_url {self.model.base_url!r}, as resolved in this job: {problem}; "
                                  f"{BASE_URL_FIX}")
         self._wire_url = base_url.rstrip("/") + "/chat/completions"
+        self._endpoint = callcache.endpoint_of(base_url)
         if key:
             headers["Authorization"] = f"Bearer {key}"
         headers.update(extra_headers)
@@ -454,6 +486,19 @@ class ModelClient:
             wire = {**body, **{k: resolve_secret(body[k]) for k in self.model.params if k in body}}
         except MissingSecretError as exc:
             raise ModelCallError(f"model.params: {exc}") from None
+        cache = self._calls
+        key = None
+        if cache is not None:  # the body as configured: a reference of the params stays one in the key
+            key = cache.key(endpoint=self._endpoint, model=self.model.id, protocol="openai_chat",
+                            path="/chat/completions", body=body)
+            entry = cache.lookup(key)
+            if entry is not None:
+                return self._cached(record, where, body, entry, cache.record(key, "hit"))
+            if cache.replaying:
+                miss = callcache.miss_message(cache.missed(key))
+                self._record(record, where, body, 1, error=miss, retried=False, cache=cache.record(key, "miss"))
+                raise ModelCallError(miss)
+            where = {**where, "cache": cache.record(key, "sent")}
         tries = self.config.max_model_retries + 1
         for number in range(1, tries + 1):
             try:
@@ -476,8 +521,26 @@ class ModelClient:
                 extra = {"usage_unreadable": tokens_unread} if tokens_unread else {}
                 self._record(record, where, body, number, status=status, reply=data,
                              malformed=parse_reply(data).malformed, **extra)
+                if cache is not None and key is not None and isinstance(data, dict):
+                    prompt, completion, _ = reply_tokens(data.get("usage"))
+                    cache.keep(key, callcache.Entry(status, "application/json", json.dumps(data).encode(),
+                                                    prompt, completion))
                 return data
         raise AssertionError("unreachable")
+
+    def _cached(self, record: Trajectory | None, where: dict, body: dict, entry: callcache.Entry,
+                cache: dict[str, Any]) -> Any:
+        """A call answered from the call cache: recorded and counted as the reply it keeps, no call sent."""
+        try:
+            data = json.loads(entry.body)
+        except ValueError:
+            data = entry.body.decode(errors="replace")
+        self.usage.add_cached(entry.prompt_tokens, entry.completion_tokens)
+        if self._attempt_usage is not None and self._attempt_usage is not self.usage:
+            self._attempt_usage.add_cached(entry.prompt_tokens, entry.completion_tokens)
+        self._record(record, where, body, 1, status=entry.status, reply=data, malformed=parse_reply(data).malformed,
+                     cache=cache)
+        return data
 
     def _count(self, **amounts: Any) -> None:
         self.usage.add(**amounts)

@@ -103,7 +103,7 @@ def resolve_orchestration(
         for name, body in requests.items()
     ]
     runtime_data = {k: v for k, v in (data.get("runtime") or {}).items() if k != "reuse"}
-    runtime_data = deep_merge(runtime_data, runtime_overrides or {})
+    runtime_data = _preflight_shorthand(deep_merge(runtime_data, runtime_overrides or {}))  # its cache: on|off
     try:
         runtime = from_dict(ResolvedRuntimeOptions, runtime_data, "runtime")
     except ContractError as exc:
@@ -118,6 +118,9 @@ def resolve_orchestration(
     )
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
         raise ConfigError(f"task_concurrency must be a positive integer, got {concurrency!r}. Fix: pass a number of at least 1")
+    if runtime.cache is not None:  # the command line's --cache, over every request's own
+        for req in built:
+            req.execution.cache = runtime.cache
     try:
         return Orchestration.from_requests(built, runtime, concurrency)
     except ContractError as exc:
@@ -206,9 +209,12 @@ def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> 
 
 
 def _preflight_shorthand(execution: dict) -> dict:
-    """``preflight: oracle`` is ``preflight: {mode: oracle}``."""
+    """``preflight: oracle`` is ``preflight: {mode: oracle}``; ``cache: on`` and ``cache: off``, which YAML
+    reads as true and false, are the modes they name."""
     if isinstance(execution.get("preflight"), str):
-        return {**execution, "preflight": {"mode": execution["preflight"]}}
+        execution = {**execution, "preflight": {"mode": execution["preflight"]}}
+    if isinstance(execution.get("cache"), bool):
+        execution = {**execution, "cache": "on" if execution["cache"] else "off"}
     return execution
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .codec import Contract, ContractError
-from .request import RunRequest
+from .request import CacheMode, RunRequest
 
 
 @dataclass
@@ -23,6 +23,13 @@ class ResolvedRuntimeOptions(Contract):
     # A request of more attempts than this runs as shards of this many attempts,
     # each one job that builds its slice with an inner Snakemake (0: never).
     shard_size: int = 500
+    # the call cache (agentcompass.callcache): its folder (None: .call-cache in results_dir), and the bounds
+    # an invocation prunes it to when it ends (None: no bound)
+    cache_dir: str | None = None
+    # every request's execution.cache, when set (the command line's --cache and --no-cache)
+    cache: CacheMode | None = None
+    cache_max_bytes: int | None = 10 << 30
+    cache_max_age_days: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -30,6 +37,12 @@ class ResolvedRuntimeOptions(Contract):
             raise ContractError("runtime.results_dir must not be empty")
         if self.shard_size < 0:
             raise ContractError("runtime.shard_size must be 0 (never shard) or more")
+        if self.cache_dir == "":
+            raise ContractError("runtime.cache_dir must not be empty (leave it out: .call-cache in results_dir)")
+        if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
+            raise ContractError("runtime.cache_max_bytes must be 0 or more (or null: no bound)")
+        if self.cache_max_age_days is not None and not 0 <= self.cache_max_age_days < float("inf"):
+            raise ContractError("runtime.cache_max_age_days must be 0 or more (or null: no bound)")
 
 
 @dataclass

@@ -197,6 +197,9 @@ class EnvironmentSpec(Contract):
         return copy.deepcopy(self)
 
 
+CacheMode = Literal["off", "on", "refresh", "replay"]
+
+
 @dataclass
 class PreflightSpec(Contract):
     """The preflight stage: each task's reference solution run ``runs`` times before any attempt of it.
@@ -228,6 +231,10 @@ class ExecutionSpec(Contract):
     retain_environments: Retention = "never"
     # None: no preflight stage (the default: the request's jobs and files are as they were without it)
     preflight: PreflightSpec | None = None
+    # the call cache's mode (agentcompass.callcache): what is paid, never what a file holds, so it is no param
+    # of any file, and plans and request.json leave it out; None is off
+    cache: CacheMode | None = field(default=None, metadata={OMIT_EMPTY: True, "description": (
+        "The call cache: off, on (read and write), refresh (write only) or replay (read only).")})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -116,15 +116,18 @@ class MetricStats(Contract):
         "pass@k by k (unbiased estimator, averaged over tasks; an error is a failed sample) for k in "
         "1, 2, 5, 10, 20, 50, 100 and the attempts per task, up to the fewest attempts any task has; over the "
         "attempts counted."))
-    calls: int = field(metadata=_describe("Model calls (HTTP requests, failed ones included)."))
-    prompt_tokens: int = field(metadata=_describe("Prompt tokens, as the model's replies reported them."))
-    completion_tokens: int = field(metadata=_describe("Completion tokens, as the model's replies reported them."))
+    calls: int = field(metadata=_describe("Model calls sent (HTTP requests, failed ones included)."))
+    prompt_tokens: int = field(metadata=_describe(
+        "Prompt tokens, as the model's replies reported them (those answered from the call cache included)."))
+    completion_tokens: int = field(metadata=_describe(
+        "Completion tokens, as the model's replies reported them (those answered from the call cache included)."))
     latency_seconds: Spread | None = field(metadata=_describe(
         "Per attempt that called the model: seconds waiting on it (usage.latency_seconds). Null when none did."))
     wall_seconds: Spread | None = field(metadata=_describe(
         "Per attempt: seconds of its run and evaluate stages (timings.run_seconds + evaluate_seconds)."))
     cost_usd: float | None = field(metadata=_describe(
-        "Token cost in US dollars at the Model's declared prices (model.pricing); null when it declares none."))
+        "What was paid, in US dollars at the Model's declared prices (model.pricing): the tokens of the calls "
+        "sent, never those answered from the call cache; null when it declares none."))
     failures: dict[str, int] = field(default_factory=dict, metadata=_describe(
         "Attempts that did not complete, by failure class (infrastructure, endpoint, harness, limit, verifier, "
         "task; docs/benchmarks.md, 'Why attempts fail'); a class no attempt has is left out. Empty in metrics.json "
@@ -132,6 +135,14 @@ class MetricStats(Contract):
     counted: int | None = field(default=None, metadata=_describe(
         "Attempts accuracy, accuracy_ci95 and pass_at_k are over: attempts less the infrastructure failures "
         "and the quarantined ones (docs/reports.md). Null in metrics.json of older versions."))
+    cached_calls: int = field(default=0, metadata=_describe(
+        "Model calls answered from the call cache (docs/reuse.md, The call cache): not sent, not paid."))
+    cached_prompt_tokens: int = field(default=0, metadata=_describe(
+        "The prompt tokens of the calls answered from the call cache (counted in prompt_tokens too)."))
+    cached_completion_tokens: int = field(default=0, metadata=_describe(
+        "The completion tokens of the calls answered from the call cache (counted in completion_tokens too)."))
+    saved_usd: float | None = field(default=None, metadata=_describe(
+        "What the calls answered from the call cache would have cost at model.pricing; null without prices."))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -38,6 +38,7 @@ from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.failures import endpoint_failed
+from agentcompass.runtime.model_client import model_key
 from agentcompass.secrets import resolve_secret
 
 from .common import GatewaySeen
@@ -294,7 +295,7 @@ class InstalledAgentHarness(BaseHarness):
         if why is not None:
             return failed(f"{self.id} cannot run in this environment: {why}")
         command = resolve(key).command(env.tools[key])
-        with ModelGateway(resolve_secret(model.base_url), resolve_secret(model.api_key), context.trajectory_path,
+        with ModelGateway(resolve_secret(model.base_url), model_key(model), context.trajectory_path,
                           timeout=params["model_call_timeout"], headers=resolve_secret(model.headers),
                           protocol=model.protocol) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)

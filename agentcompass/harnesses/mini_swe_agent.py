@@ -36,6 +36,7 @@ from agentcompass.runtime.config import ComponentConfig, ConfigError, config_fie
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
 from agentcompass.runtime.failures import endpoint_failed
+from agentcompass.runtime.model_client import model_key
 from agentcompass.harnesses.common import GatewaySeen
 from agentcompass.secrets import resolve_secret
 
@@ -133,7 +134,7 @@ class MiniSweAgentHarness(BaseHarness):
                 f"mini-swe-agent's program is not at {executable} in the environment: install it "
                 "(pip install 'agentcompass[mini-swe-agent]') or set the harness parameter `executable`"
             )
-        with ModelGateway(resolve_secret(model.base_url), resolve_secret(model.api_key), context.trajectory_path,
+        with ModelGateway(resolve_secret(model.base_url), model_key(model), context.trajectory_path,
                           timeout=params["model_call_timeout"], headers=resolve_secret(model.headers),
                           protocol=model.protocol) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)

@@ -399,6 +399,18 @@ def _json_object(text: str) -> dict | str:
     return parsed if isinstance(parsed, dict) else text
 
 
+def model_key(model: ModelSpec) -> str | None:
+    """The Model's api_key, resolved in this job. An attempt that replays from the call cache sends no call:
+    there, an unset variable is no key, not an error."""
+    try:
+        return resolve_secret(model.api_key)
+    except MissingSecretError:
+        calls = callcache.ATTEMPT_CALLS.get()
+        if calls is not None and calls.replaying:
+            return None
+        raise
+
+
 class ModelClient:
     """Chat completions against one Model, for one attempt. Use as ``async with ModelClient(...) as client``."""
 
@@ -429,7 +441,7 @@ class ModelClient:
         headers = {"Content-Type": "application/json"}
         # resolved in this job, at call time: never a param, a record or a file
         try:
-            key = resolve_secret(self.model.api_key)
+            key = model_key(self.model)
             base_url = resolve_secret(self.model.base_url) or ""
             extra_headers = resolve_secret(self.model.headers)
             if key:

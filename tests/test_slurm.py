@@ -306,6 +306,49 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
         assert r["provenance"]["slurm_job_id"] in (set(jobs) if key in done_before else set(jobs) | rerun_jobs)
 
 
+def test_two_slurm_jobs_share_one_call_cache_and_a_third_run_pays_nothing(cluster, tmp_path: Path):
+    """Two requests of the same calls, each one shard job on the cluster at the same time, write the same
+    entries of the call cache in the results folder: every entry is whole, and a third request of the same
+    calls is answered from it without one call to the endpoint."""
+    from agentcompass import callcache
+
+    work = tmp_path / "slurm"
+    work.mkdir()
+    request = {"benchmark": {"id": "example_exact_match", "params": {"limit": 2}},
+               "harness": {"id": "chat", "params": {"retry_backoff": 0}},
+               "execution": {"cache": "on"}}
+    config = work / "eval.yaml"
+    with ScriptedEndpoint(lambda body: answer(body, 0.5)) as endpoint:
+        model = {"id": "scripted", "base_url": endpoint.base_url}
+        config.write_text(yaml.safe_dump({"requests": {name: {**request, "model": model} for name in ("a", "b")},
+                                          "runtime": {"shard_size": 1}}))
+        done = run_driver(slurm_argv(work, config), work, "run.log")
+        assert done.returncode == 0, done.output[-4000:]
+        paid = len(endpoint.requests)
+        config.write_text(yaml.safe_dump({"requests": {"c": {**request, "model": model}},
+                                          "runtime": {"shard_size": 1}}))
+        again = run_driver(slurm_argv(work, config), work, "again.log")
+        assert again.returncode == 0, again.output[-4000:]
+        third = len(endpoint.requests) - paid
+
+    jobs = {json.loads(p.read_text())["slurm_job_id"] for p in work.glob("results/default/[ab]/shards/*/shard.json")}
+    assert len(jobs) == 4  # one shard job per attempt of each request
+    # both requests made the same two calls: each was paid once or twice (two jobs at once may both miss)
+    assert 2 <= paid <= 4
+    store = callcache.CallStore(work / "results" / callcache.CACHE_FOLDER)
+    entries = list(store.entries())
+    assert len(entries) == 2 and not list(store.root.glob("*/.*.tmp"))
+    for path, _, _ in entries:
+        assert json.loads(path.read_text())["key"] == path.stem
+    # the third request: its calls answered from the cache, its scores the first two's
+    assert third == 0
+    for task in ("capital-france", "capital-japan"):
+        results_of = [json.loads((work / f"results/default/{r}/attempts/{task}/1/result.json").read_text())
+                      for r in "abc"]
+        assert len({(r["answer"], r["score"]) for r in results_of}) == 1
+        assert results_of[2]["usage"]["cached_calls"] == 1 and results_of[2]["usage"]["calls"] == 0
+
+
 def preflight_config(workdir: Path, tasks: Path, base_url: str) -> Path:
     """Three task folders, two of them broken, behind an oracle preflight, two attempts each."""
     path = workdir / "eval.yaml"

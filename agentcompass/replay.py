@@ -25,6 +25,7 @@ from typing import Any
 
 from agentcompass import layout, results
 from agentcompass._util.jsonio import write_json
+from agentcompass.errors import AgentCompassError
 from agentcompass.runtime.models import RunRequest
 from agentcompass.runtime.models.codec import ContractError, from_dict
 
@@ -36,7 +37,7 @@ QUOTE = 80
 MOST_LINES = 100_000
 
 
-class ReplayError(ValueError):
+class ReplayError(AgentCompassError, ValueError):
     """A run that cannot be replayed (no request.json, a folder that is no run): what and how to fix."""
 
 

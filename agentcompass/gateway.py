@@ -104,6 +104,8 @@ TRANSLATE_REPLY_LIMIT = 2 << 20
 USAGE_WINDOW = 64 << 10
 # What stands in a reply for the key.
 KEY_PLACEHOLDER = "[model api_key]"
+# What stands for the agent's per-attempt token in what outlives the attempt (its trajectory, the call cache).
+TOKEN_PLACEHOLDER = "<gateway-token>"
 # A ${VAR} value in the Model's headers shorter than this is no secret kept out of replies (it would rewrite
 # ordinary text of the model's: a flag, a version); the key is kept out whatever its length.
 SECRET_MIN = 8
@@ -582,7 +584,7 @@ class ModelGateway:
         cache, key = self._calls, None
         if cache is not None and method == "POST":
             key = cache.key(endpoint=self._endpoint, model=_model_of(body), protocol=self.protocol, path=path,
-                            body=body.replace(self.token.encode(), b"[gateway token]"))
+                            body=body.replace(self.token.encode(), TOKEN_PLACEHOLDER.encode()))
             answered = self._from_cache(cache, key, path, headers, body, translated_from)
             if answered is not None:
                 return answered
@@ -633,7 +635,9 @@ class ModelGateway:
         bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
         tokens = self._record(record, latency if method == "POST" else None, bodies)
         if cache is not None and key is not None and error is None and status == 200:
-            cache.keep(key, callcache.Entry(status, content_type, data, *tokens, latency_seconds=latency))
+            # the agent's token, should the model repeat it, is no part of what outlives the attempt
+            kept = data.replace(self.token.encode(), TOKEN_PLACEHOLDER.encode())
+            cache.keep(key, callcache.Entry(status, content_type, kept, *tokens, latency_seconds=latency))
         return status, returned, data
 
     def _from_cache(self, cache: callcache.AttemptCalls, key: callcache.CallKey, path: str,

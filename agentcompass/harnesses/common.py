@@ -7,16 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentcompass.gateway import MAX_CONNECTIONS
+from agentcompass.gateway import MAX_CONNECTIONS, TOKEN_PLACEHOLDER
 from agentcompass.runtime import PreparedTask, RunResult, TaskStatus
 from agentcompass.runtime.failures import endpoint_failure
 from agentcompass.runtime.model_client import ChatReply, ModelCallError, ModelClient, Trajectory, parse_reply
 from agentcompass.secrets import Scrubber
 
 __all__ = ["GatewaySeen", "Trajectory", "call_model", "opening_messages", "run_error"]
-
-# what stands for the gateway's token in what an agent's run leaves (its log, its trajectory's records)
-TOKEN_PLACEHOLDER = "<gateway-token>"
 
 
 def opening_messages(prepared: PreparedTask, system_prompt: str | None = None) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ first (a hit renews an entry's time), to ``runtime.cache_max_bytes`` or
 
 from __future__ import annotations
 
+import base64
 import contextvars
 import hashlib
 import json
@@ -55,7 +56,8 @@ MODES = ("off", "on", "refresh", "replay")
 CACHE_FOLDER = ".call-cache"
 HITS_LOG = "hits.log"
 ENTRY_FORMAT = 1
-# The largest entry read: a reply is at most the client's and gateway's REPLY_LIMIT (8 MiB), escaped.
+# The largest entry read: a reply is at most the client's and gateway's REPLY_LIMIT (8 MiB), kept as JSON text
+# (escaped) or base64; an entry larger than this is a miss.
 ENTRY_LIMIT = 24 << 20
 # Fields of a request that name a session or a user, not what is asked: left out of the key, so an agent that
 # sends a new session id with each run still finds its calls. Anthropic's ``metadata`` (Claude Code's user and
@@ -165,7 +167,8 @@ class CallStore:
             if len(data) > ENTRY_LIMIT:
                 return None
             raw = json.loads(data)
-            body = raw["body"].encode("utf-8", "surrogateescape")
+            body = base64.b64decode(raw["body_base64"], validate=True) if "body_base64" in raw \
+                else raw["body"].encode("utf-8")
             if (raw.get("format") != ENTRY_FORMAT or raw.get("key") != digest
                     or raw.get("body_sha256") != hashlib.sha256(body).hexdigest()):
                 return None
@@ -180,18 +183,22 @@ class CallStore:
         """Keep ``entry`` as ``key``'s, whole or not at all (a temporary file renamed into place). ``scrub``
         rewrites the body's text (the secrets it must not hold)."""
         digest = key.digest
-        text = entry.body.decode("utf-8", "surrogateescape")
-        if scrub is not None:
+        try:  # a body of text is kept as text (scrubbed); one that is no UTF-8, as base64
+            text: str | None = entry.body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and scrub is not None:
             text = scrub(text)
-        body = text.encode("utf-8", "surrogateescape")
+        body = entry.body if text is None else text.encode("utf-8")
+        kept = {"body": text} if text is not None else {"body_base64": base64.b64encode(body).decode()}
         record = {
             "format": ENTRY_FORMAT, "key": digest, **{f"key_{k}": v for k, v in key.describe().items()},
-            "status": entry.status, "content_type": entry.content_type, "body": text,
+            "status": entry.status, "content_type": entry.content_type, **kept,
             "body_sha256": hashlib.sha256(body).hexdigest(),
             "prompt_tokens": entry.prompt_tokens, "completion_tokens": entry.completion_tokens,
             "latency_seconds": round(entry.latency_seconds, 6), "created": time.time(),
         }
-        data = json.dumps(record, sort_keys=True, ensure_ascii=True).encode()
+        data = json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8")
         path = self.path(digest)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".{digest}.{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}.tmp"

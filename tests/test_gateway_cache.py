@@ -215,3 +215,48 @@ def test_refresh_always_calls_and_keeps_the_newest_reply(store):
     assert answers == ["Paris", "Paris!"] and hit.text == "Paris!" and cached["cached_calls"] == 1
     assert off.text == "Paris!!" and len(endpoint.requests) == 3
     assert len(list(store.entries())) == 1
+
+
+# --- a translated agent's next call, when the Model names no tool call id ---------------------------
+
+NO_ID_CALL = {"type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "ls"})}}
+TOOLS = [{"name": "bash", "description": "run a command",
+          "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
+
+
+def no_id_reply() -> dict:
+    reply = completion("")
+    reply["choices"][0].update(finish_reason="tool_calls", message={"role": "assistant", "content": None,
+                                                                     "tool_calls": [NO_ID_CALL]})
+    return reply
+
+
+def two_turns(gateway: ModelGateway, path: str) -> list[int]:
+    """An agent's two calls: the first's tool call answered in the second (by the id the gateway gave it)."""
+    if path == "/v1/messages":
+        first = {"model": MODEL, "max_tokens": 64, "tools": TOOLS, "messages": USER}
+        status, _, data = post(gateway, path, first)
+        [use] = [block for block in json.loads(data)["content"] if block["type"] == "tool_use"]
+        follow = {**first, "messages": [*USER, {"role": "assistant", "content": [use]}, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": use["id"], "content": "a b"}]}]}
+    else:
+        first = {"model": MODEL, "input": USER, "tools": [{"type": "function", "name": "bash", "parameters": {
+            "type": "object", "properties": {"command": {"type": "string"}}}}]}
+        status, _, data = post(gateway, path, first)
+        [call] = [item for item in json.loads(data)["output"] if item["type"] == "function_call"]
+        follow = {**first, "input": [*USER, call, {"type": "function_call_output", "call_id": call["call_id"],
+                                                    "output": "a b"}]}
+    return [status, post(gateway, path, follow)[0]]
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/responses"])
+def test_a_replayed_tool_call_the_model_gave_no_id_is_answered_by_the_same_next_call(store, tmp_path: Path,
+                                                                                      path: str):
+    with ScriptedEndpoint(script=[no_id_reply(), completion("Two files.")]) as endpoint:
+        with attempt(store, "on", endpoint, tmp_path / "first.jsonl") as (gateway, _):
+            assert two_turns(gateway, path) == [200, 200]
+        with attempt(store, "replay", endpoint, tmp_path / "again.jsonl") as (gateway, _):
+            replayed = two_turns(gateway, path)
+    assert len(endpoint.requests) == 2
+    assert replayed == [200, 200], "the id the gateway made for the call is made again: the next call is the same"
+    assert [line["cache"]["served"] for line in records(tmp_path / "again.jsonl")] == ["hit", "hit"]

@@ -150,29 +150,36 @@ def test_prune_with_no_bound_given_prunes_to_the_configs(capsys, tmp_path: Path)
 PAD = 8000  # the bytes of an entry written before the run: several times one of the run's
 
 
-def cached_run(workdir: Path, endpoint: ScriptedEndpoint, cache: str, max_bytes: int) -> None:
-    """A request of two tasks (one model call each) named after the mode, run with that cache mode."""
+def cached_run(workdir: Path, endpoint: ScriptedEndpoint, cache: str, max_bytes: int, shard_size: int) -> str:
+    """A request of two tasks (one model call each) named after the mode, run with that cache mode; its output."""
     config = workdir / "eval.yaml"
     config.write_text(yaml.safe_dump({
         "requests": {cache: {"benchmark": {"id": "example_exact_match", "params": {"limit": 2}}, "harness": "chat",
                              "model": {"id": "scripted", "base_url": endpoint.base_url}}},
-        "runtime": {"cache_max_bytes": max_bytes},
+        "runtime": {"cache_max_bytes": max_bytes, "shard_size": shard_size},
     }))
     done = agentcompass(workdir, "run", "--config", str(config), f"--cache={cache}")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done.stdout + done.stderr
 
 
-def test_a_run_that_used_the_cache_prunes_it_when_it_ends_the_entries_used_longest_ago_first(workdir: Path):
+@pytest.mark.parametrize("shard_size", [0, 1])
+def test_a_run_that_used_the_cache_prunes_it_when_it_ends_the_entries_used_longest_ago_first(workdir: Path,
+                                                                                              shard_size: int):
     store = callcache.CallStore(workdir / "results" / callcache.CACHE_FOLDER)
     old = fill(store, [3, 2, 1], size=PAD)
     size = store.path(old[0].digest).stat().st_size
     bound = size + 6000  # the newest entry from before and the run's two (each well under 3000 bytes)
     with ScriptedEndpoint(lambda body: completion("Paris")) as endpoint:
-        cached_run(workdir, endpoint, "off", bound)  # no cache used: nothing pruned
-        assert [store.read(k) is not None for k in old] == [True] * 3
-        cached_run(workdir, endpoint, "on", bound)
+        output = cached_run(workdir, endpoint, "off", bound, shard_size)  # no cache used: nothing pruned
+        assert [store.read(k) is not None for k in old] == [True] * 3 and "pruned" not in output
+        output = cached_run(workdir, endpoint, "on", bound, shard_size)
     assert [store.read(k) is not None for k in old] == [False, False, True]
     run_entries = [p for p, _, _ in store.entries() if p.stem != old[2].digest]
     assert len(run_entries) == 2 and all(p.stat().st_size < 3000 for p in run_entries)
     assert sum(s for _, s, _ in store.entries()) <= bound
     assert {json.loads(p.read_text())["key_stage"] for p in run_entries} == {"run"}
+    assert output.count("pruned 2 entries") == 1
+    shard_logs = list(workdir.glob("results/default/on/shards/*/shard.log"))
+    assert len(shard_logs) == 2 * shard_size, "each attempt a shard of its own"
+    assert not any("pruned" in log.read_text() for log in shard_logs), "only the outer run prunes"

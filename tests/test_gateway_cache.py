@@ -24,7 +24,7 @@ from agentcompass import callcache
 from agentcompass.gateway import ModelGateway
 from agentcompass.runtime.model_client import ATTEMPT_USAGE, ModelCallConfig, ModelCallError, ModelClient, Usage
 from agentcompass.runtime.models import ModelSpec
-from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+from agentcompass.testing.endpoint import Reply, ScriptedEndpoint, completion, malformed
 from conftest import GATEWAY_KEY
 
 MODEL = "qwen-test"
@@ -260,3 +260,15 @@ def test_a_replayed_tool_call_the_model_gave_no_id_is_answered_by_the_same_next_
     assert len(endpoint.requests) == 2
     assert replayed == [200, 200], "the id the gateway made for the call is made again: the next call is the same"
     assert [line["cache"]["served"] for line in records(tmp_path / "again.jsonl")] == ["hit", "hit"]
+
+
+def test_the_model_client_replays_an_answer_that_is_no_json_object_as_it_came(store):
+    with ScriptedEndpoint(script=[malformed(), Reply(200, [1, 2])]) as endpoint:
+        first, _ = complete(endpoint, store, "on")
+        listed, _ = complete(endpoint, store, "on", "another question?")
+        replayed, cached = complete(endpoint, store, "replay")
+        replayed_list, _ = complete(endpoint, store, "replay", "another question?")
+    assert len(endpoint.requests) == 2 and cached["cached_calls"] == 1
+    assert first.malformed is not None and first.text == ""
+    assert (replayed.malformed, replayed.text) == (first.malformed, first.text), "the same empty answer"
+    assert (replayed_list.malformed, replayed_list.text) == (listed.malformed, listed.text)

@@ -39,6 +39,7 @@ first (a hit renews an entry's time), to ``runtime.cache_max_bytes`` or
 from __future__ import annotations
 
 import base64
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -200,15 +201,16 @@ class CallStore:
         }
         data = json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8")
         path = self.path(digest)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".{digest}.{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}.tmp"
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a full disk, a folder not ours: the call stands, only uncached
+        except OSError:  # a full disk, a folder not ours: the call stands, only uncached
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def hit(self, key: CallKey) -> None:
         """Count a hit (one line of ``HITS_LOG``) and renew the entry's time, which pruning goes by."""

@@ -8,11 +8,11 @@ import sys
 from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
 
-from . import check, clean, compare, components, init, replay, report, results, run, status, tools
+from . import cache, check, clean, compare, components, init, replay, report, results, run, status, tools
 from .common import _print
 
 # each module adds its own commands, in the order the help lists them
-GROUPS = (init, components, run, replay, check, status, clean, tools, results, compare, report)
+GROUPS = (init, components, run, replay, check, status, clean, cache, tools, results, compare, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import yaml
 
-from agentcompass import layout
+from agentcompass import callcache, layout
 
 from agentcompass._util import aio, display, logs
 from agentcompass._util.importpath import PIP_DEPLOYMENTS, planted, safe_import_path
@@ -49,6 +49,10 @@ from .jobs import Jobs
 from .resources import CAPS_ENV, Resources
 from .shards import Shards
 from .targets import Targets
+
+
+# runtime.cache_max_age_days in seconds
+DAY_SECONDS = 86400
 
 
 def command_line_overrides(workflow) -> dict[str, Any]:
@@ -311,6 +315,7 @@ class EvaluationWorkflow:
         progress.stop()
         if self.lifecycle is not None:
             self.lifecycle.finish()
+            self.prune_call_cache()
         if self.inv.inner is None:
             os.environ.pop(lifecycle.DEADLINE_ENV, None)
             os.environ.pop(CAPS_ENV, None)
@@ -321,6 +326,25 @@ class EvaluationWorkflow:
         engine.cancel_scheduler_timers()
         forkserver.stop()
         self.freeze_heap()
+
+    def prune_call_cache(self) -> None:
+        """Prune the call cache to ``runtime.cache_max_bytes`` and ``runtime.cache_max_age_days`` once the run
+        that built files ends, when some request used it: the outer run alone (a shard's inner run and a
+        cluster job end inside it, and never prune what the others may still read)."""
+        runtime = self.inv.runtime
+        if self.inv.inner is not None or (runtime.cache_max_bytes is None and runtime.cache_max_age_days is None):
+            return
+        if all(callcache.cache_mode(req.execution.cache) == "off" for req in self.inv.requests):
+            return
+        store = callcache.CallStore(callcache.cache_root(runtime.results_dir, runtime.cache_dir))
+        max_age = None if runtime.cache_max_age_days is None else runtime.cache_max_age_days * DAY_SECONDS
+        try:
+            removed, freed = store.prune(max_bytes=runtime.cache_max_bytes, max_age_seconds=max_age)
+        except OSError as exc:  # the run's outcome stands: the next one prunes again
+            logs.LOG.warning(f"the call cache {store.root} was not pruned: {exc}")
+            return
+        if removed:
+            logs.LOG.info(f"the call cache {store.root}: pruned {removed} entries ({freed} bytes) used longest ago")
 
     def parsed(self) -> None:
         """The Snakefile is parsed: its rules exist. Their resource functions' signatures are read

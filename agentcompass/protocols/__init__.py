@@ -8,3 +8,23 @@ translation for an ``openai_chat`` Model, and passes them through to an
 with no I/O, that never trust the shapes they are given (a request is the
 agent's, a reply the model's).
 """
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from agentcompass.callcache import request_digest
+
+# the hex digits of an id the gateway makes for a tool call the Model named none for
+CALL_ID_DIGITS = 24
+
+
+def made_call_id(prefix: str, request: Any, reply: Any, index: int) -> str:
+    """The id of the ``index``-th tool call of the chat ``reply`` to the agent's ``request``, when the Model
+    named none: made from the request (less the fields that name a session, ``callcache.VOLATILE``) and the
+    reply, not drawn at random. The same reply to the same request gets the same id, so the agent's next call,
+    which names it, is the same call again (a replay from the call cache finds it); another turn's request
+    gets others."""
+    seed = f"{request_digest(request)}:{request_digest(reply)}:{index}"
+    return prefix + hashlib.sha256(seed.encode()).hexdigest()[:CALL_ID_DIGITS]

@@ -53,6 +53,8 @@ import json
 import uuid
 from typing import Any
 
+from . import made_call_id
+
 # The input of a tool_use whose arguments were no JSON object: {RAW_ARGUMENTS_KEY: the arguments as sent}.
 RAW_ARGUMENTS_KEY = "_raw_arguments"
 # What stands before the text of a tool_result marked is_error (chat completions has no such flag).
@@ -405,7 +407,7 @@ def from_chat(reply: Any, request: Any) -> dict:
         name = function.get("name")
         content.append({
             "type": "tool_use",
-            "id": call_id if isinstance(call_id, str) and call_id else f"toolu_{uuid.uuid4().hex[:24]}",
+            "id": call_id if isinstance(call_id, str) and call_id else made_call_id("toolu_", request, reply, index),
             "name": name if isinstance(name, str) else "",
             "input": _tool_input(function.get("arguments")),
         })

@@ -105,6 +105,8 @@ import secrets
 import time
 from typing import Any
 
+from . import made_call_id
+
 # Tools that OpenAI's servers run (not the model): no chat endpoint serves them, so they are left out.
 HOSTED_TOOLS = frozenset({
     "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
@@ -467,13 +469,14 @@ def _tool_names(request: dict) -> dict[str, tuple[str | None, str, str]]:
     return names
 
 
-def _call_item(raw: Any, where: str, tools: dict[str, tuple[str | None, str, str]]) -> dict:
+def _call_item(raw: Any, where: str, tools: dict[str, tuple[str | None, str, str]], made_id: str) -> dict:
+    """The output item of one tool call of the reply; ``made_id`` its call_id when the Model named none."""
     call = _dict(raw, where)
     function = _dict(call.get("function"), where + ".function")
     name = _name(function.get("name"), where + ".function.name")
     arguments = function.get("arguments")
     arguments = "" if arguments is None else _str(arguments, where + ".function.arguments")
-    call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else _new_id("call_")
+    call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else made_id
     # a name the request does not hold (the model made it up) is passed on as it is: the agent answers it
     namespace, name, kind = tools.get(name, (None, name, "function"))
     where_from = {} if namespace is None else {"namespace": namespace}
@@ -518,7 +521,7 @@ def from_chat(reply: Any, request: Any) -> dict:
     calls = message.get("tool_calls")
     if calls is not None:
         names = _tool_names(request)
-        output.extend(_call_item(call, f"the reply's tool_calls[{i}]", names)
+        output.extend(_call_item(call, f"the reply's tool_calls[{i}]", names, made_call_id("call_", request, reply, i))
                       for i, call in enumerate(_list(calls, "the reply's tool_calls")))
     created = reply.get("created")
     model = reply.get("model") if isinstance(reply.get("model"), str) else request.get("model")

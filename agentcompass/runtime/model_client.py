@@ -533,18 +533,24 @@ class ModelClient:
                 extra = {"usage_unreadable": tokens_unread} if tokens_unread else {}
                 self._record(record, where, body, number, status=status, reply=data,
                              malformed=parse_reply(data).malformed, **extra)
-                if cache is not None and key is not None and isinstance(data, dict):
-                    prompt, completion, _ = reply_tokens(data.get("usage"))
-                    cache.keep(key, callcache.Entry(status, "application/json", json.dumps(data).encode(),
-                                                    prompt, completion))
+                if cache is not None and key is not None:  # an answer that is no JSON object too (its text)
+                    cache.keep(key, self._entry(status, data))
                 return data
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _entry(status: int, data: Any) -> callcache.Entry:
+        """The entry of an answered call: its parsed JSON, or its text when it was none (read back as such)."""
+        if isinstance(data, str):
+            return callcache.Entry(status, "text/plain", data.encode("utf-8", "surrogateescape"))
+        prompt, completion, _ = reply_tokens(data.get("usage") if isinstance(data, dict) else None)
+        return callcache.Entry(status, "application/json", json.dumps(data).encode(), prompt, completion)
 
     def _cached(self, record: Trajectory | None, where: dict, body: dict, entry: callcache.Entry,
                 cache: dict[str, Any]) -> Any:
         """A call answered from the call cache: recorded and counted as the reply it keeps, no call sent."""
         try:
-            data = json.loads(entry.body)
+            data = entry.body.decode(errors="replace") if entry.content_type == "text/plain" else json.loads(entry.body)
         except ValueError:
             data = entry.body.decode(errors="replace")
         self.usage.add_cached(entry.prompt_tokens, entry.completion_tokens)

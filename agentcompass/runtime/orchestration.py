@@ -102,12 +102,7 @@ def resolve_orchestration(
         _build_request(config, name, body or {}, defaults)
         for name, body in requests.items()
     ]
-    runtime_data = {k: v for k, v in (data.get("runtime") or {}).items() if k != "reuse"}
-    runtime_data = _preflight_shorthand(deep_merge(runtime_data, runtime_overrides or {}))  # its cache: on|off
-    try:
-        runtime = from_dict(ResolvedRuntimeOptions, runtime_data, "runtime")
-    except ContractError as exc:
-        raise config_error(config.source_of(("runtime",)), ("runtime",), str(exc), "see schemas/config.schema.yaml") from None
+    runtime = resolve_runtime(config, runtime_overrides)
     concurrency = next(
         (
             value
@@ -128,6 +123,16 @@ def resolve_orchestration(
             config.source_of(("requests",)), ("requests",), str(exc),
             "give one of them its own output.run_id or output.namespace",
         ) from None
+
+
+def resolve_runtime(config: RunConfig, runtime_overrides: dict[str, Any] | None = None) -> ResolvedRuntimeOptions:
+    """The config's ``runtime`` settings, validated (what a command that runs no request reads: ``cache``)."""
+    runtime_data = {k: v for k, v in (config.data.get("runtime") or {}).items() if k != "reuse"}
+    runtime_data = _preflight_shorthand(deep_merge(runtime_data, runtime_overrides or {}))  # its cache: on|off
+    try:
+        return from_dict(ResolvedRuntimeOptions, runtime_data, "runtime")
+    except ContractError as exc:
+        raise config_error(config.source_of(("runtime",)), ("runtime",), str(exc), "see schemas/config.schema.yaml") from None
 
 
 def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> RunRequest:

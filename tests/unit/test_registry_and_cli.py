@@ -259,5 +259,6 @@ def test_each_command_is_registered_by_the_module_that_holds_its_handler():
             assert func.__module__ == f"agentcompass.cli.{name}", f"{command}: handler {func.__module__}"
     top = cli.build_parser()._subparsers._group_actions[0].choices
     assert set(top) == set(handlers)
-    assert list(top) == ["init", "list", "config", "run", "replay", "check", "status", "retry", "clean", "tools", "runs", "export", "diff",
+    assert list(top) == ["init", "list", "config", "run", "replay", "check", "status", "retry", "clean", "cache", "tools", "runs",
+                         "export", "diff",
                          "compare", "report"]

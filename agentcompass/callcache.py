@@ -242,13 +242,14 @@ class CallStore:
                 yield path, stat.st_size, stat.st_mtime
 
     def hits(self) -> dict[str, int]:
-        """Hits per entry digest, from ``HITS_LOG``."""
+        """Hits per entry digest, from ``HITS_LOG``: a line is a digest (one hit) or a digest and a count (the
+        hits a prune folded into one line)."""
         counts: dict[str, int] = {}
         try:
             with open(self.root / HITS_LOG, "rb") as handle:
                 for line in handle:
-                    digest = line.strip().decode(errors="replace")
-                    counts[digest] = counts.get(digest, 0) + 1
+                    digest, _, number = line.strip().decode(errors="replace").partition(" ")
+                    counts[digest] = counts.get(digest, 0) + (int(number) if number.isdigit() else 1)
         except OSError:
             pass
         return counts
@@ -266,7 +267,8 @@ class CallStore:
     def prune(self, max_bytes: int | None = None, max_age_seconds: float | None = None,
               now: float | None = None) -> tuple[int, int]:
         """Remove entries older than ``max_age_seconds`` (by their last write or hit), then the oldest until
-        the rest hold at most ``max_bytes``; the hits of removed entries go from ``HITS_LOG``. Returns the
+        the rest hold at most ``max_bytes``; the hits of removed entries go from ``HITS_LOG``, and the rest are
+        folded into one line per entry (a hit logged while the log is rewritten may be lost). Returns the
         entries removed and the bytes freed."""
         now = time.time() if now is None else now
         found = sorted(self.entries(), key=lambda item: item[2])
@@ -292,9 +294,9 @@ class CallStore:
                             tmp.unlink()
                     except OSError:
                         pass
-        if removed:
+        if removed or (self.root / HITS_LOG).exists():  # the log folded: one line per entry, whatever its hits
             kept = {d: n for d, n in self.hits().items() if d not in removed}
-            lines = "".join(f"{d}\n" * n for d, n in kept.items())
+            lines = "".join(f"{d} {n}\n" for d, n in kept.items())
             log = self.root / HITS_LOG
             tmp = log.with_name(f".{HITS_LOG}.{os.getpid()}.tmp")
             try:

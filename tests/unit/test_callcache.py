@@ -322,3 +322,18 @@ def test_prune_by_age_removes_what_was_not_used_for_that_long_and_old_temporary_
     stats = store.stats()
     assert stats["entries"] == 3 and stats["oldest"] == pytest.approx(time.time() - 10 * HOUR, abs=60)
     assert stats["newest"] == pytest.approx(time.time(), abs=60)
+
+
+def test_a_prune_folds_the_hits_log_into_one_line_per_entry_and_keeps_the_counts(tmp_path: Path):
+    store = CallStore(tmp_path / "cache")
+    first, second = base_key(occurrence=0), base_key(occurrence=1)
+    for key in (first, second):
+        store.write(key, entry())
+    for key in (first, first, first, second):
+        store.hit(key)
+    assert store.hits() == {first.digest: 3, second.digest: 1}
+    assert store.prune() == (0, 0)  # nothing removed: the log is folded all the same
+    log = (store.root / callcache.HITS_LOG).read_text().splitlines()
+    assert sorted(log) == sorted([f"{first.digest} 3", f"{second.digest} 1"])
+    store.hit(second)  # a hit after the fold is a line of its own, counted with the folded ones
+    assert store.hits() == {first.digest: 3, second.digest: 2}

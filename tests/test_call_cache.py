@@ -227,8 +227,12 @@ def test_no_secret_reaches_a_cache_entry_or_a_result(workdir: Path, tmp_path: Pa
         model_spec = {"api_key": "${CACHE_TEST_KEY}", "headers": {"X-Team-Token": "${CACHE_TEST_HEADER}"}}
         run(workdir, write_config(workdir, request(endpoint, **model_spec), runtime={"cache_dir": str(cache_dir)}),
             env=env)
+        paid = len(endpoint.requests)
+        # the rerun's second calls hold the first replies as the entries keep them (the secrets as references):
+        # they have the keys the first run's had, so the rerun is served from the cache alone
         run(workdir, write_config(workdir, request(endpoint, timeout=30, **model_spec),
                                   runtime={"cache_dir": str(cache_dir)}), env=env)
+        assert len(endpoint.requests) == paid == 2 * TASKS
     # the secrets travelled, and the replies said them
     assert {r.headers["Authorization"] for r in endpoint.requests} == {f"Bearer {key}"}
     assert {r.headers["X-Team-Token"] for r in endpoint.requests} == {header}

@@ -266,7 +266,8 @@ def test_shards_writing_the_same_entries_at_once_leave_whole_ones_and_a_torn_ent
     with ScriptedEndpoint(model) as endpoint:
         shards = {"runtime": {"shard_size": 1}}
         assert build(write_config(workdir, body(endpoint, 60), **shards))["run"] == TASKS
-        assert model.paired >= 2  # both steps' calls met their twin: two shards wrote each entry at once
+        # each call met its twin (two shards wrote each entry at once); the third task was served from the cache
+        assert model.paired == len(endpoint.requests) == 4
         store = callcache.CallStore(workdir / CACHE)
         entries = [path for path, _, _ in store.entries()]
         assert len(entries) == 2  # the two steps' replies, the same for every task
@@ -301,3 +302,6 @@ def test_shards_writing_the_same_entries_at_once_leave_whole_ones_and_a_torn_ent
         assert result["metadata"]["cache_miss"]["call"] == 2 and result["metadata"]["cache_miss"]["stage"] == "run"
         assert result["error"].startswith("replay: model call 2 of the run stage")
         assert result["usage"]["cached_calls"] == 1
+    # the summary names the misses as one kind, the request's digest as an id
+    assert overall(workdir)["errors"] == {"run_error: replay: model call N of the run stage (POST /chat/completions, "
+                                          "request H, occurrence N) has no entry": TASKS}

@@ -28,7 +28,9 @@ reply. Only answered calls are kept (HTTP 200); a stream is kept as its whole
 body and replayed as it came. Each entry is scrubbed of the secrets the job
 holds before it is written (the key never reaches it: requests are keyed as
 configured, their ``${VAR}`` references unresolved, and the gateway's replies
-are scrubbed before anything sees them).
+are scrubbed before anything sees them); a request is keyed scrubbed the same
+way, so the calls after a reply that said a secret keep their keys when that
+reply is served from its entry.
 
 Hits are counted in the store's ``hits.log`` (one short line each, appended);
 ``agentcompass cache`` shows entries, size and hits and prunes, oldest-used

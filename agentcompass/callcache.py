@@ -28,7 +28,9 @@ reply. Only answered calls are kept (HTTP 200); a stream is kept as its whole
 body and replayed as it came. Each entry is scrubbed of the secrets the job
 holds before it is written (the key never reaches it: requests are keyed as
 configured, their ``${VAR}`` references unresolved, and the gateway's replies
-are scrubbed before anything sees them).
+are scrubbed before anything sees them); a request is keyed scrubbed the same
+way, so the calls after a reply that said a secret keep their keys when that
+reply is served from its entry.
 
 Hits are counted in the store's ``hits.log`` (one short line each, appended);
 ``agentcompass cache`` shows entries, size and hits and prunes, oldest-used
@@ -92,20 +94,28 @@ def endpoint_of(url: str) -> str:
     return urlunsplit((parts.scheme.lower(), host.lower(), parts.path.rstrip("/"), "", ""))
 
 
-def request_digest(body: Any) -> str:
+def request_digest(body: Any, scrub: Callable[[str], str] | None = None) -> str:
     """The digest of a request body as keys hold it: canonical JSON of a JSON object less ``VOLATILE``;
-    of anything else (bytes that are no JSON object), the bytes themselves."""
+    of anything else (bytes that are no JSON object), the bytes themselves. ``scrub`` (the one entries are
+    written with) turns the secrets the body holds into their references first: a conversation that holds a
+    reply which said a secret has the same key whether that reply was received (the value) or served from an
+    entry (the reference, as the entry keeps it)."""
     if isinstance(body, (bytes, bytearray)):
         try:
             parsed = json.loads(body)
         except (ValueError, RecursionError):
-            return hashlib.sha256(bytes(body)).hexdigest()
+            parsed = None
         if not isinstance(parsed, dict):
-            return hashlib.sha256(bytes(body)).hexdigest()
+            raw = bytes(body)
+            if scrub is not None:
+                raw = scrub(raw.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            return hashlib.sha256(raw).hexdigest()
         body = parsed
     if isinstance(body, dict):
         body = {k: v for k, v in body.items() if k not in VOLATILE}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    if scrub is not None:
+        text = scrub(text)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -339,7 +349,7 @@ class AttemptCalls:
 
     def key(self, *, endpoint: str, model: str, protocol: str, path: str, body: Any) -> CallKey:
         """The key of the next call of this request, counted as its next occurrence."""
-        digest = request_digest(body)
+        digest = request_digest(body, self.scrub)
         what = (endpoint_of(endpoint), model, protocol, path, digest)
         with self._lock:
             occurrence = self._seen.get(what, 0)

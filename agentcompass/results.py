@@ -378,10 +378,15 @@ def shard_record(run_path: str | Path, index: int) -> dict[str, Any] | None:
 # --- the summary: what metrics.json's ``summary`` holds -----------------------------------
 
 
+# a hexadecimal id (a digest, a container's id: 8 digits or more, one a number), which differs between likes
+_HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b")
+
+
 def error_kind(status: Any, error: str | None) -> str:
-    """An attempt's error, grouped with its likes: the status and the error's first line, numbers as N."""
+    """An attempt's error, grouped with its likes: the status and the error's first line, hexadecimal ids
+    (``_HEX_ID``) as H and numbers as N."""
     lines = (error or "").strip().splitlines()
-    text = re.sub(r"\d+(?:\.\d+)?", "N", lines[0] if lines else "no message")
+    text = re.sub(r"\d+(?:\.\d+)?", "N", _HEX_ID.sub("H", lines[0] if lines else "no message"))
     return f"{getattr(status, 'value', status)}: {text[:100]}"
 
 

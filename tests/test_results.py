@@ -135,6 +135,10 @@ def test_summary_statistics_on_known_cases():
     assert results.spread([4.0, 1.0, 3.0, 2.0]) == {"mean": 2.5, "p50": 2.5, "p95": 3.85}
     assert results.error_kind("run_error", "HTTP 429 after 3.5 s\ntraceback...") == "run_error: HTTP N after N s"
     assert results.error_kind("eval_error", None) == "eval_error: no message"
+    # a digest is one id, not digits among letters: the replay misses of two calls are one kind
+    assert results.error_kind("run_error", "call 2 (request 3fa2b1c9d0e4, occurrence 0)") == \
+        results.error_kind("run_error", "call 3 (request 9e0d41c2ab07, occurrence 1)") == \
+        "run_error: call N (request H, occurrence N)"
 
 
 def test_no_prices_no_cost_and_a_run_without_a_model_has_no_latency(workdir: Path):

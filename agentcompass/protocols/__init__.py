@@ -12,7 +12,7 @@ agent's, a reply the model's).
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable
 
 from agentcompass.callcache import request_digest
 
@@ -20,11 +20,17 @@ from agentcompass.callcache import request_digest
 CALL_ID_DIGITS = 24
 
 
-def made_call_id(prefix: str, request: Any, reply: Any, index: int) -> str:
-    """The id of the ``index``-th tool call of the chat ``reply`` to the agent's ``request``, when the Model
-    named none: made from the request (less the fields that name a session, ``callcache.VOLATILE``) and the
-    reply, not drawn at random. The same reply to the same request gets the same id, so the agent's next call,
-    which names it, is the same call again (a replay from the call cache finds it); another turn's request
-    gets others."""
-    seed = f"{request_digest(request)}:{request_digest(reply)}:{index}"
-    return prefix + hashlib.sha256(seed.encode()).hexdigest()[:CALL_ID_DIGITS]
+def call_ids(prefix: str, request: Any, reply: Any) -> Callable[[int], str]:
+    """The ids of the tool calls of the chat ``reply`` to the agent's ``request`` that the Model named none
+    for, by index: made from the request (less the fields that name a session, ``callcache.VOLATILE``) and
+    the reply, not drawn at random. The same reply to the same request gets the same ids, so the agent's next
+    call, which names them, is the same call again (a replay from the call cache finds it); another turn's
+    request gets others. Both are digested once, at the first id asked for, however many calls there are."""
+    seed: list[str] = []
+
+    def made(index: int) -> str:
+        if not seed:
+            seed.append(f"{request_digest(request)}:{request_digest(reply)}")
+        return prefix + hashlib.sha256(f"{seed[0]}:{index}".encode()).hexdigest()[:CALL_ID_DIGITS]
+
+    return made

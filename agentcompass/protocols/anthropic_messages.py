@@ -53,7 +53,7 @@ import json
 import uuid
 from typing import Any
 
-from . import made_call_id
+from . import call_ids
 
 # The input of a tool_use whose arguments were no JSON object: {RAW_ARGUMENTS_KEY: the arguments as sent}.
 RAW_ARGUMENTS_KEY = "_raw_arguments"
@@ -399,6 +399,7 @@ def from_chat(reply: Any, request: Any) -> dict:
     if text:
         content.append({"type": "text", "text": text})
     calls = message.get("tool_calls")
+    made_id = call_ids("toolu_", request, reply)
     for index, call in enumerate(calls if isinstance(calls, list) else []):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
@@ -407,7 +408,7 @@ def from_chat(reply: Any, request: Any) -> dict:
         name = function.get("name")
         content.append({
             "type": "tool_use",
-            "id": call_id if isinstance(call_id, str) and call_id else made_call_id("toolu_", request, reply, index),
+            "id": call_id if isinstance(call_id, str) and call_id else made_id(index),
             "name": name if isinstance(name, str) else "",
             "input": _tool_input(function.get("arguments")),
         })

@@ -105,7 +105,7 @@ import secrets
 import time
 from typing import Any
 
-from . import made_call_id
+from . import call_ids
 
 # Tools that OpenAI's servers run (not the model): no chat endpoint serves them, so they are left out.
 HOSTED_TOOLS = frozenset({
@@ -520,8 +520,8 @@ def from_chat(reply: Any, request: Any) -> dict:
                        "content": [part]})
     calls = message.get("tool_calls")
     if calls is not None:
-        names = _tool_names(request)
-        output.extend(_call_item(call, f"the reply's tool_calls[{i}]", names, made_call_id("call_", request, reply, i))
+        names, made_id = _tool_names(request), call_ids("call_", request, reply)
+        output.extend(_call_item(call, f"the reply's tool_calls[{i}]", names, made_id(i))
                       for i, call in enumerate(_list(calls, "the reply's tool_calls")))
     created = reply.get("created")
     model = reply.get("model") if isinstance(reply.get("model"), str) else request.get("model")

@@ -34,7 +34,7 @@ TASKS = 3
 PRICING = {"input_per_million": 100.0, "output_per_million": 500.0}
 CALL_USD = 0.002
 # seconds a call of the pairing model waits for its twin (the same body from another shard)
-PAIR_SECONDS = 20.0
+PAIR_SECONDS = 90.0
 GATE_SECONDS = 120.0
 
 

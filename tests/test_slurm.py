@@ -307,9 +307,9 @@ def test_a_slurm_run_killed_halfway_reruns_only_the_missing_attempts(cluster, tm
 
 
 def test_two_slurm_jobs_share_one_call_cache_and_a_third_run_pays_nothing(cluster, tmp_path: Path):
-    """Two requests of the same calls, each one shard job on the cluster at the same time, write the same
-    entries of the call cache in the results folder: every entry is whole, and a third request of the same
-    calls is answered from it without one call to the endpoint."""
+    """Two requests of the same calls, each attempt one shard job on the cluster, two at a time, write the
+    same entries of the call cache in the results folder: every entry is whole, and a third request of the
+    same calls, built locally, is answered from them without one call to the endpoint."""
     from agentcompass import callcache
 
     work = tmp_path / "slurm"
@@ -325,10 +325,10 @@ def test_two_slurm_jobs_share_one_call_cache_and_a_third_run_pays_nothing(cluste
         done = run_driver(slurm_argv(work, config), work, "run.log")
         assert done.returncode == 0, done.output[-4000:]
         paid = len(endpoint.requests)
-        config.write_text(yaml.safe_dump({"requests": {"c": {**request, "model": model}},
-                                          "runtime": {"shard_size": 1}}))
-        again = run_driver(slurm_argv(work, config), work, "again.log")
-        assert again.returncode == 0, again.output[-4000:]
+        # a third request of the same calls, built on this machine: the entries the cluster's jobs wrote answer it
+        config.write_text(yaml.safe_dump({"requests": {"c": {**request, "model": model}}}))
+        again = snakemake(work, "--configfile", str(config))
+        assert again.returncode == 0, again.stderr[-4000:]
         third = len(endpoint.requests) - paid
 
     jobs = {json.loads(p.read_text())["slurm_job_id"] for p in work.glob("results/default/[ab]/shards/*/shard.json")}

@@ -74,7 +74,7 @@ def _calls(trajectory: Path) -> dict[str, list[dict[str, Any]]]:
                     break
                 try:
                     record = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # a body the agent nested past the parser: not a call of ours
                     continue
                 cache = record.get("cache") if isinstance(record, dict) else None
                 if not isinstance(cache, dict) or not isinstance(cache.get("key"), str) or cache["key"] in seen:

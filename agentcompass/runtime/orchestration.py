@@ -128,7 +128,7 @@ def resolve_orchestration(
 def resolve_runtime(config: RunConfig, runtime_overrides: dict[str, Any] | None = None) -> ResolvedRuntimeOptions:
     """The config's ``runtime`` settings, validated (what a command that runs no request reads: ``cache``)."""
     runtime_data = {k: v for k, v in (config.data.get("runtime") or {}).items() if k != "reuse"}
-    runtime_data = _preflight_shorthand(deep_merge(runtime_data, runtime_overrides or {}))  # its cache: on|off
+    runtime_data = _shorthands(deep_merge(runtime_data, runtime_overrides or {}))  # its cache: on|off
     try:
         return from_dict(ResolvedRuntimeOptions, runtime_data, "runtime")
     except ContractError as exc:
@@ -185,7 +185,7 @@ def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> 
         model = from_dict(ModelSpec, deep_merge(defaults.get("model") or {}, body.get("model") or {}), f"requests.{name}.model")
         execution = from_dict(
             ExecutionSpec,
-            _preflight_shorthand(deep_merge(deep_merge(data.get("execution") or {}, defaults.get("execution") or {}),
+            _shorthands(deep_merge(deep_merge(data.get("execution") or {}, defaults.get("execution") or {}),
                                             body.get("execution") or {})),
             f"requests.{name}.execution",
         )
@@ -213,7 +213,7 @@ def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> 
     return req
 
 
-def _preflight_shorthand(execution: dict) -> dict:
+def _shorthands(execution: dict) -> dict:
     """``preflight: oracle`` is ``preflight: {mode: oracle}``; ``cache: on`` and ``cache: off``, which YAML
     reads as true and false, are the modes they name."""
     if isinstance(execution.get("preflight"), str):

@@ -584,7 +584,7 @@ def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_
 
     client = docker.from_env()
     try:
-        left = [c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"})
+        left = [c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"}, ignore_removed=True)
                 if c.labels.get("agentcompass.label", "").startswith("big-")]
     finally:
         client.close()

@@ -49,7 +49,7 @@ def containers_labelled(prefix: str) -> list[str]:
 
     client = docker.from_env()
     try:
-        return [c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"})
+        return [c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"}, ignore_removed=True)
                 if c.labels.get("agentcompass.label", "").startswith(prefix)]
     finally:
         client.close()

@@ -68,7 +68,7 @@ def containers_of(run_id: str) -> list[str]:
         return []
     try:
         return [
-            c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"})
+            c.name for c in client.containers.list(all=True, filters={"label": "agentcompass=1"}, ignore_removed=True)
             if c.labels.get("agentcompass.label", "").startswith(f"{run_id}-")
         ]
     finally:

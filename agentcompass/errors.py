@@ -101,6 +101,13 @@ class ModelCallError(AgentCompassError, RuntimeError):
     reply: Any = None  # the reply body of a reply that could not be used, as recorded
 
 
+class LimitReachedError(ModelCallError):
+    """A model call refused because its attempt reached one of its limits (``execution.limits``): the
+    attempt ends with the ``limit`` class. ``limit`` names it (``total_tokens``)."""
+
+    limit: str = ""
+
+
 class MissingSecretError(AgentCompassError, RuntimeError):
     """A ``${VAR}`` whose variable is not set in the job's environment."""
 

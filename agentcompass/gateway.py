@@ -71,7 +71,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentcompass import callcache
+from agentcompass import callcache, spend
+from agentcompass.errors import LimitReachedError
 from agentcompass.protocols import anthropic_messages, openai_responses
 from agentcompass.runtime.model_client import ATTEMPT_USAGE, RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
 from agentcompass.secrets import Scrubber, check_header_value, resolved_values
@@ -503,6 +504,7 @@ class ModelGateway:
         self._lock = threading.Lock()
         self._attempt_usage = ATTEMPT_USAGE.get()  # the attempt's, counted with the gateway's own
         self._calls = callcache.ATTEMPT_CALLS.get()  # the attempt's view of the call cache, when it uses one
+        self._spend = spend.ATTEMPT_SPEND.get()  # the attempt's limits and the ledgers it pays into
         self._endpoint = callcache.endpoint_of(base_url)
         self._usage: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                                        "latency_seconds": 0.0}
@@ -581,6 +583,10 @@ class ModelGateway:
         if refusal is not None:  # never with the key
             status, code, message = refusal
             return status, [("Content-Type", "application/json")], error_reply(self.protocol, status, message, code)
+        if self._spend is not None and method == "POST":  # a call past the attempt's limits: refused, unsent
+            refusal = self._past_limit(method, path, answered=False)
+            if refusal is not None:
+                return refusal
         cache, key = self._calls, None
         if cache is not None and method == "POST":
             key = cache.key(endpoint=self._endpoint, model=_model_of(body), protocol=self.protocol, path=path,
@@ -634,11 +640,28 @@ class ModelGateway:
             record["cache"] = cache.record(key, "sent")
         bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
         tokens = self._record(record, latency if method == "POST" else None, bodies)
+        if self._spend is not None and method == "POST" and error is None and status == 200:
+            self._spend.charge(*tokens, paid=True)
+            refusal = self._past_limit(method, path)
+            if refusal is not None:
+                return refusal
         if cache is not None and key is not None and error is None and status == 200:
             # the agent's token, should the model repeat it, is no part of what outlives the attempt
             kept = data.replace(self.token.encode(), TOKEN_PLACEHOLDER.encode())
             cache.keep(key, callcache.Entry(status, content_type, kept, *tokens, latency_seconds=latency))
         return status, returned, data
+
+    def _past_limit(self, method: str, path: str, answered: bool = True) -> tuple[int, list, bytes] | None:
+        """The refusal of a call once the attempt reached a limit (``answered``: the call just answered went past
+        one, and its reply is withheld): a 400 in the agent's protocol, recorded; None within the limits."""
+        assert self._spend is not None
+        try:
+            self._spend.check(answered=answered)
+        except LimitReachedError as exc:
+            self.refused(method, path, 400, str(exc))
+            return 400, [("Content-Type", "application/json")], error_reply(
+                self.protocol, 400, str(exc), "attempt_limit_reached")
+        return None
 
     def _from_cache(self, cache: callcache.AttemptCalls, key: callcache.CallKey, path: str,
                     headers: Message | dict[str, str], body: bytes,
@@ -652,8 +675,13 @@ class ModelGateway:
         if entry is not None:
             record.update(status=entry.status, latency_seconds=0.0, cache=cache.record(key, "hit"))
             returned = [("Content-Type", entry.content_type)] if entry.content_type else []
-            self._record(record, 0.0, (body, headers.get("Content-Type") or "", entry.body, entry.content_type),
-                         cached=True)
+            tokens = self._record(record, 0.0, (body, headers.get("Content-Type") or "",
+                                                entry.body, entry.content_type), cached=True)
+            if self._spend is not None:
+                self._spend.charge(*tokens, paid=False)
+                refusal = self._past_limit("POST", path)
+                if refusal is not None:
+                    return refusal
             return entry.status, returned, entry.body
         if not cache.replaying:
             return None

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from agentcompass import layout
+from agentcompass import layout, spend
+from agentcompass.spend import cost_usd, dollars  # noqa: F401 (cost_usd: the one price rule, read from here too)
 from agentcompass._util import trees
 from agentcompass.layout import task_segment
 from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome
@@ -279,8 +280,16 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
                                   "Snakemake ended without error but did not build its metrics.json: its options "
                                   "(--until, --omit-from, --allowed-rules...) asked for part of it")
             else:
-                outcome.state = "stopped"
-                outcome.reason = reason or "Snakemake ended with an error; its output above says which"
+                why = spend.over_budget(req.execution.budget, run_path, orchestration.runtime.budget,
+                                        req.metadata.request_name)
+                if why is not None:  # a budget it draws from ran out: what was not started waits for more
+                    waiting = outcome.total - outcome.done
+                    outcome.state = "budget_spent"
+                    outcome.reason = (f"{why}; {waiting:,} attempt{'s' if waiting != 1 else ''} wait. Fix: raise the "
+                                      "budget and run the same command: it goes on where it stopped")
+                else:
+                    outcome.state = "stopped"
+                    outcome.reason = reason or "Snakemake ended with an error; its output above says which"
         result.append(outcome)
     return OrchestrationResult(outcomes=result)
 
@@ -449,17 +458,8 @@ def cached_note(stats: Mapping[str, Any] | None) -> str:
     if not isinstance(calls, int) or calls <= 0:
         return ""
     saved = (stats or {}).get("saved_usd")
-    dollars = "" if not isinstance(saved, (int, float)) else f" (saved ${saved:,.2f})" if saved >= 1 else \
-        f" (saved ${saved:.4f})"
-    return f"{calls:,} call{'s' if calls != 1 else ''} from the cache{dollars}"
-
-
-def cost_usd(prompt_tokens: float, completion_tokens: float, pricing: Mapping[str, float] | None) -> float | None:
-    """What the tokens cost at ``pricing`` ({input_per_million, output_per_million}); None without prices."""
-    if not pricing:
-        return None
-    cost = (prompt_tokens * pricing["input_per_million"] + completion_tokens * pricing["output_per_million"]) / 1e6
-    return round(cost, 9)  # to a billionth of a dollar: no float noise such as 0.0005700000000000001
+    note = f" (saved {dollars(saved)})" if isinstance(saved, (int, float)) else ""
+    return f"{calls:,} call{'s' if calls != 1 else ''} from the cache{note}"
 
 
 # --- the denominator: the attempts every figure is over (docs/reports.md, "What the figures are over") ---

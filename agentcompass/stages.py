@@ -255,6 +255,9 @@ ATTEMPT_STAGES: tuple[str, ...] = names(ATTEMPT)
 LAST_ATTEMPT_STAGE: str = next(s.name for s in of_scope(ATTEMPT) for o in s.outputs if o.kind == "result")
 # the attempt stages an attempt may start from in an invocation (its events): those up to its result
 STARTING_STAGES: tuple[str, ...] = ATTEMPT_STAGES[: ATTEMPT_STAGES.index(LAST_ATTEMPT_STAGE) + 1]
+# the attempt stages that begin an attempt: none of them starts once a budget is spent (agentcompass.spend);
+# the stage that finishes it does, for an attempt in flight
+BUDGETED_STAGES: tuple[str, ...] = ATTEMPT_STAGES[: ATTEMPT_STAGES.index(LAST_ATTEMPT_STAGE)]
 # stages a Benchmark parameter may be marked as read by (``runtime.config.field(stage=...)``)
 PARAM_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.reads_benchmark_params)
 # stages a BenchmarkPlan field may be marked as read by (``plan_field(stage=...)``)

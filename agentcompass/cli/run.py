@@ -10,7 +10,7 @@ from agentcompass import callcache, layout, results, sdk
 from agentcompass._util import display
 from agentcompass.pipeline import progress
 from agentcompass.pipeline import locks
-from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_STOPPED
+from agentcompass.runtime.models.orchestration import EXIT_BUDGET, EXIT_LOCKED, EXIT_STOPPED
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
 
@@ -25,6 +25,9 @@ def _outcome_line(outcome) -> str:
     if outcome.state == "stopped":
         return (f"{outcome.name}: stopped before it finished ({outcome.reason}): {outcome.done} of "
                 f"{outcome.total or '?'} attempts done; run the same command again to continue -> {outcome.results_dir}")
+    if outcome.state == "budget_spent":  # the reason says what was paid, how many wait, and the fix
+        return (f"{outcome.name}: budget spent: {outcome.done} of {outcome.total or '?'} attempts done; "
+                f"{outcome.reason} -> {outcome.results_dir}")
     total = sum(outcome.counts.values())
     # what the attempts cost, as metrics.json's summary has it (a field it lacks is not shown)
     try:
@@ -52,7 +55,7 @@ def _build(orchestration, layer, args, extra: list[str], quiet: bool = False) ->
     except locks.RunHeldError as exc:
         _print(f"agentcompass: {exc}", file=sys.stderr)
         return EXIT_LOCKED
-    if not quiet or result.exit_status == EXIT_STOPPED:
+    if not quiet or result.exit_status in (EXIT_STOPPED, EXIT_BUDGET):
         for outcome in result.outcomes:
             _print(_outcome_line(outcome))
     return result.exit_status

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 import agentcompass
-from agentcompass import callcache, layout
+from agentcompass import callcache, layout, spend
 from agentcompass._util import aio
 from agentcompass import report as report_pages
 from agentcompass import results as results_data
@@ -394,11 +394,13 @@ def run(job: AttemptJob) -> None:
     # (an error, its time limit, a harness that raised) its result holds them
     spent = Usage()
     calls = attempt_calls(job, "run")
+    limited = attempt_spend(job, "run")
 
     async def once() -> RunResult:
         ATTEMPT_TRAJECTORY.set(trajectory)  # a ModelClient of this attempt records its calls there
         ATTEMPT_USAGE.set(spent)  # ... and counts them there, as the model gateway does
         callcache.ATTEMPT_CALLS.set(calls)  # ... and both read and keep their replies through it
+        spend.ATTEMPT_SPEND.set(limited)  # ... and both keep to its limits and pay into its ledgers
         if calls is not None:
             calls.restart()  # each try of the attempt gets the replies of the first, in order
         return await run_in(req, plan, prepared, attempt_dir, call)
@@ -441,6 +443,8 @@ def run(job: AttemptJob) -> None:
             break
     if calls is not None and calls.misses:  # a replay that met a call it holds no reply for
         result = cache_missed(result, calls.misses[0], "run")
+    if limited.reached is not None:  # a call was refused: whatever the harness made of it, the attempt hit a limit
+        result = limit_reached(result, limited)
     result = dataclasses.replace(
         failures.classified(result, "run"),
         task_id=plan.task_id,
@@ -465,6 +469,28 @@ def attempt_calls(job: AttemptJob, stage_name: str) -> callcache.AttemptCalls | 
     scrubber = Scrubber(job.secrets)
     return callcache.AttemptCalls(callcache.CallStore(callcache.cache_root(runtime.results_dir, runtime.cache_dir)),
                                   mode, job.plan.attempt, stage_name, scrub=scrubber.text if scrubber else None)
+
+
+def attempt_spend(job: AttemptJob, stage_name: str) -> spend.AttemptSpend:
+    """The attempt's ``stage_name`` stage's limits (its plan's ``execution.limits``) and the ledgers it pays
+    into: its request's, and the invocation's when the run has a budget (``runtime.budget``)."""
+    runtime = job.pipeline.inv.runtime if job.pipeline is not None else ResolvedRuntimeOptions()
+    ledgers = [spend.request_ledger(job.run)]
+    invocation = spend.invocation_ledger() if runtime.budget is not None else None
+    if invocation is not None:
+        ledgers.append(invocation)
+    pricing = job.request.model.pricing.to_dict() if job.request.model.pricing else None
+    return spend.AttemptSpend(job.plan.execution.limits, pricing, ledgers, stage_name)
+
+
+def limit_reached(result: RunResult, limited: spend.AttemptSpend) -> RunResult:
+    """``result`` as an attempt a limit ended (``execution.limits``): an error of the ``limit`` class that keeps
+    what the attempt did (its answer, usage, outputs and trajectory); ``metadata.limit`` names the limit."""
+    stage_name = limited.stage
+    return dataclasses.replace(
+        result, status=TaskStatus.RUN_ERROR if stage_name == "run" else TaskStatus.EVAL_ERROR,
+        error=limited.reached, error_stage=stage_name, failure_class=FailureClass.LIMIT, correct=None, score=None,
+        metadata={**result.metadata, "limit": limited.as_metadata(), "failure": {"class": FailureClass.LIMIT.value}})
 
 
 def cache_missed(result: RunResult, miss: dict, stage_name: str) -> RunResult:
@@ -521,9 +547,10 @@ def evaluate(job: AttemptJob) -> RunResult:
     started = time.monotonic()
     judged = Usage()  # a judge's calls, counted as they are made: kept whatever ends the evaluation
     calls = attempt_calls(job, "evaluate")
+    limited = attempt_spend(job, "evaluate")
     try:
         result = run_coroutine(evaluate_in(req, plan, task, prepared, output, attempt_dir, judged=judged,
-                                           calls=calls))
+                                           calls=calls, limited=limited))
     except Exception as exc:
         result = failures.failed(dataclasses.replace(
             output, status=TaskStatus.EVAL_ERROR, error=f"{type(exc).__name__}: {exc}", error_stage="evaluate",
@@ -531,6 +558,8 @@ def evaluate(job: AttemptJob) -> RunResult:
         ), exc, "evaluate")
     if calls is not None and calls.misses:
         result = cache_missed(dataclasses.replace(output, correct=None, score=None), calls.misses[0], "evaluate")
+    if limited.reached is not None:  # a judge's call was refused: the verdict cannot stand
+        result = limit_reached(dataclasses.replace(output, correct=None, score=None), limited)
     result = dataclasses.replace(
         failures.classified(result, "evaluate"), usage=counted(result.usage, judged, "judge_"), timings={**result.timings, "evaluate_seconds": round(time.monotonic() - started, 6)},
         provenance=output.provenance,  # where the run stage ran: scoring never moves it
@@ -542,13 +571,15 @@ def evaluate(job: AttemptJob) -> RunResult:
 
 async def evaluate_in(req: RunRequest, plan: ExecutionPlan, task: TaskSpec, prepared: PreparedTask,
                       output: RunResult, folder: Path, who: str | None = None, judged: Usage | None = None,
-                      calls: callcache.AttemptCalls | None = None) -> RunResult:
+                      calls: callcache.AttemptCalls | None = None,
+                      limited: spend.AttemptSpend | None = None) -> RunResult:
     """Score ``output`` in an evaluation session, with the files the run saved in ``folder``; the model
     calls made meanwhile (a judge's) count in ``judged``, when given, and go through the call cache's
-    ``calls``."""
+    ``calls``, within the limits and paid into the ledgers of ``limited``."""
     ATTEMPT_TRAJECTORY.set(folder / layout.TRAJECTORY)  # a judge's calls are lines of the attempt's trajectory
     ATTEMPT_USAGE.set(judged)
     callcache.ATTEMPT_CALLS.set(calls)
+    spend.ATTEMPT_SPEND.set(limited)
     benchmark = benchmark_for(req)
     seconds = EVALUATE_GRACE + benchmark.evaluation_seconds(plan.benchmark_plan)
     async with _open(req, plan, "evaluation", evaluation=True, who=who) as session, \
@@ -664,8 +695,11 @@ def shard(job: ShardJob) -> None:
         env[provenance.JOB_ID_ENV] = where["slurm_job_id"]
     code = shards.run_inner(argv, env, Path(job.log), fork=engine.is_main_process(workflow))
     if code != 0:
-        reason = aio.stopping()
-        if reason is not None:
+        reason = aio.stopping() or spend.over_budget(req.execution.budget, job.run, pipeline.inv.runtime.budget,
+                                                     req.metadata.request_name)
+        if reason is not None:  # stopped, or it started no more attempts once a budget was spent
+            if aio.stopping() is None:
+                lifecycle.budget_spent(workflow, reason)
             raise aio.Stopped(reason)
         raise WorkflowError(
             f"shard {index} of request {req.metadata.request_name!r}: its inner Snakemake exited with "

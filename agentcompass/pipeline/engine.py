@@ -665,6 +665,16 @@ def status_checks_at_most(workflow) -> float | None:
     return ceiling
 
 
+def keep_going(workflow) -> bool:
+    """Let the job scheduler go on past failed jobs (as ``--keep-going`` does): the jobs that depend on none of
+    them still run."""
+    scheduler = getattr(workflow, "scheduler", None)
+    if scheduler is None or not hasattr(scheduler, "keepgoing"):
+        return False
+    scheduler.keepgoing = True
+    return True
+
+
 def stop_scheduling(workflow) -> bool:
     """Ask the job scheduler to start no new job and end once the running ones are done (as on SIGTERM)."""
     scheduler = getattr(workflow, "scheduler", None)

@@ -97,6 +97,7 @@ def plans_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
     execution.pop("analyzers")
     execution.pop("preflight")  # the preflight stage's, not the plans'
     execution.pop("cache", None)  # what is paid, never what a file holds
+    execution.pop("budget", None)  # the same
     plans = {
         "stage": s.version,
         "benchmark": req.benchmark.to_dict(),

@@ -6,7 +6,8 @@ resources, log)``, whatever the stage: ``Jobs.build`` finds the stage in the sta
 ``ShardJob``: the request and the stage's files, by name) and calls its body. Around
 every body:
 
-- a run that is stopping starts nothing (``aio.Stopped``);
+- a run that is stopping starts nothing (``aio.Stopped``), nor does an attempt once a budget it
+  draws from is spent (``agentcompass.spend``);
 - each output is recorded as finished just before it appears (``recovery``
   says why), so a kill at any moment loses only unfinished work;
 - a failing stage's traceback, scrubbed of the key, goes to its log file;
@@ -32,9 +33,11 @@ from agentcompass._util import aio, jsonio
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
 from agentcompass.secrets import Scrubber, references
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, TASK, Stage, stage
+from agentcompass import spend
+from agentcompass.stages import (ATTEMPT, BUDGETED_STAGES, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, TASK, Stage,
+                                  stage)
 
-from . import engine, reading
+from . import engine, lifecycle, reading
 from .files import write_file
 
 if TYPE_CHECKING:
@@ -194,6 +197,12 @@ class Jobs:
         for leftover in jsonio.interrupted_writes(*output):
             leftover.unlink(missing_ok=True)
         req = self.inv.request(w)
+        if s.name in BUDGETED_STAGES and (req.execution.budget is not None or self.inv.runtime.budget is not None):
+            why = spend.over_budget(req.execution.budget, self.inv.run_path(req), self.inv.runtime.budget,
+                                    req.metadata.request_name)
+            if why is not None:  # no new attempt starts; those in flight finish
+                lifecycle.budget_spent(self.inv.snakemake, why)
+                raise aio.Stopped(why)
         debug = LOG.isEnabledFor(logging.DEBUG)  # runtime.log_level: debug
         if debug:
             where = " ".join(f"{k}={v}" for k, v in dict(w.items()).items())

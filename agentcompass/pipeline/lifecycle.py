@@ -90,8 +90,29 @@ _FAILED_JOBS: list[str] = []
 
 
 def note_failures(rules: list[str]) -> None:
-    """The jobs that failed in the run now ending (``engine.failed_jobs``); an empty list forgets the last run's."""
+    """The jobs that failed in the run now ending (``engine.failed_jobs``); an empty list forgets the last run's
+    (and its budget's stop)."""
     _FAILED_JOBS[:] = rules
+    if not rules:
+        _BUDGET_SPENT.clear()
+
+
+# why this process stopped starting attempts: a budget was spent (``budget_spent``)
+_BUDGET_SPENT: list[str] = []
+
+
+def budget_spent(workflow, reason: str) -> None:
+    """A budget is spent (``agentcompass.spend``): this process starts no new attempt, and those in flight
+    finish, their evaluation too. Only the first call acts. Each attempt not started is a job turned away
+    (``aio.Stopped``), at once: the scheduler goes on past them (to the evaluation of the attempts in flight),
+    and the console stops reporting them. A cluster's own scheduler stops submitting at the first."""
+    if _BUDGET_SPENT:
+        return
+    _BUDGET_SPENT.append(reason)
+    LOG.warning(f"stopping because {reason}: no new attempt starts, those in flight finish")
+    _quiet_console()
+    if workflow is not None and not engine.on_cluster(workflow):
+        engine.keep_going(workflow)
 
 
 def end_reason(ok: bool) -> str | None:
@@ -103,11 +124,19 @@ def end_reason(ok: bool) -> str | None:
     reason = aio.stopping()
     if reason is not None or ok:
         return reason
+    if _BUDGET_SPENT:
+        return _BUDGET_SPENT[0]
     if _FAILED_JOBS:
         rules = ", ".join(dict.fromkeys(_FAILED_JOBS))
         n = len(_FAILED_JOBS)
         return f"{n} job{'s' if n > 1 else ''} failed ({rules}); Snakemake's output above names {'them' if n > 1 else 'it'}"
     return "Snakemake stopped on an error of its own, and no job failed; its output above says which"
+
+
+def _quiet_console() -> None:
+    """Cancelled jobs are expected now: Snakemake's console stops reporting them (its log keeps all)."""
+    for handler in engine.console_handlers():
+        handler.addFilter(lambda record: record.levelno >= logging.CRITICAL)
 
 
 class Lifecycle:
@@ -200,9 +229,7 @@ class Lifecycle:
             engine.stop_scheduling(self.workflow)
 
     def _quiet_console(self) -> None:
-        """Cancelled jobs are expected now: Snakemake's console stops reporting them (its log keeps all)."""
-        for handler in engine.console_handlers():
-            handler.addFilter(lambda record: record.levelno >= logging.CRITICAL)
+        _quiet_console()
 
     def _timer(self, seconds: float, action) -> None:
         timer = threading.Timer(seconds, action)

@@ -47,9 +47,12 @@ def task_fingerprint(task: TaskSpec) -> str:
 
 
 def model_view(req: RunRequest) -> dict[str, Any]:
-    """The Model as the run stage reads it: its prices are read by the metrics stage alone."""
+    """The Model as the run stage reads it: its prices are read by the metrics stage alone, unless a limit
+    of the attempt's cost (execution.limits.cost_usd) reads them too."""
     data = req.model.to_dict()
-    data.pop("pricing")
+    limits = req.execution.limits
+    if limits is None or limits.cost_usd is None:
+        data.pop("pricing")
     if not data["headers"]:
         data.pop("headers")  # a Model without headers keeps the identity it had before they existed
     return data
@@ -60,6 +63,7 @@ def request_record(req: RunRequest) -> dict[str, Any]:
     data = req.to_dict()
     data["execution"].pop("task_concurrency", None)
     data["execution"].pop("cache", None)  # what is paid, never what a file holds
+    data["execution"].pop("budget", None)  # the same
     if data["execution"].get("preflight", 1) is None:
         del data["execution"]["preflight"]  # a request without preflight keeps the identity it had before it existed
     return data

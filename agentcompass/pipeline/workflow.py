@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import yaml
 
-from agentcompass import callcache, layout
+from agentcompass import callcache, layout, spend
 
 from agentcompass._util import aio, display, logs
 from agentcompass._util.importpath import PIP_DEPLOYMENTS, planted, safe_import_path
@@ -216,6 +216,8 @@ class EvaluationWorkflow:
         if not engine.on_cluster(workflow):  # a cluster's scheduler is spared Snakemake's pace
             engine.submit_local_jobs_unthrottled(workflow)
         pacing.configure(self.inv.runtime.environment_open_rate, ".", self.inv.runtime.cleanup_grace_seconds)
+        if self.inv.inner is None and self.inv.runtime.budget is not None:  # the invocation's own ledger
+            spend.start_invocation_ledger(".", self.events.invocation)
         records = engine.Records.of(workflow)
         if records is not None:
             recovery.recover(workflow, records, self._outputs())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agentcompass.errors import DeadlineError, InfrastructureError, ModelCallError
+from agentcompass.errors import DeadlineError, InfrastructureError, LimitReachedError, ModelCallError
 
 from .base import SandboxEndedFromInsideError
 from .models.result import FailureClass, RunResult, TaskStatus
@@ -34,7 +34,7 @@ def classify(exc: BaseException, stage: str) -> FailureClass:
         return FailureClass.HARNESS
     if isinstance(exc, InfrastructureError):
         return FailureClass.INFRASTRUCTURE
-    if isinstance(exc, DeadlineError):  # a wait on what the agent controls ran out of time
+    if isinstance(exc, (DeadlineError, LimitReachedError)):  # out of time, or past what it may spend
         return FailureClass.LIMIT
     if isinstance(exc, ModelCallError):  # the model's endpoint, or a judge's, failed after its retries
         return FailureClass.ENDPOINT

@@ -58,7 +58,7 @@ from typing import Any
 
 import httpx
 
-from agentcompass import callcache
+from agentcompass import callcache, spend
 from agentcompass._util.display import visible
 from agentcompass.errors import ModelCallError
 from agentcompass._util.jsonio import not_unicode, without_surrogates
@@ -428,6 +428,7 @@ class ModelClient:
         self.usage = Usage()
         self._attempt_usage = ATTEMPT_USAGE.get()  # the attempt's, counted with this client's own
         self._calls = callcache.ATTEMPT_CALLS.get()  # the attempt's view of the call cache, when it uses one
+        self._spend = spend.ATTEMPT_SPEND.get()  # the attempt's limits and the ledgers it pays into
         # the URL as configured (a ${VAR} stays one): what errors and records name
         self.url = model.base_url.rstrip("/") + "/chat/completions"
         attempt_trajectory = ATTEMPT_TRAJECTORY.get()
@@ -498,6 +499,12 @@ class ModelClient:
             wire = {**body, **{k: resolve_secret(body[k]) for k in self.model.params if k in body}}
         except MissingSecretError as exc:
             raise ModelCallError(f"model.params: {exc}") from None
+        if self._spend is not None:  # a call past the attempt's limits is refused before anything
+            try:
+                self._spend.check()
+            except ModelCallError as exc:
+                self._record(record, where, body, 1, error=str(exc), retried=False, refused="limit")
+                raise
         cache = self._calls
         key = None
         if cache is not None:  # the body as configured: a reference of the params stays one in the key
@@ -535,6 +542,10 @@ class ModelClient:
                              malformed=parse_reply(data).malformed, **extra)
                 if cache is not None and key is not None:  # an answer that is no JSON object too (its text)
                     cache.keep(key, self._entry(status, data))
+                if self._spend is not None:
+                    prompt, completion, _ = reply_tokens(data.get("usage") if isinstance(data, dict) else None)
+                    self._spend.charge(prompt, completion, paid=True)
+                    self._past_limit(record, where, body)
                 return data
         raise AssertionError("unreachable")
 
@@ -554,11 +565,24 @@ class ModelClient:
         except ValueError:
             data = entry.body.decode(errors="replace")
         self.usage.add_cached(entry.prompt_tokens, entry.completion_tokens)
+        if self._spend is not None:
+            self._spend.charge(entry.prompt_tokens, entry.completion_tokens, paid=False)
         if self._attempt_usage is not None and self._attempt_usage is not self.usage:
             self._attempt_usage.add_cached(entry.prompt_tokens, entry.completion_tokens)
         self._record(record, where, body, 1, status=entry.status, reply=data, malformed=parse_reply(data).malformed,
                      cache=cache)
+        self._past_limit(record, where, body)
         return data
+
+    def _past_limit(self, record: Trajectory | None, where: dict, body: dict) -> None:
+        """Raise when the call just answered went past one of the attempt's limits: its reply is withheld."""
+        if self._spend is None:
+            return
+        try:
+            self._spend.check(answered=True)
+        except ModelCallError as exc:
+            self._record(record, where, body, 1, error=str(exc), retried=False, refused="limit")
+            raise
 
     def _count(self, **amounts: Any) -> None:
         self.usage.add(**amounts)

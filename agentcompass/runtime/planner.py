@@ -140,6 +140,6 @@ class Planner:
 
 def _attempt_execution(req: RunRequest) -> ExecutionSpec:
     """The request's execution settings as an attempt's plan holds them: the preflight is the
-    request's, run once per task, and never part of an attempt's plan; the cache mode decides
+    request's, run once per task, and never part of an attempt's plan; the cache mode and the budget decide
     what is paid, never what a plan holds."""
-    return dataclasses.replace(copy.deepcopy(req.execution), preflight=None, cache=None)
+    return dataclasses.replace(copy.deepcopy(req.execution), preflight=None, cache=None, budget=None)

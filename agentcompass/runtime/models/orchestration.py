@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .codec import Contract, ContractError
-from .request import CacheMode, RunRequest
+from .request import BudgetSpec, CacheMode, RunRequest
 
 
 @dataclass
@@ -30,6 +30,8 @@ class ResolvedRuntimeOptions(Contract):
     cache: CacheMode | None = None
     cache_max_bytes: int | None = 10 << 30
     cache_max_age_days: float | None = None
+    # what the whole invocation may pay, every request together (agentcompass.spend); None: no budget
+    budget: BudgetSpec | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,6 +78,13 @@ class Orchestration(Contract):
                 req.execution.task_concurrency = task_concurrency
             name = req.metadata.request_name
             runs.append(OrchestratedRun(key=f"{req.namespace}/{req.run_id}", index=index, name=name, request=req))
+        budget = runtime.budget if runtime is not None else None
+        unpriced = [run.name for run in runs if run.request.model.pricing is None]
+        if budget is not None and budget.cost_usd is not None and unpriced:
+            raise ContractError(
+                f"runtime.budget.cost_usd counts dollars at each Model's prices, and request {unpriced[0]!r} declares "
+                "none. Fix: give its model pricing: {input_per_million: ..., output_per_million: ...}, or set "
+                "runtime.budget.total_tokens instead")
         seen: dict[str, str] = {}
         for run in runs:
             if run.key in seen:
@@ -91,13 +100,14 @@ class RequestOutcome(Contract):
     ``completed``: every attempt finished without an error; ``completed_with_errors``:
     the request finished and ``errors`` counts its failed attempts by kind;
     ``stopped``: the run ended before the request was finished (``reason``);
+    ``budget_spent``: a budget ran out before the request was finished: attempts wait (``reason``);
     ``partial``: the run built the files named on its command line, not the whole request;
     ``planned``: a dry run.
     """
 
     name: str
     key: str
-    state: Literal["completed", "completed_with_errors", "stopped", "partial", "planned"]
+    state: Literal["completed", "completed_with_errors", "stopped", "budget_spent", "partial", "planned"]
     counts: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     results_dir: str = ""
@@ -110,7 +120,7 @@ class RequestOutcome(Contract):
 
 
 # The CLI's exit status for an orchestration's outcomes (docs/reuse.md, Exit status).
-EXIT_OK, EXIT_ATTEMPT_ERRORS, EXIT_USAGE, EXIT_STOPPED, EXIT_LOCKED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_ATTEMPT_ERRORS, EXIT_USAGE, EXIT_STOPPED, EXIT_LOCKED, EXIT_BUDGET = 0, 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -125,10 +135,12 @@ class OrchestrationResult(Contract):
 
     @property
     def exit_status(self) -> int:
-        """0 all completed, 1 finished with failed attempts, 3 stopped before finishing."""
+        """0 all completed, 1 finished with failed attempts, 3 stopped before finishing, 5 a budget was spent."""
         states = {o.state for o in self.outcomes}
         if "stopped" in states:
             return EXIT_STOPPED
+        if "budget_spent" in states:
+            return EXIT_BUDGET
         if "completed_with_errors" in states:
             return EXIT_ATTEMPT_ERRORS
         return EXIT_OK

@@ -217,6 +217,61 @@ class PreflightSpec(Contract):
             raise ContractError("PreflightSpec.runs must be at least 1")
 
 
+# what an attempt's limits and a run's budget count: each name as usage counts it (calls, tokens) or
+# results.cost_usd prices it (agentcompass.spend)
+LIMIT_NAMES = ("calls", "prompt_tokens", "completion_tokens", "total_tokens", "cost_usd")
+BUDGET_NAMES = ("cost_usd", "total_tokens")
+
+
+def _check_amounts(spec: Contract, where: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(spec, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not (0 < value < float("inf")):
+            raise ContractError(f"{where}.{name} must be a number above 0 (or left out: no limit), got {value!r}")
+        if name != "cost_usd" and value != int(value):
+            raise ContractError(f"{where}.{name} must be a whole number, got {value!r}")
+
+
+@dataclass
+class LimitsSpec(Contract):
+    """What one stage of one attempt may spend (agentcompass.spend): a model call past a limit is refused and
+    the attempt ends with the ``limit`` class. Counted over every call answered, the call cache's too, so a
+    replay makes the same decisions; cost at ``model.pricing``."""
+
+    calls: int | None = field(default=None, metadata={"description": "Model calls answered."})
+    prompt_tokens: int | None = field(default=None, metadata={"description": "Prompt (input) tokens."})
+    completion_tokens: int | None = field(default=None, metadata={"description": "Completion (output) tokens."})
+    total_tokens: int | None = field(default=None, metadata={"description": "Prompt and completion tokens."})
+    cost_usd: float | None = field(default=None, metadata={"description": (
+        "US dollars at model.pricing (which it needs).")})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_amounts(self, "execution.limits", LIMIT_NAMES)
+
+    def set(self) -> dict[str, float]:
+        """The limits given, by name."""
+        return {name: getattr(self, name) for name in LIMIT_NAMES if getattr(self, name) is not None}
+
+
+@dataclass
+class BudgetSpec(Contract):
+    """What a run may pay (agentcompass.spend): once it is spent no new attempt starts. Counted over the calls
+    sent (never those the call cache answered), from a ledger every process of the run shares."""
+
+    cost_usd: float | None = field(default=None, metadata={"description": (
+        "US dollars at model.pricing (which it needs).")})
+    total_tokens: int | None = field(default=None, metadata={"description": "Prompt and completion tokens."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_amounts(self, "budget", BUDGET_NAMES)
+        if self.cost_usd is None and self.total_tokens is None:
+            raise ContractError("a budget must give cost_usd, total_tokens or both (leave it out: no budget)")
+
+
 @dataclass
 class ExecutionSpec(Contract):
     """Concurrency, attempts, Recipes, analysis, retention and the runtime retry policy."""
@@ -235,6 +290,13 @@ class ExecutionSpec(Contract):
     # of any file, and plans and request.json leave it out; None is off
     cache: CacheMode | None = field(default=None, metadata={OMIT_EMPTY: True, "description": (
         "The call cache: off, on (read and write), refresh (write only) or replay (read only).")})
+    # what each stage of an attempt may spend: part of the attempt's plan (a limit changes what it does)
+    limits: LimitsSpec | None = field(default=None, metadata={OMIT_EMPTY: True, "description": (
+        "What each stage of an attempt may spend: a call past a limit is refused and the attempt ends with the "
+        "limit class.")})
+    # what the request may pay, over every run of it: what is paid, never what a file holds (no param)
+    budget: BudgetSpec | None = field(default=None, metadata={OMIT_EMPTY: True, "description": (
+        "What the request may pay over all its runs; once spent no new attempt starts (exit status 5).")})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -290,6 +352,15 @@ class RunRequest(Contract):
     runtime: RunRuntimeSpec = field(default_factory=RunRuntimeSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
     metadata: RunMetadata = field(default_factory=RunMetadata)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for where, spec in (("limits", self.execution.limits), ("budget", self.execution.budget)):
+            if spec is not None and spec.cost_usd is not None and self.model.pricing is None:
+                raise ContractError(
+                    f"execution.{where}.cost_usd counts dollars at the Model's prices, and model {self.model.id!r} "
+                    "declares none. Fix: give the model pricing: {input_per_million: ..., output_per_million: ...}, "
+                    f"or set execution.{where}.total_tokens instead")
 
     @property
     def run_id(self) -> str:

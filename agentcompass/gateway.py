@@ -584,9 +584,9 @@ class ModelGateway:
             status, code, message = refusal
             return status, [("Content-Type", "application/json")], error_reply(self.protocol, status, message, code)
         if self._spend is not None and method == "POST":  # a call past the attempt's limits: refused, unsent
-            refusal = self._past_limit(method, path, answered=False)
-            if refusal is not None:
-                return refusal
+            withheld = self._past_limit(method, path, answered=False)
+            if withheld is not None:
+                return withheld
         cache, key = self._calls, None
         if cache is not None and method == "POST":
             key = cache.key(endpoint=self._endpoint, model=_model_of(body), protocol=self.protocol, path=path,
@@ -642,9 +642,9 @@ class ModelGateway:
         tokens = self._record(record, latency if method == "POST" else None, bodies)
         if self._spend is not None and method == "POST" and error is None and status == 200:
             self._spend.charge(*tokens, paid=True)
-            refusal = self._past_limit(method, path)
-            if refusal is not None:
-                return refusal
+            withheld = self._past_limit(method, path)
+            if withheld is not None:
+                return withheld
         if cache is not None and key is not None and error is None and status == 200:
             # the agent's token, should the model repeat it, is no part of what outlives the attempt
             kept = data.replace(self.token.encode(), TOKEN_PLACEHOLDER.encode())
@@ -679,9 +679,9 @@ class ModelGateway:
                                                 entry.body, entry.content_type), cached=True)
             if self._spend is not None:
                 self._spend.charge(*tokens, paid=False)
-                refusal = self._past_limit("POST", path)
-                if refusal is not None:
-                    return refusal
+                withheld = self._past_limit("POST", path)
+                if withheld is not None:
+                    return withheld
             return entry.status, returned, entry.body
         if not cache.replaying:
             return None

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from agentcompass._util.logs import LOG
 from agentcompass.errors import LimitReachedError
 from agentcompass.runtime.models.request import BudgetSpec, LimitsSpec
 
@@ -46,6 +47,8 @@ INVOCATION_LEDGER_ENV = "AGENTCOMPASS_SPEND_LEDGER"
 # the most of a ledger file read: a larger one is no ledger this module wrote
 _LEDGER_BYTES = 4096
 _AMOUNTS = ("cost_usd", "prompt_tokens", "completion_tokens", "calls")
+
+_UNWRITABLE: list[str] = []  # the first ledger a charge could not write, said once per process
 
 ATTEMPT_SPEND: contextvars.ContextVar["AttemptSpend | None"] = contextvars.ContextVar("attempt_spend", default=None)
 
@@ -118,10 +121,12 @@ class Ledger:
             os.close(fd)
         if not isinstance(data, dict):
             return Spent()
-        values = {name: data.get(name) for name in _AMOUNTS}
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
-                   for v in values.values()):
-            return Spent()
+        values: dict[str, float] = {}
+        for name in _AMOUNTS:
+            value = data.get(name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
+                return Spent()
+            values[name] = value
         return Spent(float(values["cost_usd"]), int(values["prompt_tokens"]), int(values["completion_tokens"]),
                      int(values["calls"]))
 
@@ -134,11 +139,16 @@ class Ledger:
             spent = self.read()
             spent = Spent(round(spent.cost_usd + cost_usd, 9), spent.prompt_tokens + prompt_tokens,
                           spent.completion_tokens + completion_tokens, spent.calls + 1)
+            data = json.dumps({**{name: getattr(spent, name) for name in _AMOUNTS},
+                               "total_tokens": spent.total_tokens, "updated": time.time()}).encode()
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            with open(tmp, "w") as f:
-                json.dump({**{name: getattr(spent, name) for name in _AMOUNTS},
-                           "total_tokens": spent.total_tokens, "updated": time.time()}, f)
-            os.replace(tmp, self.path)
+            tmp.unlink(missing_ok=True)  # a leftover of a killed charge, or whatever was planted there
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)  # a link in its place is replaced, never followed
             return spent
         finally:
             os.close(lock)  # also releases the lock
@@ -247,7 +257,13 @@ class AttemptSpend:
         if paid and self.ledgers:
             cost = cost_of(prompt_tokens, completion_tokens, self.pricing)
             for ledger in self.ledgers:
-                ledger.add(cost, prompt_tokens, completion_tokens)
+                try:
+                    ledger.add(cost, prompt_tokens, completion_tokens)
+                except OSError as exc:  # the call stands: a ledger that cannot be written is said, once
+                    if not _UNWRITABLE:
+                        _UNWRITABLE.append(str(ledger.path))
+                        LOG.warning(f"the spend ledger {ledger.path} cannot be written ({exc}): what this run pays "
+                                    "is not counted there, so a budget may be passed")
 
     def as_metadata(self) -> dict[str, Any]:
         """What a result records of the limit that ended it."""

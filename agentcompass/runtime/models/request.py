@@ -230,8 +230,6 @@ def _check_amounts(spec: Contract, where: str, names: tuple[str, ...]) -> None:
             continue
         if isinstance(value, bool) or not (0 < value < float("inf")):
             raise ContractError(f"{where}.{name} must be a number above 0 (or left out: no limit), got {value!r}")
-        if name != "cost_usd" and value != int(value):
-            raise ContractError(f"{where}.{name} must be a whole number, got {value!r}")
 
 
 @dataclass

@@ -589,3 +589,42 @@ def test_task_folders_with_a_dockerfile_run_on_slurm_through_rootless_podman_as_
     finally:
         client.close()
     assert left == []
+
+
+def test_two_slurm_jobs_draw_from_one_budget(cluster, tmp_path: Path):
+    """Six attempts in two shard jobs on the cluster under a budget of two and a half calls, two attempt jobs at
+    once (the first shard's, then the second's): both jobs draw from the one ledger in the run folder, so the
+    second job, seeing what the first paid, starts no attempt; together they pass the budget by at most what
+    the attempts in flight could pay (one call each: $0.002)."""
+    from agentcompass import spend
+    from test_spend import CALL_USD, PRICING, Words
+
+    work = tmp_path / "slurm"
+    work.mkdir()
+    words = Words()
+    budget = 0.005
+    with ScriptedEndpoint(lambda body: Reply(200, words(body), delay=0.5)) as endpoint:
+        config = work / "eval.yaml"
+        config.write_text(yaml.safe_dump({
+            "requests": {"r": {"benchmark": {"id": "synthetic", "params": {"num_tasks": 6}},
+                               "harness": {"id": "chat", "params": {"retry_backoff": 0}},
+                               "model": {"id": "scripted", "base_url": endpoint.base_url, "pricing": PRICING},
+                               "execution": {"budget": {"cost_usd": budget}, "task_concurrency": 2}}},
+            "runtime": {"shard_size": 3}}))
+        done = run_driver(slurm_argv(work, config), work, "run.log")
+    assert done.returncode != 0, done.output[-4000:]
+    run = work / "results/default/r"
+    outputs = [json.loads(p.read_text()) for p in run.glob("attempts/*/1/output.json")]
+    ledger = spend.request_ledger(run).read()
+    paid = sum(words.calls.values())
+    assert ledger.calls == paid and ledger.cost_usd == pytest.approx(paid * CALL_USD)
+    assert budget <= ledger.cost_usd <= budget + 2 * CALL_USD, ledger
+    assert len(outputs) == paid < 6  # the rest wait, missing: none failed
+    assert all(o["status"] == "completed" for o in outputs)
+    # the second shard's cluster job read the ledger the first one's charged, and started nothing
+    started = {o["provenance"]["slurm_job_id"] for o in outputs}
+    assert len(started) == 1 and started != {None}
+    unbuilt = [p for p in run.glob("shards/*/") if not (p / "shard.json").exists()]
+    assert len(unbuilt) == 1 and len(list(run.glob("shards/*/shard.json"))) == 1
+    second = (unbuilt[0] / "shard.log").read_text()
+    assert "budget of request 'r' (execution.budget.cost_usd: $0.0050) is spent" in second

@@ -377,13 +377,12 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
     parts += ['<section id="categories"><h2>By category</h2>', drawn["categories.svg"],
               '<table><thead><tr><th>category</th><th class="num">attempts</th><th class="num">accuracy</th>'
               '<th>95% interval</th><th class="num">errors</th><th class="num">calls</th><th class="num">tokens</th>'
-              '<th class="num">cost</th><th class="num">per solved</th></tr></thead><tbody>']
+              '<th class="num">cost</th></tr></thead><tbody>']
     for name, stats in sorted(categories.items()):
         tokens = (stats.get("prompt_tokens") or 0) + (stats.get("completion_tokens") or 0)
         cells = [_esc(name), stats.get("attempts", 0), _fraction(stats.get("accuracy")),
                  _interval(stats.get("accuracy_ci95")), sum((stats.get("errors") or {}).values()),
-                 _count(stats.get("calls")), _count(tokens), _cost(stats.get("cost_usd")),
-                 _cost(stats.get("cost_per_solved_usd"))]
+                 _count(stats.get("calls")), _count(tokens), _cost(stats.get("cost_usd"))]
         parts.append("<tr>" + "".join(f"<td>{c}</td>" if i in (0, 3) else f'<td class="num">{c}</td>'
                                       for i, c in enumerate(cells)) + "</tr>")
     parts.append("</tbody></table></section>")

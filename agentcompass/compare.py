@@ -33,6 +33,10 @@ SEED = 0
 # how many bootstrap draws are held in memory at once (resamples x tasks)
 _CHUNK_CELLS = 2_000_000
 USAGE = ("calls", "prompt_tokens", "completion_tokens")
+# what each run cost, beside the score deltas: its results.stats figures, as metrics.json, runs and the report show them
+COST = {"cost_usd": "whole run: what was paid", "cost_per_attempt_usd": "whole run: cost over its attempts",
+        "cost_per_solved_usd": "whole run: cost over its correct attempts"}
+NO_PRICES = "no prices declared"
 
 
 class CompareError(AgentCompassError, ValueError):
@@ -125,6 +129,7 @@ class MetricDelta:
     p_value: float | None = None
     detail: str | None = None
     digits: int = 3  # decimals shown (not in the JSON, which has the value itself)
+    dollars: bool = False  # shown as results.dollars writes a sum (not in the JSON either)
 
     def to_json(self) -> dict:
         return {"name": self.name, "a": self.a, "b": self.b, "delta": self.delta,
@@ -150,12 +155,15 @@ class Comparison:
     # scored there), or the attempt failed for the infrastructure in A or B
     quarantined: int = 0
     infrastructure: int = 0
+    # what each whole run cost (COST), in dollars; a side without model.pricing has none
+    cost: list[MetricDelta] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
             "a": self.a.to_json(), "b": self.b.to_json(), "paired": self.paired,
             "only_a": self.only_a, "only_b": self.only_b,
             "metrics": [m.to_json() for m in self.metrics], "flipped": self.flipped,
+            "cost": [m.to_json() for m in self.cost],
             "usage": [u.to_json() for u in self.usage], "config": self.config, "method": self.method,
             "failures": [f.to_json() for f in self.failures],
             "quarantined": self.quarantined, "infrastructure": self.infrastructure,
@@ -229,11 +237,22 @@ def _unpaired(mine: dict, theirs: dict, other: str) -> list[dict]:
     return out
 
 
-def _cost(run: results.Run) -> float | None:
-    metrics = run.metrics() or {}
-    overall = (metrics.get("summary") or {}).get("overall") or {}
-    cost = overall.get("cost_usd")
-    return float(cost) if isinstance(cost, (int, float)) else None
+def _costs(run_a: results.Run, rows_a: dict, run_b: results.Run, rows_b: dict) -> list[MetricDelta]:
+    """Each run's cost figures (COST) as ``results.current_stats`` reads them (metrics.json's summary when it
+    is current, else computed from the result files), and their difference; why a side has none."""
+    side_a, side_b = (results.current_stats(run, list(rows.values()))[0]
+                      for run, rows in ((run_a, rows_a), (run_b, rows_b)))
+    out = []
+    for name, what in COST.items():
+        a, b = side_a.get(name), side_b.get(name)
+        sides = (("A", side_a, a), ("B", side_b, b))
+        unpriced = [side for side, stats, _ in sides if stats.get("cost_usd") is None]
+        unsolved = [side for side, stats, value in sides if value is None and stats.get("cost_usd") is not None]
+        why = [what] + ([f"{NO_PRICES} in {' and '.join(unpriced)} (model.pricing)"] if unpriced else []) + (
+            [f"{'no task solved' if name == 'cost_per_solved_usd' else 'no attempt'} in {' and '.join(unsolved)}"]
+            if unsolved else [])
+        out.append(MetricDelta(name, a, b, _delta(a, b), detail="; ".join(why), dollars=True))
+    return out
 
 
 def _mean(values: list[float]) -> float | None:
@@ -296,9 +315,6 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
     latency_b = _mean([float(b["latency_seconds"]) for _, b in pairs if b["latency_seconds"] is not None])
     usage.append(MetricDelta("latency_seconds", latency_a, latency_b, _delta(latency_a, latency_b),
                              detail="mean model latency per paired attempt"))
-    cost_a, cost_b = _cost(run_a), _cost(run_b)
-    usage.append(MetricDelta("cost_usd", cost_a, cost_b, _delta(cost_a, cost_b), digits=4,
-                             detail="whole run, from metrics.json (when the Model declares model.pricing)"))
     config = [{"path": keypaths.text(path), **keypaths.values_json(a, b)}
               for path, a, b in keypaths.changes(run_a.request, run_b.request)]
     return Comparison(
@@ -316,6 +332,7 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
         failures=_failures([(rows_a[k], rows_b[k]) for k in finished]),
         quarantined=sum(1 for k in finished if results.QUARANTINED in why[k]),
         infrastructure=sum(1 for k in finished if why[k] == {results.INFRASTRUCTURE}),
+        cost=_costs(run_a, rows_a, run_b, rows_b),
     )
 
 
@@ -345,6 +362,13 @@ def _num(value: float | None, signed: bool = False, digits: int = 3) -> str:
     if isinstance(value, int):
         return f"{value:+d}" if signed else str(value)
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _shown(m: MetricDelta, value: float | None, signed: bool = False) -> str:
+    """A value of ``m`` as the tables show it: dollars as results.dollars writes them, else ``_num``."""
+    if m.dollars:
+        return results.dollars(value, "n/a", signed)
+    return _num(value, signed, m.digits)
 
 
 def _p(value: float | None) -> str:
@@ -397,10 +421,11 @@ def render(comparisons: list[Comparison]) -> str:
                   f"paired: {c.paired} attempt(s) finished in both (by task id and attempt number); "
                   f"finished in A only: {len(c.only_a)}; in B only: {len(c.only_b)}"
                   + _left_out(c), ""]
+        # the cost of each run beside the score deltas: what the difference in score cost
         lines += _table(["metric", "A", "B", "B - A", "95% CI", "test"], [
-            [m.name, _num(m.a), _num(m.b), _num(m.delta, signed=True), _ci(m.ci95),
+            [m.name, _shown(m, m.a), _shown(m, m.b), _shown(m, m.delta, signed=True), _ci(m.ci95),
              " ".join(x for x in (m.test, _p(m.p_value), f"({m.detail})" if m.detail else None) if x)]
-            for m in c.metrics])
+            for m in [*c.metrics, *c.cost]])
         lines.append("")
         lines += _table(["usage", "A", "B", "B - A", ""], [
             [u.name, _num(u.a, digits=u.digits), _num(u.b, digits=u.digits), _num(u.delta, True, u.digits),
@@ -485,7 +510,7 @@ def _html_table(header: list[str], rows: list[list[tuple[str, str]]]) -> str:
 
 
 # metrics where a rise is a change for the worse (coloured red, not green)
-_LOWER_IS_BETTER = frozenset({"errors"})
+_LOWER_IS_BETTER = frozenset({"errors", *COST})
 
 
 def _sign_class(value: float | None, name: str = "") -> str:
@@ -507,9 +532,9 @@ def render_html(comparisons: list[Comparison]) -> str:
                 f'{_e(c.b.model)}). {c.paired} attempt(s) paired by task id and attempt number; finished in A only: '
                 f'{len(c.only_a)}; in B only: {len(c.only_b)}{_e(_left_out(c))}.</p>',
                 _html_table(["metric", "A", "B", "B - A", "95% CI", "test", "p"], [
-                    [(m.name, ""), (_num(m.a), "num"), (_num(m.b), "num"),
-                     (_num(m.delta, signed=True), _sign_class(m.delta, m.name)), (_ci(m.ci95), "num"),
-                     (_test_text(m), ""), (_p(m.p_value), "num")] for m in c.metrics]),
+                    [(m.name, ""), (_shown(m, m.a), "num"), (_shown(m, m.b), "num"),
+                     (_shown(m, m.delta, signed=True), _sign_class(m.delta, m.name)), (_ci(m.ci95), "num"),
+                     (_test_text(m), ""), (_p(m.p_value), "num")] for m in [*c.metrics, *c.cost]]),
                 _forest(c.metrics),
                 "<h3>Usage</h3>",
                 _html_table(["", "A", "B", "B - A", ""], [

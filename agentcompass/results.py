@@ -53,6 +53,8 @@ _ERROR_STATUSES = frozenset(s.value for s in TaskStatus if s.is_error)
 _FAILURE_CLASSES = frozenset(c.value for c in FailureClass)
 # pass@k is reported for these k (and for the attempts per task), those the attempts allow
 PASS_AT_K = (1, 2, 5, 10, 20, 50, 100)
+# dollars are rounded to a billionth (as spend.cost_usd rounds them): no float noise such as 0.0005700000000000001
+COST_DIGITS = 9
 # the two-sided 95% quantile of the standard normal distribution
 Z95 = 1.959963984540054
 # what the stages write in an attempt folder (each file by its output's name: ``prepared``...), read by
@@ -462,6 +464,30 @@ def cached_note(stats: Mapping[str, Any] | None) -> str:
     return f"{calls:,} call{'s' if calls != 1 else ''} from the cache{note}"
 
 
+def cost_figures(cost: float | None, ran: int, solved: int) -> dict[str, float | None]:
+    """What one attempt and one solved task cost: ``cost_per_attempt_usd``, ``cost`` (``cost_usd``) over the
+    ``ran`` attempts that ran (every attempt with a result but a quarantined one, which ran nothing), and
+    ``cost_per_solved_usd``, ``cost`` over the ``solved`` correct attempts; each None without prices or
+    without an attempt to divide by. The one place these are computed (``stats``, ``with_cost_figures``)."""
+
+    def per(n: int) -> float | None:
+        return None if cost is None or n <= 0 else round(cost / n, COST_DIGITS)
+
+    return {"cost_per_attempt_usd": per(ran), "cost_per_solved_usd": per(solved)}
+
+
+def with_cost_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """``stats`` (``MetricStats`` as a dict) with ``cost_figures``: a summary of a version before them
+    gets them from its own ``cost_usd``, ``attempts`` (quarantined ones are not in a summary) and correct
+    attempts (``accuracy`` x ``counted``, a whole number); one that has them is returned as it is."""
+    stats = dict(stats)
+    if "cost_per_solved_usd" in stats:
+        return stats
+    accuracy, counted, attempts = stats.get("accuracy"), stats.get("counted"), stats.get("attempts")
+    solved = round(accuracy * counted) if isinstance(accuracy, (int, float)) and isinstance(counted, int) else 0
+    return {**stats, **cost_figures(stats.get("cost_usd"), attempts if isinstance(attempts, int) else 0, solved)}
+
+
 # --- the denominator: the attempts every figure is over (docs/reports.md, "What the figures are over") ---
 
 INFRASTRUCTURE = FailureClass.INFRASTRUCTURE.value
@@ -573,9 +599,11 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
         if row["failure_class"] in _FAILURE_CLASSES and row["status"] != TaskStatus.COMPLETED.value:
             failures[row["failure_class"]] = failures.get(row["failure_class"], 0) + 1
     right = sum(1 for row in counted if row["correct"] is True)
+    ran = sum(1 for row in table if left_out(row) != QUARANTINED)  # a quarantined attempt ran nothing
     prompt = sum(row["prompt_tokens"] or 0 for row in table)
     completion = sum(row["completion_tokens"] or 0 for row in table)
     cached = {key: int(sum(row.get(key) or 0 for row in table)) for key in _CACHED}
+    paid = paid_and_saved({"prompt_tokens": prompt, "completion_tokens": completion, **cached}, pricing)
     walls = [(row["run_seconds"] or 0) + (row["evaluate_seconds"] or 0) for row in table
              if row["run_seconds"] is not None or row["evaluate_seconds"] is not None]
     return {
@@ -594,7 +622,8 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
         "latency_seconds": spread(row["latency_seconds"] for row in table
                                   if row["latency_seconds"] is not None and (row["calls"] or 0) > 0),
         "wall_seconds": spread(walls),
-        **paid_and_saved({"prompt_tokens": prompt, "completion_tokens": completion, **cached}, pricing),
+        **paid,
+        **cost_figures(paid["cost_usd"], ran, right),
         **cached,
     }
 
@@ -633,17 +662,7 @@ def last_change(path: Path) -> float | None:
 
 def overview(run: Run) -> dict[str, Any]:
     """What ``agentcompass runs`` shows of one run: who ran what, how far it got, how it scored, what it cost."""
-    current = summarized(run)
-    total: int | None
-    if current is not None:
-        finished, total = current
-        scored = (run.metrics() or {}).get("scored_on")
-    else:
-        table = list(rows(run))
-        finished = stats(table, (run.request.get("model") or {}).get("pricing"))
-        scored = scored_on(table)
-        # unknown until tasks.json is written
-        total = len(table) if Path(layout.tasks_file(run.path)).exists() else None
+    finished, total, scored = current_stats(run)
     changed = last_change(run.path)
     return {
         "namespace": run.namespace, "run_id": run.run_id, "request": run.name, "path": str(run.path),
@@ -654,12 +673,27 @@ def overview(run: Run) -> dict[str, Any]:
         # a metrics.json of a version before the classes has none: its result files name none either
         "failures": dict(finished.get("failures") or {}),
         "accuracy": finished["accuracy"], "cost_usd": finished["cost_usd"],
+        "cost_per_attempt_usd": finished["cost_per_attempt_usd"], "cost_per_solved_usd": finished["cost_per_solved_usd"],
         "cached_calls": finished.get("cached_calls") or 0, "saved_usd": finished.get("saved_usd"),
         # what the accuracy is over: the tasks and attempts counted, and those left out
         "scored_on": _scored_on(scored),
         "last_change": None if changed is None else
         datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
     }
+
+
+def current_stats(run: Run, table: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], int | None, Any]:
+    """The run's ``stats`` over its finished attempts (``with_cost_figures``), the attempts its tasks.json lists
+    (None before it is written) and its ``scored_on``: metrics.json's when it is of the result files on disk
+    (``summarized``), else computed from them (``table``, its ``rows`` when the caller has them). What
+    ``runs`` and ``compare`` show of a whole run."""
+    current = summarized(run)
+    if current is not None:
+        return with_cost_figures(current[0]), current[1], (run.metrics() or {}).get("scored_on")
+    table = list(rows(run)) if table is None else table
+    # unknown until tasks.json is written
+    total = len(table) if Path(layout.tasks_file(run.path)).exists() else None
+    return stats(table, (run.request.get("model") or {}).get("pricing")), total, scored_on(table)
 
 
 def _scored_on(scored: Any) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import fcntl
 import json
+import math
 import os
 import threading
 import time
@@ -47,15 +48,31 @@ INVOCATION_LEDGER_ENV = "AGENTCOMPASS_SPEND_LEDGER"
 # the most of a ledger file read: a larger one is no ledger this module wrote
 _LEDGER_BYTES = 4096
 _AMOUNTS = ("cost_usd", "prompt_tokens", "completion_tokens", "calls")
+# dollars below a dollar are written with at least _DECIMALS decimals, and as many as _SIGNIFICANT
+# significant digits need, down to a billionth (_COST_DIGITS, as cost_usd rounds)
+_COST_DIGITS, _DECIMALS, _SIGNIFICANT = 9, 4, 4
 
 _UNWRITABLE: list[str] = []  # the first ledger a charge could not write, said once per process
 
 ATTEMPT_SPEND: contextvars.ContextVar["AttemptSpend | None"] = contextvars.ContextVar("attempt_spend", default=None)
 
 
-def dollars(value: float) -> str:
-    """An amount of US dollars as every message says it: cents from a dollar up, else four decimals."""
-    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
+def dollars(value: float | None, absent: str = "-", signed: bool = False) -> str:
+    """An amount of US dollars as every message and view says it (``results.dollars``: the run's last line,
+    the report, ``runs``, ``compare``): cents from a dollar up (``$1,234.56``); below, four decimals, or as
+    many as four significant digits need (``$0.0123``, ``$0.001435``, ``$0.000057``: a cheap attempt's cost
+    is not $0.0001). ``absent`` for None (no prices declared); ``signed``: a difference, ``+$0.0012``."""
+    if value is None:
+        return absent
+    sign = "-" if value < 0 else "+" if signed else ""
+    size = abs(value)
+    if size >= 1:
+        return f"{sign}${size:,.2f}"
+    decimals = _DECIMALS if size == 0 else \
+        min(_COST_DIGITS, max(_DECIMALS, _SIGNIFICANT - 1 - math.floor(math.log10(size))))
+    text = f"{size:.{decimals}f}"
+    cut = len("0.") + _DECIMALS  # the zeros past four significant digits go, never the first four decimals
+    return f"{sign}${text[:cut]}{text[cut:].rstrip('0')}"
 
 
 def amount(name: str, value: float) -> str:

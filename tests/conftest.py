@@ -61,6 +61,7 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "evaluated": ("e2e",),  # test_report, test_pipeline
     "runs": ("e2e",),  # test_compare
     "finished": ("e2e",),  # test_results
+    "priced_runs": ("e2e",),  # test_cost_views
     "oracle_plan": ("e2e",),  # test_plan_diff
     "old_results": ("e2e",),  # test_old_results_reused
     "flow": ("e2e",),  # unit/test_engine: a tiny workflow of its own (and `plain`, its run)

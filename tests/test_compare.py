@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -131,7 +132,10 @@ def test_two_runs_compare_pair_by_pair(runs: Path):
     # the failed call is counted by the harness, its tokens are not: 4 replies of 5 completion tokens
     assert (usage["prompt_tokens"]["a"], usage["completion_tokens"]["a"]) == (50, 10)
     assert (usage["completion_tokens"]["b"], usage["completion_tokens"]["delta"]) == (20, 10)
-    assert usage["cost_usd"]["a"] is None  # no model.pricing declared
+    # no model.pricing declared: no cost, and the table says why
+    cost = {m["name"]: m for m in c["cost"]}
+    assert [cost[name]["a"] for name in compare.COST] == [None, None, None] and "cost_usd" not in usage
+    assert "no prices declared in A and B (model.pricing)" in cost["cost_per_solved_usd"]["detail"]
     config = {item["path"]: item for item in c["config"]}
     assert config["model.params.temperature"] == {"path": "model.params.temperature", "a": 0, "b": 0.7}
     assert config["model.params.user"] == {"path": "model.params.user", "b": "<script>alert('x')</script>&"}
@@ -146,7 +150,7 @@ def test_the_table_and_the_page(runs: Path, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert "paired: 5 attempt(s) finished in both" in text
-    assert "accuracy    0.800  0.600  -0.200" in text
+    assert re.search(r"\n  accuracy +0\.800 +0\.600 +-0\.200 ", text), text
     assert "McNemar exact p=1.000 (2 passed in A only, 1 in B only)" in text
     assert "passed in A only (2): capital-japan, water-formula" in text
     assert "passed in B only (1): author-hamlet" in text

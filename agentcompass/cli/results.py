@@ -7,16 +7,10 @@ import sys
 from pathlib import Path
 
 from agentcompass._util import display
+from agentcompass.results import dollars
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
 
 from .common import _print
-
-
-def _dollars(cost: float | None) -> str:
-    """Cents from a dollar up; below, four significant digits (a small run costs a fraction of a cent)."""
-    if cost is None:
-        return "-"
-    return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4g}"
 
 
 def _scored(scored: dict | None) -> str:
@@ -36,13 +30,13 @@ def _cached(overview: dict) -> str:
     if not calls:
         return "-"
     saved = overview.get("saved_usd")
-    return f"{calls}" + ("" if saved is None else f" ({_dollars(saved)})")
+    return f"{calls}" + ("" if saved is None else f" ({dollars(saved)})")
 
 
 def _runs_table(overviews: list[dict]) -> str:
     """One aligned line per run, under a header."""
     header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "failures by class",
-              "accuracy", "scored on", "cost", "cached", "last change"]
+              "accuracy", "scored on", "cost", "cost/solved", "cached", "last change"]
     lines = [header]
     for o in overviews:
         total = "?" if o["attempts_total"] is None else str(o["attempts_total"])
@@ -52,7 +46,7 @@ def _runs_table(overviews: list[dict]) -> str:
                       " ".join(f"{display.visible(str(cls))}={n}" for cls, n in o["failures"].items()) or "-",
                       "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
                       _scored(o.get("scored_on")),
-                      _dollars(o["cost_usd"]), _cached(o), changed])
+                      dollars(o["cost_usd"]), dollars(o.get("cost_per_solved_usd")), _cached(o), changed])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
@@ -131,8 +125,8 @@ def _add_runs_parser(sub) -> None:
         "runs", help="every run under a results folder, one line each",
         description="Lists the runs under RESULTS_DIR (default: results): namespace, run id, benchmark, harness, "
         "model, attempts done of all, failed attempts, accuracy and the tasks it is over (infrastructure failures and "
-        "quarantined tasks left out), cost (when the "
-        "Model declares model.pricing) and when a file of the run last changed.",
+        "quarantined tasks left out), cost and cost per solved task (when the "
+        "Model declares model.pricing), the calls the call cache answered and when a file of the run last changed.",
     )
     p.add_argument("results_dir", nargs="?", default="results", metavar="RESULTS_DIR")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per run")

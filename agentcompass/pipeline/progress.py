@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcompass.results import cached_note
+from agentcompass.results import cached_note, dollars
 
 from . import engine
 from .events import EVENTS_FILE, Follower
@@ -193,7 +193,7 @@ def usage_summary(stats: Any) -> str:
         split = ", ".join(f"{_count(n)} {word}" for n, word in ((prompt, "in"), (completion, "out")) if n is not None)
         parts.append(f"{_count((prompt or 0) + (completion or 0))} tokens ({split})")
     if cost is not None:
-        parts.append(f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}")
+        parts.append(dollars(cost))
     cached = cached_note(stats)
     if cached:
         parts.append(cached)

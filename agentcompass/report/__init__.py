@@ -113,7 +113,10 @@ def _summary(metrics: dict | None, rows: list[dict], pricing: dict | None) -> tu
     if not isinstance(summary, dict) or not isinstance(scored_on, dict) or "counted" not in scored_on \
             or "counted" not in (summary.get("overall") or {}):
         return _computed(scored, pricing), results.scored_on(done), None
-    return summary, scored_on, None
+    # a summary of a version before the cost figures gets them from its own cost (results.with_cost_figures)
+    return ({"overall": results.with_cost_figures(summary.get("overall") or {}),
+             "by_category": {k: results.with_cost_figures(v) for k, v in (summary.get("by_category") or {}).items()}},
+            scored_on, None)
 
 
 def _computed(rows: list[dict], pricing: dict | None) -> dict:
@@ -152,7 +155,7 @@ def _write(path: Path, text: str) -> None:
 
 
 TABLE_COLUMNS = ["task_id", "attempt", "category", "status", "score", "correct", "calls", "tokens",
-                 "latency_seconds", "seconds", "error", "kind", "page"]
+                 "cost_usd", "cost", "latency_seconds", "seconds", "error", "kind", "page"]
 
 
 def attempt_file(segment: str, attempt: int) -> str:
@@ -189,7 +192,8 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
             seconds = round((row["run_seconds"] or 0) + (row["evaluate_seconds"] or 0), 4)
         table.append([
             row["task_id"], row["attempt"], row["category"], row["status"], row["score"], row["correct"],
-            row["calls"], tokens, row["latency_seconds"], seconds, error[0][:300] if error else None,
+            # cost_usd sorts the column, cost is what it shows (results.dollars, as every view writes it)
+            row["calls"], tokens, row["cost_usd"], results.dollars(row["cost_usd"], ""), row["latency_seconds"], seconds, error[0][:300] if error else None,
             results.error_kind(row["status"], row["error"]) if row["status"] in ERROR_STATUSES else None, page,
         ])
     return {"columns": TABLE_COLUMNS, "rows": table}
@@ -232,7 +236,7 @@ def _charts(summary: dict, rows: list[dict]) -> dict[str, str]:
 def _tokens_text(stats: dict) -> str:
     text = f"{_count(stats.get('prompt_tokens'))} + {_count(stats.get('completion_tokens'))}"
     cost = stats.get("cost_usd")
-    return text if cost is None else f"{text} (${cost:.4f})"
+    return text if cost is None else f"{text} ({results.dollars(cost)})"
 
 
 def _histogram(scores: list) -> list[tuple[str, int]]:
@@ -299,7 +303,16 @@ def _interval(interval) -> str:
 
 
 def _cost(value) -> str:
-    return "" if value is None else f"${value:.4f}"
+    return results.dollars(value, "")
+
+
+def _cost_detail(stats: dict) -> str:
+    """What one attempt and one solved task cost, and what the call cache answered: the cost card's detail."""
+    per_solved = stats.get("cost_per_solved_usd")
+    parts = [f"{results.dollars(stats.get('cost_per_attempt_usd'))} per attempt",
+             f"{results.dollars(per_solved)} per solved task" if per_solved is not None else "no task solved",
+             results.cached_note(stats)]
+    return "; ".join(p for p in parts if p)
 
 
 def _seconds(spread: dict | None) -> tuple[str, str]:
@@ -344,8 +357,8 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
         _card("model calls", _count(overall.get("calls"))),
         _card("tokens", _count((overall.get("prompt_tokens") or 0) + (overall.get("completion_tokens") or 0)),
               f"{_count(overall.get('prompt_tokens'))} prompt, {_count(overall.get('completion_tokens'))} completion"),
-        _card("cost", "\u2013" if cost is None else f"${cost:.4f}",
-              results.cached_note(overall) if cost is not None else "the Model declares no prices (model.pricing)"),
+        _card("cost", results.dollars(cost, "\u2013"),
+              _cost_detail(overall) if cost is not None else "the Model declares no prices (model.pricing)"),
         _card("model latency per attempt (p50)", latency, latency_detail),
         _card("wall time per attempt (p50)", wall, wall_detail),
         "</div>",
@@ -392,7 +405,9 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
               _kv([("model calls", _count(overall.get("calls"))),
                    ("prompt tokens", _count(overall.get("prompt_tokens"))),
                    ("completion tokens", _count(overall.get("completion_tokens"))),
-                   ("cost", "no prices declared (model.pricing)" if cost is None else f"${cost:.4f}"),
+                   ("cost", results.dollars(cost, "no prices declared (model.pricing)")),
+                   ("cost per attempt", results.dollars(overall.get("cost_per_attempt_usd"), "\u2013")),
+                   ("cost per solved task", results.dollars(overall.get("cost_per_solved_usd"), "\u2013")),
                    ("answered from the call cache", results.cached_note(overall) or "none"),
                    ("model latency per attempt", latency_detail or "\u2013"),
                    ("wall time per attempt", wall_detail or "\u2013")]),

@@ -8,6 +8,8 @@ from xml.sax.saxutils import escape
 
 WIDTH = 640
 LABEL_WIDTH = 220
+# right of the longest bar: room for its value (``12,345 + 678 ($0.0001725)``)
+VALUE_WIDTH = 150
 BAR_HEIGHT = 22
 GAP = 6
 TOP = 34
@@ -56,7 +58,7 @@ def bars(title: str, items: list[Bar], *, scale: float | None = None, empty: str
         return _svg(title, TOP + 34, body, chart_id)
     top = max((max(b.value + b.stacked, b.interval[1] if b.interval else 0) for b in items), default=0)
     full = scale if scale is not None else (top or 1)
-    room = WIDTH - LABEL_WIDTH - 120
+    room = WIDTH - LABEL_WIDTH - VALUE_WIDTH
     body = []
     if legend:
         x = LABEL_WIDTH

@@ -14,6 +14,7 @@
     {key: "correct", label: "correct", type: "bool"},
     {key: "calls", label: "calls", type: "number"},
     {key: "tokens", label: "tokens", type: "number"},
+    {key: "cost_usd", label: "cost", type: "number"},
     {key: "latency_seconds", label: "model s", type: "number"},
     {key: "seconds", label: "wall s", type: "number"},
     {key: "error", label: "error", type: "text"}
@@ -116,6 +117,7 @@
       cell(tr, correct === null ? "" : (correct ? "yes" : "no"), correct === null ? "" : (correct ? "good" : "bad"));
       cell(tr, number(value(row, "calls")), "num");
       cell(tr, number(value(row, "tokens")), "num");
+      cell(tr, value(row, "cost"), "num");  // written as every view writes dollars (results.dollars)
       cell(tr, number(value(row, "latency_seconds"), 2), "num");
       cell(tr, number(value(row, "seconds"), 2), "num");
       var error = cell(tr, value(row, "error") || "", "error");

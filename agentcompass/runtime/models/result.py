@@ -143,6 +143,14 @@ class MetricStats(Contract):
         "The completion tokens of the calls answered from the call cache (counted in completion_tokens too)."))
     saved_usd: float | None = field(default=None, metadata=_describe(
         "What the calls answered from the call cache would have cost at model.pricing; null without prices."))
+    cost_per_attempt_usd: float | None = field(default=None, metadata=_describe(
+        "What one attempt cost: cost_usd over every attempt with a result but a quarantined one (which ran "
+        "nothing): attempts, infrastructure failures included, as they were paid for. Null without prices or "
+        "attempts; absent from metrics.json of older versions (the views compute it from cost_usd and attempts)."))
+    cost_per_solved_usd: float | None = field(default=None, metadata=_describe(
+        "What one solved task cost: cost_usd (every attempt, the failed ones included) over the correct attempts "
+        "(accuracy's numerator). Null without prices or without a correct attempt; absent from metrics.json of "
+        "older versions (the views compute it from cost_usd, accuracy and counted)."))
 
     def __post_init__(self) -> None:
         super().__post_init__()

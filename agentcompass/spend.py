@@ -11,8 +11,8 @@ every call answered, those of the call cache too, so a replay makes the decision
 
 **Budgets** bound what is paid: ``execution.budget`` a request's, over every run of it, and
 ``runtime.budget`` one invocation's, over all its requests. Every call sent (never one the cache
-answered) is charged to its request's ledger, a small file in the run folder (``spend.json``), and, with
-a run budget, to the invocation's; the ledger is replaced whole under ``flock``, so every job, shard and
+answered) under a budget is charged to its request's ledger, a small file in the run folder (``spend.json``),
+and, with a run budget, to the invocation's; the ledger is replaced whole under ``flock``, so every job, shard and
 cluster job that shares the results filesystem draws from the same one, with no server. Once a budget is
 spent no new attempt starts (its first stages, ``prepare`` and ``run``, do not begin); attempts in flight
 finish, because an attempt stopped halfway is money spent on nothing: its result could not be scored

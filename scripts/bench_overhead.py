@@ -38,6 +38,12 @@ first call came and the last answer went: the start-up and the tail.
     python scripts/bench_overhead.py --n 200 --latency 0.5 --calls 10
     python scripts/bench_overhead.py --n 1000 --latency 1 --endpoint-cap 16 --skip-inspect
     python scripts/bench_overhead.py --n 1000 --latency 1 --endpoint-cap 16 --shard-threads 8 --skip-inspect
+    python scripts/bench_overhead.py --n 1000 --latency 1 --spend --skip-inspect
+
+``--spend`` (with ``--latency``) runs agentcompass twice more under per-attempt
+limits and budgets that never bind (every call checked against the limits and
+charged to the request's and the run's ledger), alternating with plain runs,
+and prints the ratio of their wall and CPU time to the plain runs'.
 
 Inspect AI is installed into its own virtual environment (``--inspect-venv``,
 created on first use). This script is not part of the test suite.
@@ -385,18 +391,30 @@ def agentcompass_env() -> dict:
     return env
 
 
+# what --spend adds to every attempt: limits it never reaches and a budget it never spends, at prices, so that
+# every call is checked against the limits and charged to the request's ledger and the run's
+SPEND_PRICING = {"input_per_million": 1.0, "output_per_million": 2.0}
+SPEND_EXECUTION = {"limits": {"calls": 1000, "total_tokens": 10_000_000, "cost_usd": 100.0},
+                   "budget": {"cost_usd": 1_000_000.0}}
+SPEND_RUNTIME = {"budget": {"total_tokens": 10_000_000_000}}
+
+
 def snakemake_cmd(n: int, cores: int, shard_size: int | None, *extra: str, model: dict | None = None,
-                  calls: int = 1) -> list[str]:
+                  calls: int = 1, spent: bool = False) -> list[str]:
     """The workflow on n synthetic attempts: the oracle harness, or with a ``model`` the chat
-    harness (one call) or tool_agent (``calls`` > 1)."""
+    harness (one call) or tool_agent (``calls`` > 1); ``spent``: under limits and budgets (SPEND_*)."""
     harness: dict | str = "oracle"
     if model is not None:
         harness = "chat" if calls == 1 else {"id": "tool_agent", "params": {"max_steps": calls + 1}}
     request = {"bench": {"benchmark": {"id": "synthetic", "params": {"num_tasks": n}}, "harness": harness,
                          "environment": "host_process", "model": model or {"id": "none"}}}
+    runtime: dict = {} if shard_size is None else {"shard_size": shard_size}
+    if spent:
+        request["bench"].update(execution=SPEND_EXECUTION, model={**request["bench"]["model"], "pricing": SPEND_PRICING})
+        runtime.update(SPEND_RUNTIME)
     config = [f"requests={json.dumps(request)}"]
-    if shard_size is not None:
-        config.append(f"runtime={json.dumps({'shard_size': shard_size})}")
+    if runtime:
+        config.append(f"runtime={json.dumps(runtime)}")
     # targets and flags first: --quiet and --config take every value after them
     return [sys.executable, "-m", "snakemake", *extra, "--snakefile", str(ROOT / "Snakefile"), "--cores", str(cores),
             "--quiet", "--config", *config]
@@ -450,6 +468,19 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
                             "--max-connections", str(connections), "--log-dir", "logs", "--display", "none"],
                            work, env)
         rows.append(("inspect-ai", theirs, server.stats(connections, theirs["started"])))
+    if args.spend:  # the same run under limits and budgets, then each once more: ratios of like to like
+        for spent in (True, False, True):
+            work = scratch / f"agentcompass-{len(rows)}"
+            work.mkdir(parents=True)
+            server.reset()
+            with burners(args.load):
+                again = timed(snakemake_cmd(n, slots, args.shard_size, *extra, model=model, calls=calls, spent=spent),
+                              work, agentcompass_env())
+            if spent:
+                ledger = json.loads((work / "results/default/bench/spend.json").read_text())
+                assert ledger["calls"] == n * calls, ledger
+            rows.append(("+ spend" if spent else "agentcompass", again,
+                         server.stats(min(slots, args.endpoint_cap or slots), again["started"])))
     print(f"{'':14}{'wall s':>9}{'cpu s':>9}{'ideal s':>9}{'/ideal':>8}{'calls':>7}{'max in flight':>15}{'time >=90%':>12}"
           f"{'first call s':>14}{'last answer s':>15}")
     for name, r, st in rows:
@@ -458,6 +489,13 @@ def bench_latency(args, server: StandIn, inspect: Path | None, scratch: Path) ->
     if inspect:
         print(f"ratio agentcompass / inspect-ai: wall {rows[0][1]['wall'] / rows[1][1]['wall']:.2f}, "
               f"cpu {rows[0][1]['cpu'] / rows[1][1]['cpu']:.2f}")
+    if args.spend:
+        plain = [r for name, r, _ in rows if name == "agentcompass"]
+        spent_rows = [r for name, r, _ in rows if name == "+ spend"]
+        wall = sum(r["wall"] for r in spent_rows) / sum(r["wall"] for r in plain)
+        cpu = sum(r["cpu"] for r in spent_rows) / sum(r["cpu"] for r in plain)
+        print(f"ratio with limits and budgets / without ({len(spent_rows)} runs each, alternating): "
+              f"wall {wall:.3f}, cpu {cpu:.3f}")
 
 
 def bench_dry_run(n: int, cores: int, shard_size: int | None, work: Path, load: int) -> dict:
@@ -510,6 +548,9 @@ def main() -> None:
                         "shards claiming half the cap each run two at once")
     parser.add_argument("--snakemake-arg", action="append", default=[],
                         help="with --latency: one more argument for agentcompass's Snakemake (repeat for more)")
+    parser.add_argument("--spend", action="store_true",
+                        help="with --latency: also run under per-attempt limits and budgets (a ledger charged at "
+                        "every call), alternating with runs without, and print the ratio")
     parser.add_argument("--load", type=int, default=0,
                         help="CPU burners (a busy Python loop each) running beside every measured command")
     args = parser.parse_args()

@@ -473,9 +473,10 @@ def attempt_calls(job: AttemptJob, stage_name: str) -> callcache.AttemptCalls | 
 
 def attempt_spend(job: AttemptJob, stage_name: str) -> spend.AttemptSpend:
     """The attempt's ``stage_name`` stage's limits (its plan's ``execution.limits``) and the ledgers it pays
-    into: its request's, and the invocation's when the run has a budget (``runtime.budget``)."""
+    into, under a budget: its request's, and the invocation's when the run has one (``runtime.budget``)."""
     runtime = job.pipeline.inv.runtime if job.pipeline is not None else ResolvedRuntimeOptions()
-    ledgers = [spend.request_ledger(job.run)]
+    budgeted = job.request.execution.budget is not None or runtime.budget is not None
+    ledgers = [spend.request_ledger(job.run)] if budgeted else []
     invocation = spend.invocation_ledger() if runtime.budget is not None else None
     if invocation is not None:
         ledgers.append(invocation)

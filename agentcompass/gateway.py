@@ -152,6 +152,11 @@ _MODEL_ID = re.compile(r"(?P<models>(?:/v1)?/models)(?:/[A-Za-z0-9_][A-Za-z0-9._
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._~:@+/-]*")
 
 
+# the refusals of calls past an attempt's limits recorded in its trajectory; the rest are counted
+# (``metadata.limit.refused_calls``): an agent that calls on once refused grows no file
+LIMIT_RECORDS = 3
+
+
 def routes_of(protocol: str) -> dict[str, str]:
     """Every call the gateway answers for a Model of ``protocol``: its own and the translated ones."""
     return {**ROUTES.get(protocol, {}), **TRANSLATED.get(protocol, {})}
@@ -658,7 +663,8 @@ class ModelGateway:
         try:
             self._spend.check(answered=answered)
         except LimitReachedError as exc:
-            self.refused(method, path, 400, str(exc))
+            if self._spend.refused <= LIMIT_RECORDS:  # an agent that calls on and on: its refusals are counted
+                self.refused(method, path, 400, str(exc))
             return 400, [("Content-Type", "application/json")], error_reply(
                 self.protocol, 400, str(exc), "attempt_limit_reached")
         return None

@@ -235,6 +235,7 @@ class AttemptSpend:
         self.calls = self.prompt_tokens = self.completion_tokens = 0
         self.reached: str | None = None  # the first refusal's message, once a call was refused
         self.limit: str | None = None
+        self.refused = 0  # calls refused (or withheld): an agent may go on calling once refused
         self._lock = threading.Lock()
 
     def spent(self, name: str) -> float:
@@ -259,6 +260,7 @@ class AttemptSpend:
                            f"stage has used {amount(name, spent)}, so {what} and the attempt ends with the limit "
                            "class")
                 with self._lock:
+                    self.refused += 1
                     if self.reached is None:
                         self.reached, self.limit = message, name
                 error = LimitReachedError(message)
@@ -285,4 +287,4 @@ class AttemptSpend:
     def as_metadata(self) -> dict[str, Any]:
         """What a result records of the limit that ended it."""
         return {"limit": self.limit, "limit_value": self.limits.get(self.limit or ""),
-                "spent": self.spent(self.limit) if self.limit else None}
+                "spent": self.spent(self.limit) if self.limit else None, "refused_calls": self.refused}

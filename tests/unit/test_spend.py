@@ -90,7 +90,7 @@ def test_a_limit_may_be_reached_never_passed():
         limited.check()  # the next call is refused before it is sent
     assert refused.value.limit == "total_tokens" and "execution.limits.total_tokens (24)" in str(refused.value)
     assert limited.reached is not None and limited.as_metadata() == {"limit": "total_tokens", "limit_value": 24,
-                                                                     "spent": 24}
+                                                                     "spent": 24, "refused_calls": 1}
 
 
 def test_the_call_that_goes_past_a_dollar_limit_is_withheld():

@@ -64,6 +64,8 @@ class RequestStatus:
     errors: list[FailedAttempt] = field(default_factory=list)
     # why the rest could not be predicted (the tasks cannot be loaded now), if so
     problem: str | None = None
+    # what the next run would spend, as agentcompass.forecast says it (lines shown after the counts)
+    forecast: list[str] = field(default_factory=list)
 
 
 def rebuilt_from(s: Stage) -> tuple[str, ...]:
@@ -401,6 +403,7 @@ def render(statuses: list[RequestStatus], verbose: bool = False) -> str:
                          f"{visible(first_line[:300])}")
         if len(shown) < len(s.errors):
             lines.append(f"    ... and {len(s.errors) - len(shown)} more failed attempt(s) (-v lists them all)")
+        lines += [f"  {line}" for line in s.forecast]
         if s.problem:
             lines.append(f"  cannot tell what would rerun: {s.problem}")
         if not s.pending:

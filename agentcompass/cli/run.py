@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from agentcompass import callcache, layout, results, sdk
+from agentcompass import callcache, forecast, layout, results, sdk
 from agentcompass._util import display
 from agentcompass.pipeline import progress
 from agentcompass.pipeline import locks
@@ -46,6 +46,14 @@ def _outcome_line(outcome) -> str:
     return f"{outcome.name}: completed: {total} attempts; {metrics}{usage} -> {layout.metrics_file(outcome.results_dir)}"
 
 
+def _print_forecast(told: forecast.Forecast, file=None) -> None:
+    """A request's forecast (``Forecast.lines``), its first line after the request's name."""
+    first, *rest = told.lines()
+    _print(f"{told.name}: {first}", file=file)
+    for line in rest:
+        _print(f"  {line}", file=file)
+
+
 def _build(orchestration, layer, args, extra: list[str], quiet: bool = False) -> int:
     """Run the workflow, print each request's outcome (``quiet``: only when it stopped before finishing), and
     return the exit status (docs/reuse.md, Exit status)."""
@@ -58,6 +66,9 @@ def _build(orchestration, layer, args, extra: list[str], quiet: bool = False) ->
     if not quiet or result.exit_status in (EXIT_STOPPED, EXIT_BUDGET):
         for outcome in result.outcomes:
             _print(_outcome_line(outcome))
+    if any(outcome.state == "planned" for outcome in result.outcomes):  # Snakemake's dry run (-- -n)
+        for told in forecast.forecasts(orchestration, Path.cwd()):
+            _print_forecast(told)
     return result.exit_status
 
 
@@ -67,7 +78,12 @@ def cmd_run(args) -> int:
         layer = {**(layer or {}), "runtime": {**(layer or {}).get("runtime", {}), "cache": args.cache}}
     orchestration = _resolve(args, layer)
     if args.dry_run:
-        _print(json.dumps([{"name": r.name, "request": r.request.to_dict()} for r in orchestration.runs], indent=2, sort_keys=True))
+        # what would run and spend: planned as status plans, in a scratch folder; no model is called
+        told = forecast.forecasts(orchestration, Path.cwd())
+        _print(json.dumps([{"name": r.name, "request": r.request.to_dict(), "forecast": f.to_dict()}
+                           for r, f in zip(orchestration.runs, told)], indent=2, sort_keys=True))
+        for f in told:  # the same in words, beside the data
+            _print_forecast(f, file=sys.stderr)
         return 0
     return _build(orchestration, layer, args, args.snakemake_args)
 
@@ -81,7 +97,8 @@ def register(sub) -> None:
     )
     _add_selection(p)
     p.add_argument("--cores", default="2", type=_cores, help="jobs at once (attempts wait on I/O: more than the CPUs is fine)")
-    p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved requests; load no tasks")
+    p.add_argument("--dry-run", "-n", action="store_true", help="print the complete resolved requests and what they would spend "
+                   "(the attempts that would run, their tokens and cost: docs/spend.md); call no model")
     p.add_argument("--cache", nargs="?", const="on", choices=callcache.MODES, metavar="MODE",
                    help="the call cache for every request (execution.cache): on (the default of --cache), refresh, "
                         "replay or off")

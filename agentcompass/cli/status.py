@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentcompass import layout, status
+from agentcompass import forecast, layout, status
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.models import FailureClass
@@ -33,7 +33,10 @@ def cmd_status(args) -> int:
         args.results_dir, args.benchmark = args.benchmark, None
     layer = _layer(args)
     orchestration = _resolve(args, layer)
-    _print(status.render(status.predict(orchestration, Path.cwd()), verbose=args.verbose))
+    statuses = status.predict(orchestration, Path.cwd())
+    for state, told in zip(statuses, forecast.of_statuses(orchestration, statuses, Path.cwd())):
+        state.forecast = told.lines()
+    _print(status.render(statuses, verbose=args.verbose))
     return 0
 
 

@@ -26,12 +26,13 @@ tokens (``results.cost_usd``), with no call answered from the call cache.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from agentcompass import layout, results, status
 from agentcompass._util.display import visible
@@ -180,12 +181,17 @@ def observed(run: results.Run, most: int) -> list[dict[str, Any]]:
             and results.left_out(row) is None]
 
 
-def _same_kind(root: Path, req: RunRequest, own: Path) -> list[results.Run]:
-    """The runs under ``root`` of ``req``'s Benchmark, Harness and Model but its own, newest first."""
+def runs_under(root: Path) -> list[results.Run]:
+    """The runs under ``root`` (``results.find_runs``); none when there is no such folder yet, or a
+    request.json there cannot be read."""
     try:
-        runs = results.find_runs(root)
-    except (OSError, ValueError):  # no results folder yet, or a request.json that cannot be read
+        return results.find_runs(root)
+    except (OSError, ValueError):
         return []
+
+
+def _same_kind(runs: list[results.Run], req: RunRequest, own: Path) -> list[results.Run]:
+    """Those of ``runs`` of ``req``'s Benchmark, Harness and Model but its own, newest first."""
     kind = (req.benchmark.id, req.harness.id, req.model.id)
     same = [r for r in runs if (r.component("benchmark"), r.component("harness"),
                                 (r.request.get("model") or {}).get("id", "")) == kind
@@ -199,8 +205,10 @@ def _same_kind(root: Path, req: RunRequest, own: Path) -> list[results.Run]:
     return sorted(same, key=changed, reverse=True)
 
 
-def _basis(req: RunRequest, root: Path, own: Path) -> tuple[str | None, list[dict[str, Any]], list[str]]:
-    """Where the estimate comes from, its rows, and the runs (namespace/run_id) they are of."""
+def _basis(req: RunRequest, own: Path,
+           runs: Callable[[], list[results.Run]]) -> tuple[str | None, list[dict[str, Any]], list[str]]:
+    """Where the estimate comes from, its rows, and the runs (namespace/run_id) they are of; ``runs``
+    gives the runs under the results folder."""
     mine: list[dict[str, Any]] = []
     if Path(layout.request_file(own)).exists():
         try:
@@ -211,7 +219,7 @@ def _basis(req: RunRequest, root: Path, own: Path) -> tuple[str | None, list[dic
         return OWN, mine, []
     theirs: list[dict[str, Any]] = []
     names: list[str] = []
-    for run in _same_kind(root, req, own):
+    for run in _same_kind(runs(), req, own):
         if len(theirs) >= MOST_READ:
             break
         rows = observed(run, MOST_READ - len(theirs))
@@ -223,8 +231,10 @@ def _basis(req: RunRequest, root: Path, own: Path) -> tuple[str | None, list[dic
     return (OWN, mine, []) if mine else (None, [], [])
 
 
-def of_request(name: str, req: RunRequest, state: RequestStatus, workdir: Path, results_dir: str | Path) -> Forecast:
-    """``req``'s forecast, from status's prediction ``state`` of it."""
+def of_request(name: str, req: RunRequest, state: RequestStatus, workdir: Path, results_dir: str | Path,
+               runs: Callable[[], list[results.Run]] | None = None) -> Forecast:
+    """``req``'s forecast, from status's prediction ``state`` of it; ``runs`` gives the runs under the results
+    folder (found when asked for, by default)."""
     folders, failed = would_run(state)
     if state.problem and not folders:
         return Forecast(name, None, problem=state.problem)
@@ -232,14 +242,15 @@ def of_request(name: str, req: RunRequest, state: RequestStatus, workdir: Path, 
     if not folders:
         return forecast
     root = Path(workdir) / results_dir
-    source, rows, runs = _basis(req, root, layout.run_dir(root, req.namespace, req.run_id))
+    source, rows, names = _basis(req, layout.run_dir(root, req.namespace, req.run_id),
+                                 runs or (lambda: runs_under(root)))
     if source is None:
         return forecast
     pricing = req.model.pricing.to_dict() if req.model.pricing else None
     prompt = [float(row["prompt_tokens"] or 0) for row in rows]
     completion = [float(row["completion_tokens"] or 0) for row in rows]
     count = len(folders)
-    forecast.source, forecast.basis, forecast.runs = source, len(rows), runs
+    forecast.source, forecast.basis, forecast.runs = source, len(rows), names
     forecast.prompt_tokens = interval(prompt, count).rounded(0)
     forecast.completion_tokens = interval(completion, count).rounded(0)
     forecast.total_tokens = interval([p + c for p, c in zip(prompt, completion)], count).rounded(0)
@@ -251,7 +262,9 @@ def of_request(name: str, req: RunRequest, state: RequestStatus, workdir: Path, 
 
 def of_statuses(orchestration: Orchestration, statuses: Iterable[RequestStatus], workdir: Path) -> list[Forecast]:
     """Each request's forecast, from ``status.predict``'s statuses of the same orchestration."""
-    return [of_request(run.name, run.request, state, Path(workdir), orchestration.runtime.results_dir)
+    root = Path(workdir) / orchestration.runtime.results_dir
+    found = functools.cache(lambda: runs_under(root))  # once for every request, when one asks
+    return [of_request(run.name, run.request, state, Path(workdir), orchestration.runtime.results_dir, found)
             for run, state in zip(orchestration.runs, statuses)]
 
 

@@ -94,9 +94,10 @@ def test_a_second_request_of_the_same_kind_is_forecast_from_the_first_within_20_
     for key in ("prompt_tokens", "completion_tokens", "total_tokens", "cost_usd"):
         assert 0 <= told[key]["low"] <= told[key]["expected"] <= told[key]["high"], told
 
-    # half of it again: two attempts lose their files; the request's own three finished ones are the estimate
+    # part of it again: three attempts lose their files; the request's own two finished ones are the estimate,
+    # though the first run has three
     run = workdir / "results/default/second/attempts"
-    gone = sorted(run.glob("*/1/result.json"))[:2]
+    gone = sorted(run.glob("*/1/result.json"))[:3]
     per_attempt = []
     for result in gone:
         usage = json.loads(result.read_text())["usage"]
@@ -104,11 +105,11 @@ def test_a_second_request_of_the_same_kind_is_forecast_from_the_first_within_20_
         for name in ("output.json", "result.json"):
             (result.parent / name).unlink()
     told, lines = dry_run(workdir, second)
-    assert (told["attempts"], told["source"], told["basis"], told["runs"]) == (2, forecast.OWN, 3, [])
-    assert "forecast: 2 attempt(s) would run; estimated from 3 finished attempt(s) of this request" in lines
+    assert (told["attempts"], told["source"], told["basis"], told["runs"]) == (3, forecast.OWN, 2, [])
+    assert "forecast: 3 attempt(s) would run; estimated from 2 finished attempt(s) of this request" in lines
     assert within(told["total_tokens"]["expected"], sum(per_attempt)), (told, per_attempt)
     shown = command(workdir, "status", "-c", str(second)).stdout
-    assert "estimated from 3 finished attempt(s) of this request" in shown
+    assert "estimated from 2 finished attempt(s) of this request" in shown
 
 
 def test_with_nothing_to_estimate_from_the_forecast_says_so_and_calls_nothing(workdir: Path):
@@ -130,3 +131,28 @@ def test_the_range_is_the_prediction_interval_of_a_sum():
     assert forecast.interval([5.0, 500.0], 1).low == 0.0  # floored at nothing spent
     assert forecast.interval([7.0], 3) == forecast.Range(21.0)  # one value: no spread, no range
     assert forecast._spread(list(range(10)), 4) == [0, 2, 5, 7]
+
+
+def test_the_lines_say_what_is_counted_and_what_is_missing():
+    one = forecast.Forecast("r", 4, failed=1, source=forecast.OWN, basis=1, prompt_tokens=forecast.Range(400.0),
+                            completion_tokens=forecast.Range(80.0), total_tokens=forecast.Range(480.0))
+    assert one.lines() == [
+        "forecast: 4 attempt(s) would run; 1 failed attempt(s) not counted (`agentcompass retry` reruns them); "
+        "estimated from 1 finished attempt(s) of this request",
+        "  tokens in 400 (no range from one attempt), out 80 (no range from one attempt), "
+        "total 480 (no range from one attempt)",
+        "  cost: no prices declared (model.pricing): tokens only"]
+    priced = forecast.Forecast("r", 2, source=forecast.SAME_KIND, basis=9, runs=["ns/a", "ns/b", "ns/c", "ns/d"],
+                               prompt_tokens=forecast.Range(2000.0, 1500.0, 2500.0),
+                               completion_tokens=forecast.Range(400.0, 300.0, 500.0),
+                               total_tokens=forecast.Range(2400.0, 1800.0, 3000.0),
+                               cost_usd=forecast.Range(1234.5, 0.5, 2468.0))
+    head, _, cost = priced.lines()
+    assert head.endswith("estimated from 9 finished attempt(s) of 4 run(s) of the same benchmark, harness and model "
+                         "(ns/a, ns/b, ns/c and 1 more)")
+    assert cost.startswith("  cost $1,234.50 (95% range $0.5000 to $2,468.00) at model.pricing")
+    assert forecast.Forecast("r", 0, failed=2).lines() == [
+        "forecast: no attempt would run: nothing to spend; 2 failed attempt(s) not counted "
+        "(`agentcompass retry` reruns them)"]
+    assert forecast.Forecast("r", None, problem="no tasks").lines() == [
+        "forecast: cannot count the attempts that would run: no tasks"]

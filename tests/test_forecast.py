@@ -86,8 +86,8 @@ def test_a_second_request_of_the_same_kind_is_forecast_from_the_first_within_20_
         command(workdir, "run", "-c", str(second))
         assert len(endpoint.requests) == 8
         # another model's request learns nothing from these runs
-        told, lines = dry_run(workdir, config(workdir, "other", request(endpoint, 5, model="another-model")))
-        assert (told["attempts"], told["source"]) == (5, None) and forecast.NOTHING in lines
+        other, words = dry_run(workdir, config(workdir, "other", request(endpoint, 5, model="another-model")))
+        assert (other["attempts"], other["source"]) == (5, None) and forecast.NOTHING in words
     paid = spent(workdir, "second")
     tokens = paid["prompt_tokens"] + paid["completion_tokens"]
     assert within(told["prompt_tokens"]["expected"], paid["prompt_tokens"]), (told, paid)

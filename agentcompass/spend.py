@@ -219,6 +219,25 @@ def over_budget(request_budget: BudgetSpec | None, run_folder: str | Path, run_b
     return None
 
 
+def budget_lines(budget: BudgetSpec | None, run_folder: str | Path) -> list[str]:
+    """What ``status`` says of a request's budget: each amount, what its ledger holds of it, and whether the next
+    run would start any attempt."""
+    if budget is None:
+        return []
+    spent = request_ledger(run_folder).read()
+    lines = []
+    for name in ("cost_usd", "total_tokens"):
+        limit = getattr(budget, name)
+        if limit is None:
+            continue
+        paid = spent.get(name)
+        state = ("spent: the next run starts no attempt; raise it to continue" if paid >= limit
+                 else f"{amount(name, limit - paid)} left")
+        lines.append(f"budget: {amount(name, paid)} of {amount(name, limit)} paid (execution.budget.{name}, "
+                     f"{LEDGER}): {state}")
+    return lines
+
+
 # --- one attempt's stage --------------------------------------------------------------------------------
 
 

@@ -217,3 +217,17 @@ def test_limits_hold_for_an_agent_behind_the_gateway(workdir: Path, tmp_path: Pa
         refused = [x for x in lines if x.get("source") == "gateway" and x.get("status") == 400]
         assert refused and f"execution.limits.{limit}" in refused[0]["error"]
     assert sent == 5  # the agent's calls after the refusal were never sent
+
+
+def test_status_says_what_the_budget_holds(workdir: Path):
+    words = Words()
+    with ScriptedEndpoint(words) as endpoint:
+        config = write(workdir, {"r": request(endpoint, "chat", 4, {"budget": {"cost_usd": 0.003}})})
+        before = agentcompass(workdir, "status", "-c", str(config))
+        run(workdir, config, status=EXIT_BUDGET, cores="1")
+        after = agentcompass(workdir, "status", "-c", str(config))
+    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
+    assert "budget: $0.0000 of $0.0030 paid (execution.budget.cost_usd, spend.json): $0.0030 left" in before.stdout
+    paid = spend.request_ledger(workdir / "results/default/r").read().cost_usd
+    assert (f"budget: ${paid:.4f} of $0.0030 paid (execution.budget.cost_usd, spend.json): spent: the next run starts "
+            "no attempt; raise it to continue") in after.stdout

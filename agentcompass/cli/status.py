@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentcompass import forecast, layout, status
+from agentcompass import forecast, layout, results, spend, status
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError
 from agentcompass.runtime.models import FailureClass
@@ -34,8 +34,10 @@ def cmd_status(args) -> int:
     layer = _layer(args)
     orchestration = _resolve(args, layer)
     statuses = status.predict(orchestration, Path.cwd())
-    for state, told in zip(statuses, forecast.of_statuses(orchestration, statuses, Path.cwd())):
-        state.forecast = told.lines()
+    folders = results.run_folders(orchestration, Path.cwd())
+    for state, told, run, folder in zip(statuses, forecast.of_statuses(orchestration, statuses, Path.cwd()),
+                                        orchestration.runs, folders):
+        state.forecast = told.lines() + spend.budget_lines(run.request.execution.budget, folder)
     _print(status.render(statuses, verbose=args.verbose))
     return 0
 

@@ -55,9 +55,11 @@ sandbox whose network holds nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import http.client
 import json
+import random
 import re
 import secrets
 import shutil
@@ -74,7 +76,10 @@ from urllib.parse import urlsplit
 from agentcompass import callcache, spend
 from agentcompass.errors import LimitReachedError
 from agentcompass.protocols import anthropic_messages, openai_responses
-from agentcompass.runtime.model_client import ATTEMPT_USAGE, RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens
+from agentcompass.runtime import ratelimit
+from agentcompass.runtime.model_client import (
+    ATTEMPT_USAGE, RECORD_LIMIT, REPLY_LIMIT, recorded_body, reply_tokens, retry_after_seconds,
+)
 from agentcompass.secrets import Scrubber, check_header_value, resolved_values
 
 # Never passed on: hop-by-hop headers, the agent's token, and what is set anew for the Model.
@@ -324,6 +329,11 @@ def _tail_usage(data: bytes, content_type: str) -> Any:
         return None
 
 
+# The waits on a rate-limited call (429, 503) the gateway tries again: the first backoff (doubled for each further
+# one, with jitter) and the longest; a Retry-After sets the wait instead, up to RETRY_AFTER_MAX unless told.
+RATE_BACKOFF = 1.0
+RATE_BACKOFF_MAX = 30.0
+RETRY_AFTER_MAX = 60.0
 # At most this many connections to one gateway (one attempt's agent) at once: one more is answered 503
 # and closed, and the attempt fails as out of its limits. Each holds a thread and a descriptor of the job
 # process, which every attempt of the process shares.
@@ -483,6 +493,7 @@ class ModelGateway:
     def __init__(
         self, base_url: str, api_key: str | None, trajectory_path: Path, *, timeout: float = 600.0,
         headers: dict[str, str] | None = None, protocol: str = "openai_chat",
+        rate_limit_patience: float = ratelimit.PATIENCE, retry_after_max: float = RETRY_AFTER_MAX,
     ) -> None:
         if protocol not in ROUTES:
             raise ValueError(f"the model gateway knows no protocol {protocol!r} (it knows {', '.join(ROUTES)})")
@@ -505,6 +516,8 @@ class ModelGateway:
         self._scrubber = Scrubber(resolved=False, literals={**held, **({api_key: KEY_PLACEHOLDER} if api_key else {})})
         self._trajectory_path = Path(trajectory_path)
         self._timeout = timeout
+        self._patience, self._retry_after_max = rate_limit_patience, retry_after_max
+        self._rng = random.Random()
         self.token = secrets.token_urlsafe(32)
         self._lock = threading.Lock()
         self._attempt_usage = ATTEMPT_USAGE.get()  # the attempt's, counted with the gateway's own
@@ -606,6 +619,34 @@ class ModelGateway:
         elif self._api_key:
             outgoing["Authorization"] = f"Bearer {self._api_key}"
         outgoing.update(self._headers)
+        limit = ratelimit.limit_of(self._endpoint) if method == "POST" else None
+        waits, patience_ends = 0, None  # from the call's first rate-limit rejection
+        while True:
+            with limit.slot() if limit is not None else contextlib.nullcontext():
+                status, returned, data, error, latency = self._exchange(method, path, outgoing, body)
+            if limit is None or error is not None:
+                break
+            if status not in ratelimit.REJECTED:
+                if status < 400:
+                    limit.answered()
+                break
+            limit.rejected()
+            now = time.monotonic()
+            patience_ends = patience_ends or now + self._patience
+            if now >= patience_ends:
+                break  # the agent sees the rejection, as the Model sent it
+            waits += 1
+            self._answered(method, path, headers, body, status, returned, data, error, latency, translated_from,
+                           cache, key, rate_limited=True)
+            retry_after = retry_after_seconds(next((v for k, v in returned if k.lower() == "retry-after"), None))
+            time.sleep(ratelimit.wait_seconds(waits, retry_after, self._retry_after_max, RATE_BACKOFF,
+                                              RATE_BACKOFF_MAX, self._rng))
+        return self._answered(method, path, headers, body, status, returned, data, error, latency, translated_from,
+                              cache, key)
+
+    def _exchange(self, method: str, path: str, outgoing: dict[str, str],
+                  body: bytes) -> tuple[int, list, bytes, str | None, float]:
+        """One request to the Model: its status, headers, body, the error that stood for a reply, and latency."""
         connection_class = http.client.HTTPSConnection if self._upstream.scheme == "https" else http.client.HTTPConnection
         connection = connection_class(self._host, self._upstream.port, timeout=self._timeout)
         started = time.monotonic()
@@ -630,7 +671,13 @@ class ModelGateway:
             returned = [("Content-Type", "application/json")]
         finally:
             connection.close()
-        latency = time.monotonic() - started
+        return status, returned, data, error, time.monotonic() - started
+
+    def _answered(self, method: str, path: str, headers: Message | dict[str, str], body: bytes, status: int,
+                  returned: list, data: bytes, error: str | None, latency: float, translated_from: str | None,
+                  cache: callcache.AttemptCalls | None, key: callcache.CallKey | None,
+                  rate_limited: bool = False) -> tuple[int, list, bytes]:
+        """The Model's reply scrubbed, recorded and counted (a rejection waited on, ``rate_limited``, too)."""
         returned, data = self._scrubbed(returned, data)
         content_type = next((v for k, v in returned if k.lower() == "content-type"), "")
         record = {
@@ -641,6 +688,12 @@ class ModelGateway:
             record["error"] = error
         if translated_from is not None:
             record["translated_from"] = translated_from
+        if rate_limited:  # tried again by the gateway: the agent never sees this reply
+            record["rate_limited"] = True
+            with self._lock:
+                self._usage["rate_limited"] = self._usage.get("rate_limited", 0) + 1
+            if self._attempt_usage is not None:
+                self._attempt_usage.add(rate_limited=1)
         if cache is not None and key is not None:
             record["cache"] = cache.record(key, "sent")
         bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
@@ -650,7 +703,7 @@ class ModelGateway:
             withheld = self._past_limit(method, path)
             if withheld is not None:
                 return withheld
-        if cache is not None and key is not None and error is None and status == 200:
+        if cache is not None and key is not None and error is None and status == 200 and not rate_limited:
             # the agent's token, should the model repeat it, is no part of what outlives the attempt
             kept = data.replace(self.token.encode(), TOKEN_PLACEHOLDER.encode())
             cache.keep(key, callcache.Entry(status, content_type, kept, *tokens, latency_seconds=latency))

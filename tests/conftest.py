@@ -328,18 +328,18 @@ GATEWAY_KEY = "sk-real-key-of-the-test"
 
 @pytest.fixture
 def through(tmp_path: Path) -> Iterator[Callable]:
-    """start(script, protocol) -> (endpoint, gateway, trajectory path): a Model of ``protocol`` served by an
-    endpoint that speaks it alone; all closed after the test."""
+    """start(script, protocol, **options) -> (endpoint, gateway, trajectory path): a Model of ``protocol`` served
+    by an endpoint that speaks it alone, through a gateway made with ``options``; all closed after the test."""
     from agentcompass.gateway import ModelGateway
     from agentcompass.testing.endpoint import ScriptedEndpoint
 
     opened: list = []
 
-    def start(script: list, protocol: str = "openai_chat") -> tuple:
+    def start(script: list, protocol: str = "openai_chat", **options) -> tuple:
         endpoint = ScriptedEndpoint(script=script, protocols=(protocol,)).__enter__()
         opened.append(endpoint)
         trajectory = tmp_path / f"trajectory{len(opened)}.jsonl"
-        gateway = ModelGateway(endpoint.base_url, GATEWAY_KEY, trajectory, protocol=protocol).__enter__()
+        gateway = ModelGateway(endpoint.base_url, GATEWAY_KEY, trajectory, protocol=protocol, **options).__enter__()
         opened.append(gateway)
         return endpoint, gateway, trajectory
 

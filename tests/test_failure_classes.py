@@ -48,7 +48,7 @@ def reply(body):
 def config(workdir: Path, url: str) -> Path:
     (workdir / "d.jsonl").write_text(json.dumps({"question": "Capital of France?", "answer": "Paris"}) + "\n")
     one_task = {"id": "example_exact_match", "params": {"limit": 1}}
-    chat = {"id": "chat", "params": {"max_model_retries": 1, "retry_backoff": 0}}
+    chat = {"id": "chat", "params": {"max_model_retries": 1, "retry_backoff": 0, "rate_limit_patience": 0}}
     requests = {
         "endpoint": {"benchmark": one_task, "harness": chat, "model": {"id": "fails", "base_url": url}},
         "limit": {"benchmark": one_task, "harness": {**chat, "params": {**chat["params"], "follow_ups": ["Sure?"]}},

@@ -15,7 +15,7 @@ from agentcompass.environments import HostProcessEnvironment
 from agentcompass.gateway import ModelGateway
 from agentcompass.runtime.model_client import ATTEMPT_USAGE, Usage
 from agentcompass.runtime.models import EnvironmentSpec, NetworkPolicy
-from agentcompass.testing.endpoint import ScriptedEndpoint, completion
+from agentcompass.testing.endpoint import ScriptedEndpoint, completion, rate_limited
 from adversarial.test_gateway import RecordingUpstream
 
 REAL_KEY = "sk-real-key-of-the-test"
@@ -74,7 +74,7 @@ def test_the_token_is_swapped_for_the_real_key_and_every_call_is_recorded(tmp_pa
     trajectory = tmp_path / "trajectory.jsonl"
     answers = iter([(200, completion("first")), (429, {"error": {"message": "slow down"}}), (200, completion("third"))])
     with ScriptedEndpoint(lambda body: next(answers)) as endpoint, \
-            ModelGateway(endpoint.base_url, REAL_KEY, trajectory) as gateway:
+            ModelGateway(endpoint.base_url, REAL_KEY, trajectory, rate_limit_patience=0) as gateway:
         token = {"Authorization": f"Bearer {gateway.token}"}
         replies = through_relay(gateway, [("POST", "/chat/completions", token, CHAT)] * 3)
         usage = gateway.usage()
@@ -91,6 +91,27 @@ def test_the_token_is_swapped_for_the_real_key_and_every_call_is_recorded(tmp_pa
     assert lines[2]["reply"]["choices"][0]["message"]["content"] == "third"
     text = trajectory.read_text()
     assert gateway.token not in text and REAL_KEY not in text
+
+
+def test_a_rate_limited_call_is_tried_again_by_the_gateway_and_the_agent_sees_the_answer(tmp_path: Path):
+    trajectory = tmp_path / "trajectory.jsonl"
+    answers = iter([rate_limited(retry_after=0.5), (503, {"error": {"message": "busy"}}), (200, completion("late"))])
+    spent = Usage()
+    ATTEMPT_USAGE.set(spent)
+    try:
+        with ScriptedEndpoint(lambda body: next(answers)) as endpoint, \
+                ModelGateway(endpoint.base_url, REAL_KEY, trajectory) as gateway:
+            replies = through_relay(gateway, [("POST", "/chat/completions", {"Authorization": f"Bearer {gateway.token}"},
+                                               CHAT)])
+            usage = gateway.usage()
+    finally:
+        ATTEMPT_USAGE.set(None)
+    assert [(status, body["choices"][0]["message"]["content"]) for status, body in replies] == [(200, "late")]
+    assert len(endpoint.requests) == 3 and usage["calls"] == 3 and usage["rate_limited"] == 2
+    assert spent.calls == 3 and spent.rate_limited == 2
+    lines = records(trajectory)
+    assert [(r["status"], r.get("rate_limited")) for r in lines] == [(429, True), (503, True), (200, None)]
+    assert lines[0]["reply"]["error"]["message"] == "rate limited (scripted)"
 
 
 def test_the_models_list_is_forwarded_but_is_not_a_model_call(tmp_path: Path):

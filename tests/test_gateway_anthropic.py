@@ -121,7 +121,7 @@ def test_the_token_as_an_api_key_passes_and_goes_no_further(through):
 
 
 def test_errors_are_in_anthropics_shape_and_refused_calls_reach_nothing(through):
-    endpoint, gateway, _ = through([rate_limited(retry_after=0), malformed()])
+    endpoint, gateway, _ = through([rate_limited(retry_after=0), malformed()], rate_limit_patience=0)
     with pytest.raises(anthropic.AuthenticationError) as wrong_token:
         client(gateway, auth_token="not-the-token").messages.create(model=MODEL, max_tokens=8, messages=USER)
     assert wrong_token.value.body == {"type": "error", "error": {"type": "authentication_error",

@@ -82,7 +82,7 @@ def test_tool_calls_translated_both_ways(through):
 
 
 def test_errors_are_in_openais_shape_and_an_untranslatable_request_reaches_nothing(through):
-    endpoint, gateway, trajectory = through([rate_limited(retry_after=0), malformed()])
+    endpoint, gateway, trajectory = through([rate_limited(retry_after=0), malformed()], rate_limit_patience=0)
     with pytest.raises(openai.AuthenticationError):
         client(gateway, "not-the-token").responses.create(model=MODEL, input="hi")
     sdk = client(gateway)

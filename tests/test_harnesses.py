@@ -144,7 +144,8 @@ def test_tool_agent_stops_at_its_token_and_time_limits(tmp_path: Path):
 def test_tool_agent_ends_as_run_error_when_the_model_fails_every_time(tmp_path: Path):
     prepared = PreparedTask(task_id="t", input=TaskInput(prompt="Work."))
     with ScriptedEndpoint(lambda body: (503, {"error": "busy"})) as endpoint:
-        result, _ = run_harness(ToolAgentHarness(), ToolAgentConfig(max_model_retries=1, retry_backoff=0), endpoint,
+        result, _ = run_harness(ToolAgentHarness(), ToolAgentConfig(max_model_retries=1, retry_backoff=0,
+                                                                   rate_limit_patience=0), endpoint,
                                 prepared, tmp_path)
     assert result.status.value == "run_error" and "HTTP 503" in result.error and result.usage["calls"] == 2
     first, last = events(tmp_path)  # each try is a line: the retried one, then the last

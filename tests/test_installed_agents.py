@@ -261,7 +261,8 @@ def test_claude_code_in_an_image_without_glibc_is_a_clear_error_before_any_model
 def test_codex_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_agent, tmp_path, monkeypatch):
     installed_agent("codex")
     with ScriptedEndpoint(lambda body: server_error(503), protocols=ALL_PROTOCOLS) as endpoint:
-        ran = run_agent(CodexHarness(), "host_process", endpoint, tmp_path, monkeypatch, protocol="openai_responses")
+        ran = run_agent(CodexHarness(), "host_process", endpoint, tmp_path, monkeypatch, protocol="openai_responses",
+                        rate_limit_patience=0)  # each 503 passed on to the agent at once
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "endpoint", ran.result.error
     assert ran.result.metadata["failure"] == {"class": "endpoint", "http_status": 503}
     assert ran.result.usage["calls"] == len(endpoint.requests) >= 1
@@ -270,7 +271,7 @@ def test_codex_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_ag
 @pytest.mark.skipif(not network_isolation()[0], reason="host_process cannot isolate a 'none' phase here")
 def test_claude_code_stopped_by_a_failing_endpoint_is_an_endpoint_failure(installed_agent, tmp_path, monkeypatch):
     installed_agent("claude-code")
-    ran, endpoint = run_claude(tmp_path, monkeypatch, lambda body: server_error(503))
+    ran, endpoint = run_claude(tmp_path, monkeypatch, lambda body: server_error(503), rate_limit_patience=0)
     assert ran.result.status.value == "run_error" and ran.result.failure_class.value == "endpoint", ran.result.error
     assert ran.result.metadata["failure"] == {"class": "endpoint", "http_status": 503}
     # its own retries, few: each a call the gateway counted

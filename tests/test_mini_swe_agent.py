@@ -72,7 +72,7 @@ def request(name: str, model_id: str, base_url: str, sessions: Path) -> str:
     return (
         f"  {name}:\n"
         "    benchmark: {id: example_exact_match, params: {task_ids: [capital-france]}}\n"
-        "    harness: {id: mini_swe_agent, params: {step_limit: 6, model_retries: 1}}\n"
+        "    harness: {id: mini_swe_agent, params: {step_limit: 6, model_retries: 1, rate_limit_patience: 0}}\n"
         f"    environment: {{id: host_process, run_network: none, params: {{keep_workspace: true, workspace_root: '{sessions}'}}}}\n"
         f"    model: {{id: {model_id}, base_url: '{base_url}', api_key: '${{{KEY_VARIABLE}}}', params: {{temperature: 0}}}}\n"
     )

@@ -72,11 +72,11 @@ def test_clients_of_one_process_share_one_tls_context():
     assert first.verify_mode.name == "CERT_REQUIRED" and first.check_hostname
 
 
-def test_429_twice_then_an_answer_costs_three_calls():
-    with ScriptedEndpoint(script=[rate_limited(0), rate_limited(0), completion("Paris")]) as endpoint:
-        reply, usage, _ = call(endpoint)
+def test_429_twice_then_an_answer_costs_three_calls_and_no_retry():
+    with ScriptedEndpoint(script=[rate_limited(0), server_error(503), completion("Paris")]) as endpoint:
+        reply, usage, _ = call(endpoint, max_model_retries=0)
     assert reply.text == "Paris" and reply.malformed is None
-    assert usage["calls"] == 3 and usage["retries"] == 2
+    assert usage["calls"] == 3 and usage["retries"] == 0 and usage["rate_limited"] == 2
     assert usage["prompt_tokens"] == 10 and usage["completion_tokens"] == 2  # only the reply that arrived
     assert len(endpoint.requests) == 3
 
@@ -234,7 +234,7 @@ def test_every_try_is_a_trajectory_line_failed_ones_with_their_error(tmp_path):
 def test_a_call_that_fails_for_good_leaves_every_try_and_a_refusal_its_status(tmp_path):
     path = tmp_path / "trajectory.jsonl"
     with ScriptedEndpoint(script=[server_error(503), server_error(503)]) as endpoint:
-        error, _, _ = call(endpoint, trajectory=Trajectory(path), max_model_retries=1)
+        error, _, _ = call(endpoint, trajectory=Trajectory(path), max_model_retries=1, rate_limit_patience=0)
     assert isinstance(error, ModelCallError)
     assert [(r["try"], r["status"], r["retried"]) for r in lines(path)] == [(1, 503, True), (2, 503, False)]
     path.unlink()
@@ -339,7 +339,7 @@ def test_a_retried_call_is_every_try_in_the_attempts_trajectory_and_its_usage_wh
 
 def test_a_harness_free_benchmarks_calls_are_lines_of_its_trajectory_failed_tries_too(workdir):
     # majority_vote asks each question `samples` times; the first request fails once and is retried
-    with ScriptedEndpoint(script=[server_error(503), completion("1142"), completion("1142")]) as endpoint:
+    with ScriptedEndpoint(script=[server_error(500), completion("1142"), completion("1142")]) as endpoint:
         run = _run(workdir, {
             "benchmark": {"id": "majority_vote", "params": {"num_tasks": 1, "samples": 2}},
             "harness": "none",
@@ -350,9 +350,9 @@ def test_a_harness_free_benchmarks_calls_are_lines_of_its_trajectory_failed_trie
     assert result["usage"]["calls"] == 3 and result["usage"]["retries"] == 1
     records = lines(attempt / "trajectory.jsonl")
     assert sorted((r["sample"], r["try"], r["status"]) for r in records) in (
-        [(1, 1, 503), (1, 2, 200), (2, 1, 200)], [(1, 1, 200), (2, 1, 503), (2, 2, 200)])
-    failed = next(r for r in records if r["status"] == 503)
-    assert "HTTP 503" in failed["error"] and failed["retried"] is True
+        [(1, 1, 500), (1, 2, 200), (2, 1, 200)], [(1, 1, 200), (2, 1, 500), (2, 2, 200)])
+    failed = next(r for r in records if r["status"] == 500)
+    assert "HTTP 500" in failed["error"] and failed["retried"] is True
     assert all(r["request"]["messages"][0]["content"].startswith("What is") for r in records)
 
 

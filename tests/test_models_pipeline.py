@@ -38,7 +38,7 @@ def attempt_file(run: Path, task: str, name: str = "result.json") -> dict:
     return json.loads((run / "attempts" / task / "1" / name).read_text())
 
 
-def test_two_429s_then_an_answer_complete_the_attempt_with_three_calls(workdir: Path):
+def test_two_429s_then_an_answer_complete_the_attempt_with_three_calls_and_no_retry(workdir: Path):
     with ScriptedEndpoint(script=[rate_limited(0), rate_limited(0), completion("Paris")]) as endpoint:
         run = run_request(workdir, {
             "benchmark": {"id": "example_exact_match", "params": {"limit": 1}},
@@ -47,7 +47,7 @@ def test_two_429s_then_an_answer_complete_the_attempt_with_three_calls(workdir: 
         })
     result = attempt_file(run, "capital-france")
     assert result["status"] == "completed" and result["correct"] is True
-    assert result["usage"]["calls"] == 3 and result["usage"]["retries"] == 2
+    assert result["usage"]["calls"] == 3 and result["usage"]["retries"] == 0 and result["usage"]["rate_limited"] == 2
     assert set(result["usage"]) >= {"calls", "prompt_tokens", "completion_tokens", "latency_seconds"}
     assert len(endpoint.requests) == 3
 
@@ -61,7 +61,8 @@ def test_a_model_failing_every_time_ends_that_attempt_as_run_error_and_the_run_g
     with ScriptedEndpoint(model) as endpoint:
         run = run_request(workdir, {
             "benchmark": {"id": "example_exact_match", "params": {"limit": 2}},
-            "harness": {"id": "chat", "params": FAST_RETRIES},
+            # no patience: each 429 counts as a fault at once
+            "harness": {"id": "chat", "params": {**FAST_RETRIES, "rate_limit_patience": 0}},
             "model": {"id": "scripted", "base_url": endpoint.base_url},
             "execution": {"attempts": 2},
         })

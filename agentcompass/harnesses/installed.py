@@ -38,7 +38,8 @@ from agentcompass.runtime.base import after_agent
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.failures import endpoint_failed
-from agentcompass.runtime.model_client import model_key
+from agentcompass.runtime import ratelimit
+from agentcompass.runtime.model_client import model_key, parse_seconds
 from agentcompass.secrets import resolve_secret
 
 from .common import GatewaySeen
@@ -63,6 +64,9 @@ class InstalledAgentConfig(ComponentConfig):
         "run_error of class limit.")
     model_call_timeout: float = config_field(
         default=600.0, description="Seconds the gateway waits for the Model to answer one call.")
+    rate_limit_patience: float = config_field(
+        default=ratelimit.PATIENCE, description="Seconds the gateway keeps trying one call the Model refuses as "
+        "too many (429, 503), from its first refusal; then the agent gets the refusal.")
     max_output_tokens: int = config_field(
         default=0, description="Most tokens the agent asks the Model for in one reply (0: the CLI's own default).")
     extra_args: list = config_field(
@@ -78,6 +82,7 @@ class InstalledAgentConfig(ComponentConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        self.rate_limit_patience = parse_seconds(self.rate_limit_patience, "rate_limit_patience")
         if not isinstance(self.extra_args, list) or not all(isinstance(a, str) for a in self.extra_args):
             raise ConfigError(f"extra_args must be a list of strings, got {self.extra_args!r}")
         if not isinstance(self.env, dict) or not all(
@@ -297,7 +302,7 @@ class InstalledAgentHarness(BaseHarness):
         command = resolve(key).command(env.tools[key])
         with ModelGateway(resolve_secret(model.base_url), model_key(model), context.trajectory_path,
                           timeout=params["model_call_timeout"], headers=resolve_secret(model.headers),
-                          protocol=model.protocol) as gateway:
+                          protocol=model.protocol, rate_limit_patience=params["rate_limit_patience"]) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)
             state = posixpath.join(env.workdir, STATE_DIR)
             run = AgentRun(command, task_text(prepared), model.id, f"http://{address}", gateway.token, state, params,

@@ -36,7 +36,8 @@ from agentcompass.runtime.config import ComponentConfig, ConfigError, config_fie
 from agentcompass.runtime.config.loader import env_ref
 from agentcompass.runtime.dependencies import DependencySpec
 from agentcompass.runtime.failures import endpoint_failed
-from agentcompass.runtime.model_client import model_key
+from agentcompass.runtime import ratelimit
+from agentcompass.runtime.model_client import model_key, parse_seconds
 from agentcompass.harnesses.common import GatewaySeen
 from agentcompass.secrets import resolve_secret
 
@@ -73,6 +74,9 @@ class MiniSweAgentConfig(ComponentConfig):
     model_call_timeout: float = config_field(
         default=600.0, description="Seconds the gateway waits for the Model to answer one call."
     )
+    rate_limit_patience: float = config_field(
+        default=ratelimit.PATIENCE, description="Seconds the gateway keeps trying one call the Model refuses as "
+        "too many (429, 503), from its first refusal; then the agent gets the refusal.")
     model_retries: int = config_field(
         default=3,
         description="Tries mini-swe-agent makes per model call before it gives up (it waits 4 to 60 s between "
@@ -92,6 +96,7 @@ class MiniSweAgentConfig(ComponentConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        self.rate_limit_patience = parse_seconds(self.rate_limit_patience, "rate_limit_patience")
         if not isinstance(self.settings, dict) or not all(isinstance(k, str) and k for k in self.settings):
             raise ConfigError(f"settings must map dotted mini-swe-agent keys to values, got {self.settings!r}")
 
@@ -136,7 +141,7 @@ class MiniSweAgentHarness(BaseHarness):
             )
         with ModelGateway(resolve_secret(model.base_url), model_key(model), context.trajectory_path,
                           timeout=params["model_call_timeout"], headers=resolve_secret(model.headers),
-                          protocol=model.protocol) as gateway:
+                          protocol=model.protocol, rate_limit_patience=params["rate_limit_patience"]) as gateway:
             address = await env.expose_host_socket(gateway.socket_path)
             state = posixpath.join(env.workdir, STATE_DIR)
             await env.exec(["mkdir", "-p", f"{state}/config"])

@@ -34,6 +34,7 @@ from agentcompass._util import aio, display, logs
 from agentcompass._util.importpath import PIP_DEPLOYMENTS, planted, safe_import_path
 from agentcompass.plugins import load_components
 from agentcompass.runtime.config import ConfigError, load_run_config
+from agentcompass.runtime import ratelimit
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
 
@@ -218,6 +219,7 @@ class EvaluationWorkflow:
         pacing.configure(self.inv.runtime.environment_open_rate, ".", self.inv.runtime.cleanup_grace_seconds)
         if self.inv.inner is None and self.inv.runtime.budget is not None:  # the invocation's own ledger
             spend.start_invocation_ledger(".", self.events.invocation)
+        ratelimit.configure(".")  # model calls in flight per endpoint: shared by every process of the run
         records = engine.Records.of(workflow)
         if records is not None:
             recovery.recover(workflow, records, self._outputs())

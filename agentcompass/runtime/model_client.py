@@ -19,6 +19,10 @@ and, when calls were answered from the call cache (``agentcompass.callcache``):
     cached_prompt_tokens      the prompt tokens of those replies (counted in prompt_tokens too)
     cached_completion_tokens  their completion tokens (counted in completion_tokens too)
 
+and, when the endpoint refused calls as too many (429, 503) and they were tried again:
+
+    rate_limited       those rate-limit waits (their calls count in ``calls``, not in ``retries``)
+
 Token counts keep each reply's own count, cached or not, so runs compare like
 for like; what was paid is the tokens less the cached ones (``results.cost_usd``).
 
@@ -29,7 +33,10 @@ harness that raised ended it before the harness could report them.
 
 A 429, a 5xx, a timeout or a dropped connection is retried with exponential
 backoff and jitter (a ``Retry-After`` header, capped, sets the wait instead);
-when the retries run out, ``ModelCallError`` names the last error. A reply
+when the retries run out, ``ModelCallError`` names the last error. A 429 or a
+503 is a rate limit (``ratelimit``): each POST holds a slot of the endpoint's
+shared limit, a rejection lowers it, and the call waits and tries again without
+using a retry, for ``rate_limit_patience`` seconds from its first rejection. A reply
 that arrives but is unusable (not JSON, no choices, no content) is the model's
 answer: an empty one, recorded in ``ChatReply.malformed``, not an error. A
 reply whose JSON holds text that is not valid Unicode (a lone surrogate escape
@@ -45,6 +52,7 @@ import dataclasses
 import email.utils
 import functools
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -62,6 +70,7 @@ from agentcompass import callcache, spend
 from agentcompass._util.display import visible
 from agentcompass.errors import ModelCallError
 from agentcompass._util.jsonio import not_unicode, without_surrogates
+from agentcompass.runtime import ratelimit
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
 from agentcompass.runtime.models.request import BASE_URL_FIX, base_url_problem
@@ -153,13 +162,18 @@ class ModelCallConfig(ComponentConfig):
     retry_after_max: float = config_field(
         default=60.0, description="Longest wait a Retry-After header may ask for; a longer one is cut to this."
     )
+    rate_limit_patience: float = config_field(
+        default=ratelimit.PATIENCE,
+        description="Seconds one model call keeps waiting on rate limits (429, 503), from its first: those "
+        "waits use none of max_model_retries; past it, a further 429 or 503 counts as a fault.",
+    )
 
     def __post_init__(self) -> None:
         self.max_model_retries = parse_int(self.max_model_retries, "max_model_retries", minimum=0)
         self.timeout = parse_seconds(self.timeout, "timeout")
         if self.timeout == 0:
             raise ConfigError("timeout must be more than 0 seconds")
-        for name in ("retry_backoff", "retry_backoff_max", "retry_after_max"):
+        for name in ("retry_backoff", "retry_backoff_max", "retry_after_max", "rate_limit_patience"):
             setattr(self, name, parse_seconds(getattr(self, name), name))
 
     @classmethod
@@ -235,11 +249,13 @@ class Usage:
     cached_calls: int = 0
     cached_prompt_tokens: int = 0
     cached_completion_tokens: int = 0
+    rate_limited: int = 0
 
     def add(self, calls: int = 0, retries: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0,
             latency_seconds: float = 0.0, cached_calls: int = 0, cached_prompt_tokens: int = 0,
-            cached_completion_tokens: int = 0) -> None:
+            cached_completion_tokens: int = 0, rate_limited: int = 0) -> None:
         with _COUNTING:
+            self.rate_limited += rate_limited
             self.calls += calls
             self.retries += retries
             self.prompt_tokens += prompt_tokens
@@ -269,6 +285,8 @@ class Usage:
         }
         if self.cached_calls:
             counts.update({name: getattr(self, name) for name in CACHED_USAGE})
+        if self.rate_limited:
+            counts["rate_limited"] = self.rate_limited
         return counts
 
 
@@ -518,25 +536,44 @@ class ModelClient:
                 self._record(record, where, body, 1, error=miss, retried=False, cache=cache.record(key, "miss"))
                 raise ModelCallError(miss)
             where = {**where, "cache": cache.record(key, "sent")}
-        tries = self.config.max_model_retries + 1
-        for number in range(1, tries + 1):
+        limit = ratelimit.limit_of(self._endpoint)
+        faults = waits = 0
+        patience_ends: float | None = None  # from the call's first rate-limit rejection
+        for number in itertools.count(1):
             try:
-                status, data, tokens_unread = await self._post_once(wire)
+                async with limit.slot_async():
+                    status, data, tokens_unread = await self._post_once(wire)
             except _RetryableError as exc:
-                last = number == tries
-                self._record(record, where, body, number, status=exc.status, error=str(exc), retried=not last)
+                waiting = False
+                if exc.status in ratelimit.REJECTED:
+                    limit.rejected()
+                    now = time.monotonic()
+                    patience_ends = patience_ends or now + self.config.rate_limit_patience
+                    waiting = now < patience_ends
+                last = not waiting and faults == self.config.max_model_retries
+                self._record(record, where, body, number, status=exc.status, error=str(exc), retried=not last,
+                             **({"rate_limited": True} if waiting else {}))
                 if last:
-                    failed = ModelCallError(f"model call failed after {tries} tries; last error: {exc}")
+                    failed = ModelCallError(f"model call failed after {number} tries; last error: {exc}")
                     failed.status = exc.status  # the last reply's, when one came: the failure's HTTP status class
                     raise failed from None
+                if waiting:  # a rate limit: wait, using none of the retries meant for faults
+                    waits += 1
+                    self._count(rate_limited=1)
+                    await asyncio.sleep(ratelimit.wait_seconds(
+                        waits, exc.retry_after, self.config.retry_after_max, self.config.retry_backoff,
+                        self.config.retry_backoff_max, self._rng))
+                    continue
+                faults += 1
                 self._count(retries=1)
-                await asyncio.sleep(self._delay(number, exc.retry_after))
+                await asyncio.sleep(self._delay(faults, exc.retry_after))
             except ModelCallError as exc:
                 extra = {} if exc.reply is None else {"reply": exc.reply}
                 self._record(record, where, body, number, status=exc.status, error=str(exc),
                              retried=False, **extra)
                 raise
             else:
+                limit.answered()
                 extra = {"usage_unreadable": tokens_unread} if tokens_unread else {}
                 self._record(record, where, body, number, status=status, reply=data,
                              malformed=parse_reply(data).malformed, **extra)

@@ -8,7 +8,8 @@ credentials or query: no secret is ever part of a name):
     slots/  one file per slot; a call holds one under ``flock(LOCK_EX)`` while it is sent, so a process that
             dies frees its slots by itself
     log     one line ``time allowed in_flight event`` (event: ``lowered``, ``rejected``, ``raised``) for each
-            rejection and each change of the whole-number allowed value; cut to its newer half past ``LOG_LIMIT``
+            rejection (the rejected call counted in flight) and each change of the whole-number allowed value;
+            cut to its newer half past ``LOG_LIMIT``
 
 A call takes a slot whose number is below the allowed number (at least one: the limit never stops a
 call, only delays it; a wait for a slot is bounded). A 429 or a 503 (``REJECTED``) lowers the allowed number
@@ -130,15 +131,16 @@ class EndpointLimit:
     # -- what happened to a call --------------------------------------------------------
 
     def rejected(self) -> float:
-        """A call was refused as too many (429, 503): lower the allowed number (once per window); the new one."""
+        """A call was refused as too many (429, 503), its slot given back: lower the allowed number (once per
+        window) to ``DECREASE`` times the calls in flight, that one included; the new number."""
         fd = _locked(self.state)
         try:
             allowed, lowered = self._read(fd)
             now = time.time()
-            flying = self.in_flight()
+            flying = self.in_flight() + 1
             event = "rejected"
             if now - lowered >= DECREASE_WINDOW:
-                allowed, lowered, event = max(1.0, min(allowed, max(flying, 1)) * DECREASE), now, "lowered"
+                allowed, lowered, event = max(1.0, min(allowed, flying) * DECREASE), now, "lowered"
                 self._write(fd, allowed, lowered)
             self._log(Line(now, allowed, flying, event))
             return allowed

@@ -42,14 +42,14 @@ def hold(limit: EndpointLimit, count: int) -> list:
 def test_a_rejection_halves_the_calls_in_flight_and_never_goes_below_one(tmp_path: Path):
     limit = EndpointLimit(tmp_path, ceiling=16)
     assert limit.allowed() == 16
-    held = hold(limit, 6)
-    assert limit.in_flight() == 6
-    assert limit.rejected() == 3.0  # half of the 6 in flight, not of the ceiling
-    for slot in held[3:]:
+    held = hold(limit, 5)
+    assert limit.in_flight() == 5
+    assert limit.rejected() == 3.0  # half of the 6 in flight (the rejected one too), not of the ceiling
+    for slot in held[2:]:
         slot.__exit__(None, None, None)
-    assert limit.in_flight() == 3
+    assert limit.in_flight() == 2
     assert limit.rejected() == 1.5 and limit.rejected() == 1.0 and limit.rejected() == 1.0
-    for slot in held[:3]:
+    for slot in held[:2]:
         slot.__exit__(None, None, None)
     assert limit.in_flight() == 0
     assert [(line.allowed, line.in_flight, line.event) for line in limit.lines()] == [
@@ -59,7 +59,7 @@ def test_a_rejection_halves_the_calls_in_flight_and_never_goes_below_one(tmp_pat
 def test_a_burst_of_rejections_within_the_window_lowers_it_once(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(ratelimit, "DECREASE_WINDOW", 30.0)
     limit = EndpointLimit(tmp_path, ceiling=8)
-    held = hold(limit, 8)
+    held = hold(limit, 7)
     assert [limit.rejected() for _ in range(5)] == [4.0] * 5
     assert [line.event for line in limit.lines()] == ["lowered"] + ["rejected"] * 4
     for slot in held:

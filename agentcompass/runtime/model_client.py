@@ -152,8 +152,8 @@ class ModelCallConfig(ComponentConfig):
     timeout: float = config_field(default=60.0, description="Seconds to wait for one model reply (the whole request).")
     max_model_retries: int = config_field(
         default=4,
-        description="Retries of one model call after a 429, a 5xx, a timeout or a dropped connection; "
-        "then the attempt ends as run_error naming the last error.",
+        description="Retries of one model call after a 5xx, a timeout or a dropped connection (a 429 or 503 "
+        "once rate_limit_patience has passed); then the attempt ends as run_error naming the last error.",
     )
     retry_backoff: float = config_field(
         default=1.0, description="Seconds before the first retry; doubled for each further one, with jitter."

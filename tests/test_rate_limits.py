@@ -26,9 +26,11 @@ pytestmark = [
     needs(*MiniSweAgentHarness.dependencies),
 ]
 
-# How long the storm lasts from the first call, and which calls in it are answered: one in ANSWERED_EVERY.
+# How long the storm lasts from the first call, and which calls in it are answered: one in ANSWERED_EVERY,
+# each after ANSWER_SECONDS (so calls overlap).
 STORM_SECONDS = 4.0
 ANSWERED_EVERY = 5
+ANSWER_SECONDS = 0.3
 SOLVER = ["echo Paris > answer.txt", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat answer.txt"]
 
 
@@ -42,7 +44,7 @@ class Storm:
         self.count = self.refused = 0
         self.ended: float | None = None
 
-    def __call__(self, body: dict) -> Reply | dict:
+    def __call__(self, body: dict) -> Reply:
         with self.lock:
             now = time.time()
             self.started = self.started or now
@@ -54,8 +56,8 @@ class Storm:
                 self.ended = now
         if body["model"] == "solver":
             step = sum(1 for m in body["messages"] if m["role"] == "assistant")
-            return tool_call_reply(step, SOLVER[min(step, len(SOLVER) - 1)])
-        return completion("Paris")
+            return Reply(200, tool_call_reply(step, SOLVER[min(step, len(SOLVER) - 1)]), delay=ANSWER_SECONDS)
+        return Reply(200, completion("Paris"), delay=ANSWER_SECONDS)
 
 
 def test_a_storm_of_429s_ends_with_every_attempt_completed_and_the_limit_drops_then_recovers(workdir: Path):
@@ -92,15 +94,16 @@ def test_a_storm_of_429s_ends_with_every_attempt_completed_and_the_limit_drops_t
                   (workdir / "results/default/mini/attempts/capital-france/1/trajectory.jsonl").read_text().splitlines()]
     assert mini["usage"].get("rate_limited", 0) == sum(1 for r in mini_lines if r.get("rate_limited"))
 
-    # the run's limit of this endpoint, as its log recorded it: lowered in the storm, raised after it
+    # the run's limit of this endpoint, as its log recorded it: the allowed number and the calls in flight drop
+    # in the storm, and grow again after it
     limit = EndpointLimit(workdir / ratelimit.RUN_FOLDER / ratelimit.slug_of(endpoint.base_url))
     lines = limit.lines()
     rejections = [line for line in lines if line.event in ("lowered", "rejected")]
-    assert len(rejections) == storm.refused
+    assert len(rejections) == storm.refused and rejections[0].event == "lowered"
     lowest = min(line.allowed for line in lines)
-    assert lowest <= max(1.0, max(line.in_flight for line in rejections) / 2)
-    assert lowest < ratelimit.CEILING
-    last_refusal = rejections[-1].time
-    raised = [line for line in lines if line.event == "raised" and line.time >= last_refusal]
+    assert lowest <= max(1.0, rejections[0].in_flight / 2) and lowest < ratelimit.CEILING
+    assert min(line.in_flight for line in rejections) < max(2, rejections[0].in_flight)
+    raised = [line for line in lines if line.event == "raised" and line.time >= rejections[-1].time]
     assert raised and raised[-1].allowed >= lowest + 2, lines[-10:]
+    assert max(line.in_flight for line in raised) >= 2, lines[-10:]
     assert seconds < 120

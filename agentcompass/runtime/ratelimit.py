@@ -8,7 +8,7 @@ credentials or query: no secret is ever part of a name):
     slots/  one file per slot; a call holds one under ``flock(LOCK_EX)`` while it is sent, so a process that
             dies frees its slots by itself
     log     one line ``time allowed in_flight event`` (event: ``lowered``, ``rejected``, ``raised``) for each
-            rejection (the rejected call counted in flight) and each change of the whole-number allowed value;
+            rejection and each change of the whole-number allowed value (the call that made it counted in flight);
             cut to its newer half past ``LOG_LIMIT``
 
 A call takes a slot whose number is below the allowed number (at least one: the limit never stops a
@@ -148,7 +148,8 @@ class EndpointLimit:
             os.close(fd)
 
     def answered(self) -> float:
-        """A call was answered: raise the allowed number toward the ceiling; the new one."""
+        """A call was answered, its slot given back: raise the allowed number toward the ceiling; the new one.
+        The log counts that call in flight, as a rejection's does."""
         fd = _locked(self.state)
         try:
             allowed, lowered = self._read(fd)
@@ -157,7 +158,7 @@ class EndpointLimit:
             raised = min(self.ceiling, allowed + INCREASE / allowed)
             self._write(fd, raised, lowered)
             if int(raised) != int(allowed):
-                self._log(Line(time.time(), raised, self.in_flight(), "raised"))
+                self._log(Line(time.time(), raised, self.in_flight() + 1, "raised"))
             return raised
         finally:
             os.close(fd)

@@ -41,8 +41,10 @@ from typing import AsyncIterator, Iterator
 
 # The statuses that mean "too many calls": a rate-limit wait, not a fault.
 REJECTED = frozenset({429, 503})
-# The most calls in flight at one endpoint the limit allows, and where it starts.
-CEILING = 64.0
+# The most calls in flight at one endpoint the limit allows, and where it starts: above what a run sends at
+# once (Snakemake's --cores and the endpoint's model_endpoint_ resource bound that), so that without rate
+# limits it never holds a call back
+CEILING = 1024.0
 # A rejection lowers the allowed number to this times the calls in flight, at most once per window (seconds).
 DECREASE = 0.5
 DECREASE_WINDOW = 1.0

@@ -698,15 +698,15 @@ class ModelGateway:
             record["cache"] = cache.record(key, "sent")
         bodies = (body, headers.get("Content-Type") or "", data if error is None else None, content_type)
         tokens = self._record(record, latency if method == "POST" else None, bodies)
-        if self._spend is not None and method == "POST" and error is None and status == 200:
-            self._spend.charge(*tokens, paid=True)
-            withheld = self._past_limit(method, path)
-            if withheld is not None:
-                return withheld
         if cache is not None and key is not None and error is None and status == 200 and not rate_limited:
             # the agent's token, should the model repeat it, is no part of what outlives the attempt
             kept = data.replace(self.token.encode(), TOKEN_PLACEHOLDER.encode())
             cache.keep(key, callcache.Entry(status, content_type, kept, *tokens, latency_seconds=latency))
+        if self._spend is not None and method == "POST" and error is None and status == 200:
+            self._spend.charge(*tokens, paid=True)  # kept first: a replay withholds the same reply
+            withheld = self._past_limit(method, path)
+            if withheld is not None:
+                return withheld
         return status, returned, data
 
     def _past_limit(self, method: str, path: str, answered: bool = True) -> tuple[int, list, bytes] | None:

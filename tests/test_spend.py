@@ -198,7 +198,7 @@ def test_limits_hold_for_an_agent_behind_the_gateway(workdir: Path, tmp_path: Pa
     is answered with a 400 the agent sees, and the attempt ends with the limit class."""
     with ScriptedEndpoint(mini_reply) as endpoint:
         requests = {}
-        for name, limits in (("tokens", {"total_tokens": 250}), ("dollars", {"cost_usd": 0.02})):
+        for name, limits in (("tokens", {"total_tokens": 150}), ("dollars", {"cost_usd": 0.01})):
             requests[name] = {
                 "benchmark": {"id": "example_exact_match", "params": {"task_ids": ["capital-france"]}},
                 "harness": {"id": "mini_swe_agent", "params": {"step_limit": 10, "model_retries": 1}},
@@ -210,13 +210,13 @@ def test_limits_hold_for_an_agent_behind_the_gateway(workdir: Path, tmp_path: Pa
     for name, limit in (("tokens", "total_tokens"), ("dollars", "cost_usd")):
         result = results(workdir, name)["capital-france"]
         assert result["failure_class"] == "limit" and result["metadata"]["limit"]["limit"] == limit, result
-        # 107 tokens ($0.0135) a call: the third call goes past 250 tokens, the second past $0.02
-        assert result["usage"]["calls"] == (3 if name == "tokens" else 2)
+        # 107 tokens ($0.0135) a call: the second call goes past 150 tokens, the first past $0.01
+        assert result["usage"]["calls"] == (2 if name == "tokens" else 1)
         lines = [json.loads(x) for x in (workdir / "results/default" / name / "attempts/capital-france/1" /
                                          "trajectory.jsonl").read_text().splitlines()]
         refused = [x for x in lines if x.get("source") == "gateway" and x.get("status") == 400]
         assert refused and f"execution.limits.{limit}" in refused[0]["error"]
-    assert sent == 5  # the agent's calls after the refusal were never sent
+    assert sent == 3  # the agent's calls after the refusal were never sent
 
 
 def test_status_says_what_the_budget_holds(workdir: Path):

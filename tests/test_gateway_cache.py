@@ -272,3 +272,27 @@ def test_the_model_client_replays_an_answer_that_is_no_json_object_as_it_came(st
     assert first.malformed is not None and first.text == ""
     assert (replayed.malformed, replayed.text) == (first.malformed, first.text), "the same empty answer"
     assert (replayed_list.malformed, replayed_list.text) == (listed.malformed, listed.text)
+
+
+def test_a_reply_past_a_limit_is_kept_and_a_replay_withholds_it_the_same_way(store, tmp_path: Path):
+    """A call whose reply goes past the attempt's limit is paid and withheld (a 400 the agent sees); its reply
+    is kept, so a replay of the attempt (nothing sent) withholds it for the same reason."""
+    from agentcompass import spend
+    from agentcompass.runtime.models.request import LimitsSpec
+
+    body = {"model": MODEL, "messages": USER}
+    statuses = []
+    with ScriptedEndpoint(lambda request: completion("Paris")) as endpoint:  # 10 + 2 tokens a call
+        for mode in ("on", "replay"):
+            limited = spend.AttemptSpend(LimitsSpec(total_tokens=10), None)
+            token = spend.ATTEMPT_SPEND.set(limited)
+            try:
+                with attempt(store, mode, endpoint, tmp_path / f"{mode}.jsonl") as (gateway, _):
+                    status, _, data = post(gateway, "/chat/completions", body)
+            finally:
+                spend.ATTEMPT_SPEND.reset(token)
+            statuses.append(status)
+            assert b"execution.limits.total_tokens (10) is reached" in data
+            assert limited.limit == "total_tokens"
+        sent = len(endpoint.requests)
+    assert statuses == [400, 400] and sent == 1

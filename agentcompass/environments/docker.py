@@ -1238,7 +1238,10 @@ def _clean_engine(host: str | None, run_id: str | None, include_live: bool, dry_
         report.notes.append(f"no engine answers at {_where(host)} ({exc}); its containers were not checked")
         return
     try:
-        for container in client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}=1"}):
+        # ignore_removed: a container removed between the listing and its lookup (its own run ending, another
+        # clean) is gone, not an error
+        for container in client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}=1"},
+                                                 ignore_removed=True):
             label = container.labels.get(LABEL, "")
             if not label_selected(label, run_id):
                 continue

@@ -45,3 +45,36 @@ def test_a_real_marked_process_is_found_and_a_kernel_thread_is_told_apart():
     finally:
         child.kill()
         child.wait()
+
+
+def test_clean_skips_a_container_removed_between_the_listing_and_its_lookup(monkeypatch):
+    """``agentcompass clean`` lists containers, then looks each one up: one that its own run (or another clean)
+    removed in between is gone, not an error (a 404 there once failed a clean in CI). The engine is docker's
+    own ContainerCollection over an API that answers the listing and then 404 for the lookup."""
+    import docker
+    from docker.models.containers import ContainerCollection
+
+    from agentcompass.environments import docker as docker_env
+
+    class GoneAPI:
+        def containers(self, **kwargs):
+            return [{"Id": "9d3f2d94"}]
+
+        def inspect_container(self, container_id):
+            raise docker.errors.NotFound(f"No such container: {container_id}")
+
+    class Engine:
+        def __init__(self, **kwargs) -> None:
+            self.api = GoneAPI()
+            self.containers = ContainerCollection(client=self)
+
+        def ping(self) -> bool:
+            return True
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(docker, "DockerClient", Engine)
+    report = leftovers.CleanReport()
+    docker_env._clean_engine("unix:///nowhere.sock", None, include_live=True, dry_run=False, report=report)
+    assert report.containers == [] and report.notes == []

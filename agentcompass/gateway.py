@@ -524,6 +524,7 @@ class ModelGateway:
         self._calls = callcache.ATTEMPT_CALLS.get()  # the attempt's view of the call cache, when it uses one
         self._spend = spend.ATTEMPT_SPEND.get()  # the attempt's limits and the ledgers it pays into
         self._endpoint = callcache.endpoint_of(base_url)
+        self._limit = ratelimit.limit_of(self._endpoint)  # the endpoint's calls in flight, looked up once
         self._usage: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                                        "latency_seconds": 0.0}
         # short: a Unix socket path has a limit of about 100 bytes
@@ -619,7 +620,7 @@ class ModelGateway:
         elif self._api_key:
             outgoing["Authorization"] = f"Bearer {self._api_key}"
         outgoing.update(self._headers)
-        limit = ratelimit.limit_of(self._endpoint) if method == "POST" else None
+        limit = self._limit if method == "POST" else None
         waits, patience_ends = 0, None  # from the call's first rate-limit rejection
         while True:
             with limit.slot() if limit is not None else contextlib.nullcontext():

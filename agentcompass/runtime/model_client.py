@@ -477,6 +477,7 @@ class ModelClient:
                                  f"{BASE_URL_FIX}")
         self._wire_url = base_url.rstrip("/") + "/chat/completions"
         self._endpoint = callcache.endpoint_of(base_url)
+        self._limit = ratelimit.limit_of(self._endpoint)  # the endpoint's calls in flight, looked up once
         if key:
             headers["Authorization"] = f"Bearer {key}"
         headers.update(extra_headers)
@@ -536,7 +537,7 @@ class ModelClient:
                 self._record(record, where, body, 1, error=miss, retried=False, cache=cache.record(key, "miss"))
                 raise ModelCallError(miss)
             where = {**where, "cache": cache.record(key, "sent")}
-        limit = ratelimit.limit_of(self._endpoint)
+        limit = self._limit
         faults = waits = 0
         patience_ends: float | None = None  # from the call's first rate-limit rejection
         for number in itertools.count(1):

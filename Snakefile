@@ -1,7 +1,7 @@
 # agentcompass: a Model, a Benchmark, a Harness and an Environment, declared in
 # YAML, built into result files. This file is a table of contents: the config is
 # loaded and validated here, the stages are declared in agentcompass/stages.py, their
-# rules live in rules/<stage>.smk, their bodies in agentcompass/pipeline/bodies.py.
+# rules live in rules/<stage>.smk, their bodies in agentcompass/pipeline/bodies/.
 #
 #   request.json -> tasks.json -> plans.json -> attempts/<task>/<n>/{plan,prepared,output,result}.json
 #   -> metrics.json, run_info.json -> report/index.html

@@ -22,10 +22,13 @@ made per run (``pathlib`` costs ten times more).
 from __future__ import annotations
 
 import hashlib
+import string
 import urllib.parse
 from pathlib import Path
 
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SHARD, SUMMARY, TASK, Stage, of_scope, stage
+from typing import Iterable
+
+from agentcompass.stages import LAST_ATTEMPT_STAGE, Stage, sole, stage
 
 MAX_SEGMENT_BYTES = 200
 # a namespace, a run id (a request's name by default): one path segment each, whole, so the
@@ -34,7 +37,9 @@ MAX_NAME_CHARS = 240
 
 ATTEMPTS = "attempts"
 SHARDS = "shards"
-PREFLIGHTS = of_scope(TASK)[0].folder  # preflight/
+# the stage that runs each task's reference solution, and quarantines a task that fails it
+PREFLIGHT_RECORD = "preflight"
+PREFLIGHTS = stage(PREFLIGHT_RECORD).folder  # preflight/
 LOGS = "logs"
 REPORT = "report"
 ANALYZER_REPORTS = "reports"
@@ -51,10 +56,29 @@ OUTPUTS = "outputs"  # the files the task declares as its outputs
 
 # The rules' path patterns (Snakemake wildcards), below a results folder.
 RUN_PATTERN = "{ns}/{run_id}"
-ATTEMPT_PATTERN = f"{RUN_PATTERN}/{ATTEMPTS}/{{task}}/{{attempt}}"
-SHARD_PATTERN = f"{RUN_PATTERN}/{SHARDS}/{{shard}}"
-# the folder of the task stages' files: one file per task, named by its segment
-PREFLIGHT_PATTERN = f"{RUN_PATTERN}/{PREFLIGHTS}"
+
+
+def _name(which: str | Stage) -> Stage:
+    return which if isinstance(which, Stage) else stage(which)
+
+
+def folder_pattern(which: str | Stage) -> str:
+    """A stage's folder below the run folder, its wildcards unfilled: its scope's folder
+    (``attempts/{task}/{attempt}``, a task stage's own ``preflight``; "" for the run folder itself)."""
+    s = _name(which)
+    return s.scope_row.folder_of(s)
+
+
+def pattern_of(which: str | Stage) -> str:
+    """A stage's folder as its rule names it, below a results folder (``{ns}/{run_id}/shards/{shard}``)."""
+    folder = folder_pattern(which)
+    return f"{RUN_PATTERN}/{folder}" if folder else RUN_PATTERN
+
+
+ATTEMPT_PATTERN = pattern_of(LAST_ATTEMPT_STAGE)
+SHARD_PATTERN = pattern_of(sole(slices_attempts=True))
+# the folder of the preflight's files: one file per task, named by its segment
+PREFLIGHT_PATTERN = pattern_of(PREFLIGHT_RECORD)
 
 
 def task_segment(task_id: str) -> str:
@@ -97,16 +121,12 @@ def preflight_folder(run: str | Path) -> str:
 def task_file(run: str | Path, segment: str, which: str | Stage) -> str:
     """A task stage's file of the task whose path segment is ``segment`` (``preflight/<task>.json``)."""
     s = _name(which)
-    assert s.scope == TASK, f"{s.name} is built per {s.scope}"
-    return f"{preflight_folder(run)}/{s.outputs[0].file.format(task=segment)}"
+    assert s.scope_row.per_task, f"{s.name} is built per {s.scope}"
+    return f"{run}/{folder_pattern(s)}/{s.outputs[0].file.format(task=segment)}"
 
 
 def generation_file(run: str | Path, index: int) -> str:
     return f"{shard_folder(run, index)}/{GENERATION}"
-
-
-def _name(which: str | Stage) -> Stage:
-    return which if isinstance(which, Stage) else stage(which)
 
 
 def file_in(folder: str | Path, which: str | Stage, output: str | None = None) -> str:
@@ -123,7 +143,7 @@ def files_in(folder: str | Path, which: str | Stage) -> list[str]:
 def run_file(run: str | Path, which: str | Stage, output: str | None = None) -> str:
     """A request or summary stage's file in the run folder ``run``."""
     s = _name(which)
-    assert s.scope in (REQUEST, SUMMARY), f"{s.name} is built per {s.scope}"
+    assert s.scope_row.per_request, f"{s.name} is built per {s.scope}"
     return file_in(run, s, output)
 
 
@@ -131,25 +151,45 @@ def attempt_file(run: str | Path, segment: str, attempt: int, which: str | Stage
     return file_in(attempt_folder(run, segment, attempt), which, output)
 
 
-def attempt_files(run: str | Path, attempts, stages: tuple[Stage, ...]) -> list[str]:
-    """Every file of ``stages`` of each (segment, attempt) of ``attempts``."""
+def files_of(run: str | Path, stages: Iterable[Stage], instances: Iterable[tuple]) -> list[str]:
+    """Every file of ``stages`` (of one scope) in the run folder ``run``, instance by instance: each
+    instance is its scope's wildcards' values, in their order (an attempt's ``(segment, n)``; ``()``
+    for the run folder's own stages). On the hot path (every attempt's files): an instance's folder is
+    made once, then its files' names are appended, as fast as an f-string of each."""
+    escaped = str(run).replace("%", "%%")
+    stages = list(stages)
+    folders = {_template(escaped, s, folder_pattern(s)) for s in stages}
     names = [o.file for s in stages for o in s.outputs]
-    return [f"{run}/{ATTEMPTS}/{seg}/{n}/{name}" for seg, n in attempts for name in names]
+    if len(folders) == 1 and not any("{" in name for name in names):  # one folder, the same names in each
+        (folder, order), = folders
+        if order is None:
+            return [f + name for f in [folder % values + "/" for values in instances] for name in names]
+    templates = [_template(escaped, s, f"{folder_pattern(s)}/{o.file}") for s in stages for o in s.outputs]
+    return [t % (values if order is None else tuple(values[i] for i in order))
+            for values in instances for t, order in templates]
+
+
+def _template(run: str, s: Stage, path: str) -> tuple[str, tuple[int, ...] | None]:
+    """A path below the run folder with ``s``'s scope's wildcards as ``%s`` (``run/attempts/%s/%s``), and
+    the order of the wildcards' values it takes (None: the scope's own order)."""
+    path = path.strip("/").replace("%", "%%")
+    wildcards = s.scope_row.wildcards
+    order = tuple(wildcards.index(name) for _, name, _, _ in string.Formatter().parse(path) if name is not None)
+    below = path.format(**{w: "%s" for w in wildcards})
+    return f"{run}/{below}" if below else run, None if order == tuple(range(len(wildcards))) else order
 
 
 def log_file(folder: str | Path, which: str | Stage) -> str:
-    """Where a failing job of a stage writes its traceback, given the stage's folder."""
+    """Where a failing job of a stage writes its traceback, given the stage's folder: its scope's
+    ``log`` (a task stage's beside its file, ``{task}.log``; a request stage's in ``logs/``)."""
     s = _name(which)
-    if s.scope == TASK:  # one per task, beside its file
-        return f"{folder}/{{task}}.log"
-    if s.scope in (ATTEMPT, SHARD):
-        return f"{folder}/{s.name}.log"
-    return f"{folder}/{LOGS}/{s.name}.log"
+    row = s.scope_row
+    return f"{folder}/{row.log.format(stage=s.name, **{w: f'{{{w}}}' for w in row.wildcards})}"
 
 
-def stage_logs(scope: str) -> tuple[str, ...]:
-    """The log files the stages of ``scope`` write in their folder (an attempt's: ``run.log``...)."""
-    return tuple(Path(log_file(".", s)).name for s in of_scope(scope))
+def stage_logs(stages: Iterable[Stage]) -> tuple[str, ...]:
+    """The log files ``stages`` write in their folder (an attempt's: ``run.log``...)."""
+    return tuple(Path(log_file(".", s)).name for s in stages)
 
 
 def is_attempt_folder(path: Path) -> bool:

@@ -31,20 +31,23 @@ from agentcompass.pipeline import fingerprints, reading, reuse
 from agentcompass.plugins import load_components
 from agentcompass.runtime.models import ExecutionPlan, HarnessPlan, RunRequest, TaskSpec
 from agentcompass.runtime.models.request import BenchmarkSpec, EnvironmentSpec, HarnessSpec, ModelSpec
-from agentcompass.stages import ATTEMPT, REQUEST, SUMMARY, TASK, names, of_scope
+from agentcompass.stages import SCOPE_ROWS, Stage
 from agentcompass.stages import stage as stage_of
-from agentcompass.status import rebuilt_from
 
-# The stages in the order their files are built (the stage table's), and the files each writes.
-REQUEST_STAGES = names(REQUEST)
-# a task's preflight (with execution.preflight) is judged with each of its attempts: it reads a part of their plan
-ATTEMPT_STAGES = (*names(TASK), *names(ATTEMPT))
-# The request's summary files, built from every attempt's result.json.
-SUMMARY_STAGES = names(SUMMARY)
-STAGES = (*REQUEST_STAGES, *ATTEMPT_STAGES, *SUMMARY_STAGES)
+# The stages in the order their files are built (the scope rows' order, each row's in the stage table's),
+# and the files each writes; a shard's record is none of them: its attempts' files are.
+_ORDERED: tuple[Stage, ...] = tuple(s for row in SCOPE_ROWS if not row.slices_attempts for s in row.stages)
+STAGES = tuple(s.name for s in _ORDERED)
+# The files built once per request (the request's record, task list and plans, and its summary files).
+BULK: tuple[Stage, ...] = tuple(s for s in _ORDERED if s.scope_row.per_request)
+BULK_STAGES = tuple(s.name for s in BULK)
+# The files of each attempt: a task's preflight (with execution.preflight) is judged with each of its
+# attempts: it reads a part of their plan.
+ATTEMPT_SIDE: tuple[Stage, ...] = tuple(s for s in _ORDERED if not s.scope_row.per_request)
+ATTEMPT_STAGES = tuple(s.name for s in ATTEMPT_SIDE)
 FILES = {name: stage_of(name).shown for name in STAGES}
 # An attempt file is built from the one before it (its rule's last input).
-BUILT_FROM = {s.name: rebuilt_from(s)[-1] for s in of_scope(ATTEMPT) if rebuilt_from(s)}
+BUILT_FROM = {s.name: s.rebuilt_from()[-1] for s in ATTEMPT_SIDE if s.rebuilt_from()}
 # Where a run's files go: its folder, never a setting that makes it build anything else.
 IDENTITY = (("output", "namespace"), ("output", "run_id"))
 
@@ -178,20 +181,18 @@ class Context:
         return ExecutionPlan.from_dict(raw, self.benchmark.plan_class, harness_plan)
 
     def attempt(self, task: TaskSpec, plan: ExecutionPlan) -> dict[str, Any]:
-        params: dict[str, Any] = fingerprints.attempt_params(self.request, task, plan, versions=self.versions,
-                                                             benchmark=self.benchmark, harness=self.harness)
-        # its task's preflight: None without it (turning it on builds it)
+        # a stage the request does not build (a task's preflight without execution.preflight): None (turning
+        # its setting on builds it)
         view = fingerprints.AttemptView(self.request, task, plan, self.versions, self.benchmark, self.harness,
                                         reuse.task_fingerprint(task))
-        for s in of_scope(TASK):
-            params[s.name] = None if self.request.execution.preflight is None else s.resolve("fingerprint")(view, s)
-        return {stage: None if value is None else {**value, **self.recompute} for stage, value in params.items()}
+        return {s.name: {**s.resolve("fingerprint")(view, s), **self.recompute} if s.built_for(self.request)
+                else None for s in ATTEMPT_SIDE}
 
     def bulk(self, recompute: dict[str, str] | None = None) -> dict[str, Any]:
         """The params of the request's and summary stages, by stage (the Benchmark's task files are not in
         a run's folder: not in them)."""
         extra = fingerprints.Extra(recompute=self.recompute if recompute is None else recompute)
-        return {s.name: fingerprints.request_params(s, self.request, extra) for s in of_scope(REQUEST, SUMMARY)}
+        return {s.name: fingerprints.request_params(s, self.request, extra) for s in BULK}
 
     def reads_nonce(self) -> set[str]:
         """The request's and summary stages whose params hold the reuse-off nonce: with reuse off,
@@ -305,7 +306,7 @@ class Diff:
         paired = [x for x in self.attempts if x.side == "both"]
         out = {}
         if self.kind == "run":
-            for stage in (*REQUEST_STAGES, *SUMMARY_STAGES):
+            for stage in BULK_STAGES:
                 if stage not in self.bulk_reruns:
                     out[stage] = 1
         for stage in ATTEMPT_STAGES:
@@ -471,7 +472,7 @@ def diff(a: str | Path, b: str | Path) -> Diff:
             only_a = [k for k in side_a.plans if k not in side_b.plans]
             only_b = [k for k in side_b.plans if k not in side_a.plans]
             attempts += [AttemptDiff(k[0], k[1], "a") for k in only_a]
-            built = [s for s in ATTEMPT_STAGES if ctx_b.request.execution.preflight is not None or s not in names(TASK)]
+            built = [s.name for s in ATTEMPT_SIDE if s.built_for(ctx_b.request)]
             attempts += [AttemptDiff(k[0], k[1], "b", reruns={
                 s: "a new attempt: A's folder has none such, so it is built" for s in built}) for k in only_b]
             bulk_reruns = _bulk_reruns(side_a, side_b, ctx_a, ctx_b, request_changes, attempts, reuse_off)
@@ -498,13 +499,14 @@ def _bulk_reruns(side_a: Side, side_b: Side, ctx_a: Context, ctx_b: Context, req
                            "the plans differ while the request does not"),
     }
     out: dict[str, str] = {}
-    for s in of_scope(REQUEST, SUMMARY):
-        upstream = [name for name in STAGES if name in rebuilt_from(s)]
+    for s in BULK:
+        upstream = [name for name in STAGES if name in s.rebuilt_from()]
         if s.name in rebuilt_every_time:
             out[s.name] = REUSE_OFF
         elif not keypaths.same(bulk_a[s.name], bulk_b[s.name]):
             out[s.name] = _why(s.name, [c for c in request_changes if s.name in c.stages])
-        elif any(stage_of(name).scope == ATTEMPT for name in upstream) and any(x.side != "both" for x in attempts):
+        elif any(not stage_of(name).scope_row.per_request for name in upstream) \
+                and any(x.side != "both" for x in attempts):
             out[s.name] = "the attempts it counts are not the same"
         elif len(upstream) == 1 and (upstream[0] in out or any(upstream[0] in x.reruns for x in attempts)):
             out[s.name] = f"built from {FILES[upstream[0]]}, which is rebuilt"

@@ -2,7 +2,7 @@
 
 ``load_components`` fills the registries of ``agentcompass.runtime.registry``: first the
 built-in component packages (``agentcompass.benchmarks``, ``harnesses``, ``environments``,
-``recipes``, ``analyzers``), whose decorators register them, then the plug-ins. The runtime
+``recipes``, ``analyzers``, ``scanners``), whose decorators register them, then the plug-ins. The runtime
 imports no component itself: whatever resolves a config (the command, the SDK, the
 workflow) calls ``load_components`` first.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 
 from agentcompass.errors import PluginError
-from agentcompass.runtime.base import BaseAnalyzer, BaseBenchmark, BaseEnvironment, BaseHarness, BaseRecipe
+from agentcompass.runtime.base import BaseAnalyzer, BaseBenchmark, BaseEnvironment, BaseHarness, BaseRecipe, BaseScanner
 from agentcompass.runtime.registry import REGISTRIES
 
 GROUPS: dict[str, str] = {
@@ -27,6 +27,7 @@ GROUPS: dict[str, str] = {
     "environment": "agentcompass.environments",
     "recipe": "agentcompass.recipes",
     "analyzer": "agentcompass.analyzers",
+    "scanner": "agentcompass.scanners",
 }
 BASES: dict[str, type] = {
     "benchmark": BaseBenchmark,
@@ -34,6 +35,7 @@ BASES: dict[str, type] = {
     "environment": BaseEnvironment,
     "recipe": BaseRecipe,
     "analyzer": BaseAnalyzer,
+    "scanner": BaseScanner,
 }
 
 _loaded = False
@@ -46,6 +48,7 @@ def load_builtin_components() -> None:
     import agentcompass.environments  # noqa: F401
     import agentcompass.harnesses  # noqa: F401
     import agentcompass.recipes  # noqa: F401
+    import agentcompass.scanners  # noqa: F401
 
 
 def load_components() -> None:

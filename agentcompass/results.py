@@ -32,7 +32,7 @@ from agentcompass._util import trees
 from agentcompass.layout import task_segment
 from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome
 from agentcompass.runtime.models.result import FailureClass, TaskStatus
-from agentcompass.stages import ATTEMPT, SHARD, TASK, of_scope
+from agentcompass.stages import ONLY_ENV, sole, where
 
 # identity, what was run, the verdict, what it cost, how long it took, where it ran
 COLUMNS = [
@@ -59,11 +59,11 @@ COST_DIGITS = 9
 Z95 = 1.959963984540054
 # what the stages write in an attempt folder (each file by its output's name: ``prepared``...), read by
 # ``attempt``; any other file there is the attempt's own evidence (a harness's log, a verifier's output)
-ATTEMPT_FILES = {o.file: o.name for s in of_scope(ATTEMPT) for o in s.outputs}
-STAGE_LOGS = layout.stage_logs(ATTEMPT)
+ATTEMPT_FILES = {o.file: o.name for s in where(in_shards=True) for o in s.outputs}
+STAGE_LOGS = layout.stage_logs(where(in_shards=True))
 TRAJECTORY = layout.TRAJECTORY
 # the stage whose record (shards/<k>/shard.json) says a slice of a large request is built
-SHARD_STAGE = of_scope(SHARD)[0]
+SHARD_STAGE = sole(slices_attempts=True)
 
 
 @dataclass(frozen=True)
@@ -275,8 +275,6 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
                 outcome.state = "partial"
                 outcome.reason = "only the files named on the command line were asked for"
             elif ok:  # no job failed, and its last files were not built: Snakemake was asked for less
-                from agentcompass.pipeline.targets import ONLY_ENV
-
                 outcome.state = "partial"
                 outcome.reason = ("only each task's preflight was asked for" if os.environ.get(ONLY_ENV) else
                                   "Snakemake ended without error but did not build its metrics.json: its options "
@@ -492,8 +490,8 @@ def with_cost_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
 
 INFRASTRUCTURE = FailureClass.INFRASTRUCTURE.value
 QUARANTINED = "quarantined"
-# the error_stage of an attempt quarantined by preflight (agentcompass.pipeline.preflight): the task stage's name
-QUARANTINE_STAGE = of_scope(TASK)[0].name
+# the error_stage of an attempt quarantined by preflight (agentcompass.pipeline.preflight): that stage's name
+QUARANTINE_STAGE = layout.PREFLIGHT_RECORD
 # the error of a quarantined attempt: ``quarantined (<reason>): <the preflight's error>``
 _QUARANTINE_ERROR = re.compile(r"quarantined \((\w+)\): (.*)", re.S)
 

@@ -9,15 +9,18 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypedDict, TypeVar, Unpack, cast
 
 from agentcompass import PROJECT_ROOT
 
 from agentcompass._util import aio, importpath
 from agentcompass.pipeline import lifecycle, locks
+from agentcompass.pipeline.events import Tail
 from agentcompass.plugins import load_components
 # the outcome of each request, read from its files: here too, as the SDK always had them
 from agentcompass.results import outcomes, run_folders
@@ -126,6 +129,69 @@ def same_requests(orchestration: Orchestration, args) -> None:
 EventCallback = Callable[[dict], Any]
 
 
+class RunOptions(TypedDict, total=False):
+    """How each entry point runs the workflow: a keyword of each, default ``RUN_DEFAULTS``'s."""
+
+    cores: int | str  # Snakemake's --cores
+    dry_run: bool  # resolve and check the config only: each request's outcome is "planned"
+    snakemake_args: Iterable[str]  # Snakemake's own arguments (no config files: those go in config_paths)
+    workdir: str | Path | None  # the folder the run starts in (default: the current one)
+    on_event: EventCallback | None  # called with each progress event of the run (docs/reports.md, Events)
+
+
+RUN_DEFAULTS: RunOptions = {"cores": 2, "dry_run": False, "snakemake_args": (), "workdir": None, "on_event": None}
+
+
+class RequestOptions(TypedDict, total=False):
+    """The request ``run_evaluation`` builds, beyond its benchmark, harness and model: ``agentcompass run``'s
+    options, each unset when None (``runtime.orchestration.single_request_layer``'s keywords, ``namespace``
+    and ``run_id`` its ``output``)."""
+
+    environment: str | None
+    benchmark_params: dict | None
+    harness_params: dict | None
+    environment_params: dict | None
+    base_url: str | None
+    api_key_env: str | None
+    model_params: dict | None
+    execution: dict | None
+    namespace: str | None
+    run_id: str | None
+    reuse: bool | None
+    scanners: list | None
+
+
+class EvaluationOptions(RequestOptions, RunOptions, total=False):
+    """``run_evaluation``'s keywords: the request's and the run's."""
+
+
+_Entry = TypeVar("_Entry", bound=Callable[..., OrchestrationResult])
+
+
+def _keywords(options: type) -> Callable[[_Entry], _Entry]:
+    """An entry point's ``**options`` (a TypedDict's keys) shown by ``help()`` and ``inspect.signature`` as the
+    keywords they are, each with its default (None unless ``RUN_DEFAULTS`` has one), and any other keyword
+    refused with a ``TypeError``, as a signature that spelled them out would."""
+
+    def shown(entry: _Entry) -> _Entry:
+        given = inspect.signature(entry)
+        named = [p for p in given.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        keywords = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=RUN_DEFAULTS.get(name),
+                                      annotation=getattr(kind, "__forward_arg__", kind))
+                    for name, kind in options.__annotations__.items()]
+        signature = given.replace(parameters=named + keywords)
+
+        @functools.wraps(entry)
+        def checked(*args, **kwargs):
+            signature.bind(*args, **kwargs)
+            return entry(*args, **kwargs)
+
+        checked.__signature__ = signature  # type: ignore[attr-defined]
+        return cast(_Entry, checked)
+
+    return shown
+
+
 def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | None = None,
           on_event: EventCallback | None = None) -> OrchestrationResult:
     """Run Snakemake on ``argv`` and read each request's outcome.
@@ -141,8 +207,6 @@ def build(orchestration: Orchestration, argv: list[str], workdir: str | Path | N
     (its shards' inner runs' too), as a dict, from a thread that follows the
     files while the run goes; every event is delivered before this returns.
     """
-    from agentcompass.pipeline.events import Tail
-
     args = _parsed(argv)
     same_requests(orchestration, args)
     dry_run = bool(args.dryrun)
@@ -166,16 +230,15 @@ def execute(
     layer: dict[str, Any] | None,
     config_paths: Iterable[str | Path] = (),
     *,
-    cores: int | str = 2,
-    dry_run: bool = False,
-    snakemake_args: Iterable[str] = (),
-    workdir: str | Path | None = None,
     overrides_source: str = "the SDK call",
-    on_event: EventCallback | None = None,
+    **options: Unpack[RunOptions],
 ) -> OrchestrationResult:
     """Validate the config (so bad input fails before any job), then build every request.
 
-    ``on_event`` is called with each progress event of the run (docs/reports.md, Events), as it happens."""
+    ``options``: how to run (``RunOptions``; ``on_event`` is called with each progress event of the run,
+    docs/reports.md, Events, as it happens)."""
+    run: RunOptions = {**RUN_DEFAULTS, **options}
+    workdir = run["workdir"]
     config_paths = [str(p) for p in config_paths]
     start = Path(workdir) if workdir else None
     config = load_run_config(config_paths, layer, start=start,
@@ -183,50 +246,34 @@ def execute(
                              overrides_source=overrides_source)
     load_components()
     orchestration = resolve_orchestration(config)
-    if dry_run:
+    if run["dry_run"]:
         return OrchestrationResult(outcomes=[
             RequestOutcome(name=r.name, key=r.key, state="planned", results_dir=str(Path(orchestration.runtime.results_dir) / r.key))
             for r in orchestration.runs
         ])
-    return build(orchestration, snakemake_argv(layer, config_paths, cores, snakemake_args, workdir), workdir,
-                 on_event=on_event)
+    return build(orchestration, snakemake_argv(layer, config_paths, run["cores"], run["snakemake_args"], workdir),
+                 workdir, on_event=run["on_event"])
 
 
+@_keywords(EvaluationOptions)
 def run_evaluation(
     benchmark: str,
     harness: str,
     model: str,
     *,
-    environment: str | None = None,
-    benchmark_params: dict | None = None,
-    harness_params: dict | None = None,
-    environment_params: dict | None = None,
-    base_url: str | None = None,
-    api_key_env: str | None = None,
-    model_params: dict | None = None,
-    execution: dict | None = None,
-    namespace: str | None = None,
-    run_id: str | None = None,
-    reuse: bool | None = None,
     config_paths: Iterable[str | Path] = (),
-    cores: int | str = 2,
-    dry_run: bool = False,
-    snakemake_args: Iterable[str] = (),
-    workdir: str | Path | None = None,
-    on_event: EventCallback | None = None,
+    **options: Unpack[EvaluationOptions],
 ) -> OrchestrationResult:
     """Evaluate ``model`` with ``harness`` on ``benchmark`` (one request) through Snakemake.
 
-    ``on_event`` is called with each progress event of the run (docs/reports.md, Events), as it happens."""
-    layer = single_request_layer(
-        benchmark, harness, model,
-        environment=environment, benchmark_params=benchmark_params, harness_params=harness_params,
-        environment_params=environment_params, base_url=base_url, api_key_env=api_key_env,
-        model_params=model_params, execution=execution,
-        output={"namespace": namespace, "run_id": run_id}, reuse=reuse,
-    )
-    return execute(layer, config_paths, cores=cores, dry_run=dry_run, snakemake_args=snakemake_args, workdir=workdir,
-                   on_event=on_event)
+    The keywords are ``agentcompass run B H M``'s options: the request's (``RequestOptions``) and how to run it
+    (``RunOptions``). ``on_event`` is called with each progress event of the run (docs/reports.md, Events), as
+    it happens."""
+    given: dict[str, Any] = dict(options)
+    output = {"namespace": given.pop("namespace", None), "run_id": given.pop("run_id", None)}
+    request = {name: given.pop(name) for name in RequestOptions.__annotations__ if name in given}
+    layer = single_request_layer(benchmark, harness, model, output=output, **request)
+    return execute(layer, config_paths, **given)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -253,41 +300,34 @@ def request_layer(req: RunRequest) -> dict[str, Any]:
         "runtime": data["runtime"],
         "output": data["output"],
     }
+    if data.get("scanners"):  # the scan stage's scanners (left out of a request without them)
+        request["scanners"] = data["scanners"]
     layer: dict[str, Any] = {"requests": {req.metadata.request_name: request}}
     if req.metadata.recipe_dirs:
         layer["recipe_dirs"] = list(req.metadata.recipe_dirs)
     return layer
 
 
+@_keywords(RunOptions)
 def run_evaluation_request(
     req: RunRequest,
     *,
     config_paths: Iterable[str | Path] = (),
-    cores: int | str = 2,
-    dry_run: bool = False,
-    snakemake_args: Iterable[str] = (),
-    workdir: str | Path | None = None,
-    on_event: EventCallback | None = None,
+    **options: Unpack[RunOptions],
 ) -> OrchestrationResult:
-    """Run a constructed RunRequest through the same workflow (``on_event``: as ``run_evaluation``'s)."""
-    return execute(request_layer(req), config_paths, cores=cores, dry_run=dry_run,
-                   snakemake_args=snakemake_args, workdir=workdir, on_event=on_event)
+    """Run a constructed RunRequest through the same workflow (the keywords: as ``run_evaluation``'s)."""
+    return execute(request_layer(req), config_paths, **options)
 
 
+@_keywords(RunOptions)
 def run_orchestration(
     config_paths: Iterable[str | Path] = (),
     overrides: dict[str, Any] | None = None,
-    *,
-    cores: int | str = 2,
-    dry_run: bool = False,
-    snakemake_args: Iterable[str] = (),
-    workdir: str | Path | None = None,
-    on_event: EventCallback | None = None,
+    **options: Unpack[RunOptions],
 ) -> OrchestrationResult:
     """Build every request of the given config files (and the project config) at once
-    (``on_event``: as ``run_evaluation``'s)."""
-    return execute(overrides, config_paths, cores=cores, dry_run=dry_run,
-                   snakemake_args=snakemake_args, workdir=workdir, on_event=on_event)
+    (the keywords: as ``run_evaluation``'s)."""
+    return execute(overrides, config_paths, **options)
 
 
 __all__ = ["run_evaluation", "run_evaluation_request", "run_orchestration"]

@@ -9,7 +9,7 @@ rule prepare:
     """prepared.json of one attempt: the harness-facing input."""
     input:
         # its task's preflight file, with execution.preflight on; nothing otherwise
-        unpack(EVAL.targets.preflight_input),
+        unpack(EVAL.targets.inputs_of("prepare")),
     output:
         f"{ATTEMPT}/prepared.json",
     log:

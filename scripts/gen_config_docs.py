@@ -34,7 +34,7 @@ SECTIONS = [
     ("runtime", "runtime", "the top-level `runtime`"),
 ]
 ANCHORS = {name: "#" + title.lower().replace(" ", "-") for name, title, _ in SECTIONS}
-KINDS = [("benchmark", "Benchmarks"), ("harness", "Harnesses"), ("environment", "Environments")]
+KINDS = [("benchmark", "Benchmarks"), ("harness", "Harnesses"), ("environment", "Environments"), ("scanner", "Scanners")]
 
 
 def _cell(text: Any, code: bool = False) -> str:

@@ -15,10 +15,13 @@ directory as a project config, and no user config. The request records the
 absolute path of that file (request.json's params), so the test writes its
 own folder in place of WORKDIR in Snakemake's records before the dry run.
 
-Three requests: the oracle on 3 tasks with 2 attempts; the oracle on 5 tasks
-with 2 attempts, which runtime.shard_size 6 builds as 2 shard jobs; and the
+Four requests: the oracle on 3 tasks with 2 attempts; the oracle on 5 tasks
+with 2 attempts, which runtime.shard_size 6 builds as 2 shard jobs; the
 chat harness on 2 tasks against a stand-in model server on 127.0.0.1 at a
-fixed port (only while the fixture is made: a dry run calls no model).
+fixed port (only while the fixture is made: a dry run calls no model); and
+the oracle on 4 tasks with 2 attempts and execution.preflight, each task's
+preflight built first and the 8 attempts in 2 shard jobs (``--no-preflight``
+leaves it out, for code that had no preflight).
 """
 
 from __future__ import annotations
@@ -61,6 +64,23 @@ requests:
     model: {{id: scripted, base_url: "http://127.0.0.1:{PORT}/v1"}}
 runtime: {{shard_size: 6, progress: false}}
 """
+# the fourth request (the fixtures from 7bc5c65 on): each task's preflight, then 8 attempts in 2 shard jobs
+PREFLIGHT_SHARDED = """\
+  oracle-preflight-sharded:
+    benchmark: {id: example_exact_match, params: {limit: 4}}
+    harness: oracle
+    environment: host_process
+    model: {id: none}
+    execution: {attempts: 2, preflight: oracle}
+"""
+
+
+def config(preflight: bool) -> str:
+    """The fixture's config: three requests, and with ``preflight`` a fourth one with preflight and shards."""
+    if not preflight:
+        return CONFIG
+    head, _, runtime = CONFIG.rpartition("runtime:")
+    return head + PREFLIGHT_SHARDED + "runtime:" + runtime
 
 
 def env_for(code: Path) -> dict[str, str]:
@@ -108,11 +128,13 @@ def main() -> int:
     parser.add_argument("--code", type=Path, default=ROOT, help="the checkout whose Snakefile and package run")
     parser.add_argument("--workdir", type=Path, default=Path(WORKDIR))
     parser.add_argument("--out", type=Path, required=True, help="the .tar.gz to write")
+    parser.add_argument("--no-preflight", dest="preflight", action="store_false",
+                        help="leave out the request with preflight and shards (the code of ae18995 had no preflight)")
     args = parser.parse_args()
     code, workdir = args.code.resolve(), args.workdir
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "configs").mkdir(parents=True)
-    (workdir / "configs" / "config.yaml").write_text(CONFIG)
+    (workdir / "configs" / "config.yaml").write_text(config(args.preflight))
     with ScriptedEndpoint(reply=lambda body: completion("Paris"), port=PORT) as endpoint:
         done = snakemake(code, workdir)
     print(done.stdout + done.stderr, file=sys.stderr if done.returncode else sys.stdout)

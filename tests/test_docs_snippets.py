@@ -62,7 +62,7 @@ RUN = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
 # what a block may be fenced as: the runnable kinds, and files and output shown as they are
 LANGUAGES = {*RUN, "yaml", "text", "console", "json", "toml", "snakemake"}
 MODES = {"run", "docker", "slurm", "package-index", "ci", "clone"}
-REQUEST_KEYS = {"benchmark", "harness", "environment", "model", "execution", "runtime", "output"}
+REQUEST_KEYS = {"benchmark", "harness", "environment", "model", "execution", "runtime", "output", "scanners"}
 PACKAGE_INDEX = "AGENTCOMPASS_PACKAGE_INDEX"
 SLURM = "AGENTCOMPASS_SLURM"
 

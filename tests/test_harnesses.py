@@ -12,7 +12,7 @@ from agentcompass.benchmarks.majority_vote import MajorityVoteBenchmark, Majorit
 from agentcompass.harnesses.chat import ChatConfig, ChatHarness
 from agentcompass.harnesses.tool_agent import ToolAgentConfig, ToolAgentHarness
 from agentcompass.environments import HostProcessEnvironment
-from agentcompass.pipeline.bodies import LazySession
+from agentcompass.pipeline.sessions import LazySession
 from agentcompass.runtime import ExecutionPlan, ExecutionSpec, HarnessContext
 from agentcompass.runtime.base import ImageMissingError
 from agentcompass.runtime.model_client import ATTEMPT_USAGE, Usage

@@ -35,6 +35,8 @@ TINY_ENTRY_POINTS = """
     [agentcompass.benchmarks]
     tiny = ac_tiny_plugin.tiny:TinyBenchmark
     needs_missing = ac_tiny_plugin.needs_missing
+    [agentcompass.scanners]
+    says_paris = ac_tiny_plugin.scanner:SaysParis
     """
 TINY_FILES = {
     "ac_tiny_plugin/__init__.py": "",
@@ -52,6 +54,21 @@ TINY_FILES = {
             def load_tasks(self, req):
                 return [TaskSpec(task_id="one-plus-one", question="1+1?", category="plugin", ground_truth="2",
                                  metadata={"dataset_revision": "plugin-v1"})]
+        """,
+    # a transcript scanner (the scan stage), registered by the loader
+    "ac_tiny_plugin/scanner.py": """
+        from agentcompass.runtime import BaseScanner, ScanEvidence
+
+
+        class SaysParis(BaseScanner):
+            \"\"\"Flags an answer of Paris, from a plug-in.\"\"\"
+
+            id = "plugin_says_paris"
+            category = "paris"
+
+            def scan(self, transcript, config):
+                paris = transcript.answer == "Paris"
+                return self.finding(paris, 1.0 if paris else 0.0, [ScanEvidence(quote="Paris")] if paris else [])
         """,
     # a module named by its entry point, which registers its component itself
     "ac_tiny_plugin/needs_missing.py": f"""
@@ -141,6 +158,19 @@ def test_a_plugin_benchmark_runs_through_snakemake(tiny_plugin, workdir: Path):
     (result,) = run.glob("attempts/*/*/result.json")
     assert json.loads(result.read_text())["score"] == 1.0
     assert json.loads((run / "metrics.json").read_text())["metrics"]["accuracy"] == 1.0
+
+
+def test_a_plugin_scanner_is_listed_and_writes_its_finding_in_scan_json(tiny_plugin, workdir: Path):
+    listed = agentcompass(workdir, "list", "scanner", env=tiny_plugin)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split()[1] for line in listed.stdout.splitlines() if line.strip()}
+    assert rows["plugin_says_paris"] == TINY and rows["grader_access"] == "built-in"
+    done = agentcompass(workdir, "run", "example_exact_match", "oracle", "none", "-b", "limit=1", "--cores", "1",
+                        "--scanner", "plugin_says_paris", env=tiny_plugin)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (scan,) = workdir.glob("results/default/*/attempts/*/*/scan.json")
+    finding = json.loads(scan.read_text())["scanners"][0]
+    assert finding["id"] == "plugin_says_paris" and finding["category"] == "paris" and finding["flagged"] is True
 
 
 def test_a_missing_dependency_fails_before_any_job_with_the_pip_command(tiny_plugin, workdir: Path):

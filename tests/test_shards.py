@@ -169,7 +169,7 @@ def test_forced_rules_and_files_of_a_slice():
     listed.calls = 0
     assert shards.forced_rules(_workflow()) == [] and shards.forced_files(_workflow(), listed) == []
     assert listed.calls == 0  # nothing forced: the slice's files are never listed
-    assert shards.forced_rules(_workflow(forceall=True)) == ["prepare", "run", "evaluate"]
+    assert shards.forced_rules(_workflow(forceall=True)) == ["prepare", "run", "evaluate", "scan"]
     assert shards.forced_rules(_workflow(forcerun={"run", "metrics"})) == ["run"]
     named = _workflow(forcerun={"./results/default/big/attempts/t1/1/result.json", "results/other.json", "run"})
     assert shards.forced_files(named, listed) == [files[0]] and shards.forced_rules(named) == ["run"]

@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from agentcompass.pipeline import engine
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
 from conftest import agentcompass, jobs_run
 
@@ -160,3 +161,28 @@ def test_a_sharded_request_is_read_from_its_current_shards_records(workdir: Path
     stdout = ok(agentcompass(workdir, "status", "-c", str(config)))
     assert "attempts: completed 4, missing 1, run_error 1\n" in stdout, stdout
     assert "result.json x1: missing" in stdout and "prepared.json" not in stdout and "output.json" not in stdout
+
+
+def test_a_tasks_preflight_reruns_only_that_tasks_attempts(workdir: Path):
+    """A stage built per task is judged once per task, and an attempt stage that reads its file reruns with
+    it only in that task's attempts; a killed preflight job (its file marked incomplete) reruns as one."""
+    (workdir / "eval.yaml").write_text(json.dumps({"requests": {"vetted": {
+        "benchmark": {"id": "example_exact_match", "params": {"limit": 2}}, "harness": "oracle",
+        "model": {"id": "none"}, "execution": {"attempts": 2, "preflight": {"mode": "oracle", "runs": 1}}}}}))
+    ok(agentcompass(workdir, "run", "-c", "eval.yaml"))
+    up_to_date(ok(agentcompass(workdir, "status", "-c", "eval.yaml")), "vetted", "completed 4")
+    run = workdir / "results/default/vetted"
+    first, second = sorted(path.stem for path in (run / "preflight").glob("*.json"))
+    (run / "preflight" / f"{first}.json").unlink()
+    stdout = ok(agentcompass(workdir, "status", "-c", "eval.yaml", "-v"))
+    assert "preflight/<task>.json x1: missing" in stdout and "prepared.json x2: upstream file reruns" in stdout, stdout
+    assert f"attempts/{first}/2/result.json" in stdout and f"attempts/{second}/" not in stdout, stdout
+
+    records = engine.Records.open(workdir)
+    assert records is not None
+    killed = f"results/default/vetted/preflight/{second}.json"
+    # the marker Snakemake leaves on the output of a job it started and did not finish
+    records.persistence._mark_incomplete(engine._key(records.persistence, killed), None)
+    stdout = ok(agentcompass(workdir, "status", "-c", "eval.yaml"))
+    assert "preflight/<task>.json x1: incomplete (a run was killed)" in stdout, stdout
+    assert "prepared.json x4: upstream file reruns" in stdout, stdout

@@ -10,6 +10,8 @@ import signal
 import threading
 from typing import Any, Coroutine
 
+from agentcompass.errors import DeadlineError
+
 _local = threading.local()
 
 
@@ -148,8 +150,6 @@ def run_coroutine(coro: Coroutine) -> Any:
 async def deadline(seconds: float, what: str):
     """The body within ``seconds``: past them it is cancelled and ``DeadlineError(what, seconds)`` raised
     (a ``TimeoutError`` of the body's own leaves as it is)."""
-    from agentcompass.errors import DeadlineError
-
     scope = asyncio.timeout(seconds)
     try:
         async with scope:

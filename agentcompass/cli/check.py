@@ -10,9 +10,9 @@ from agentcompass import layout, sdk
 from agentcompass._util import display
 from agentcompass._util.jsonio import read_json
 from agentcompass.pipeline import locks
-from agentcompass.pipeline.targets import ONLY_ENV
 from agentcompass.results import task_segments
 from agentcompass.runtime.models.orchestration import EXIT_ATTEMPT_ERRORS, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED
+from agentcompass.stages import ONLY_ENV
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
 
@@ -44,7 +44,7 @@ def cmd_check(args) -> int:
 def _report(name: str, run: Path) -> int:
     """Print the broken and flaky tasks of one request, from its preflight files; its exit status."""
     segments = task_segments(run)
-    files = [Path(layout.task_file(run, segment, "preflight")) for segment in segments]
+    files = [Path(layout.task_file(run, segment, layout.PREFLIGHT_RECORD)) for segment in segments]
     if not segments or not all(f.exists() for f in files):
         _print(f"{name}: the preflight did not finish; Snakemake's output above says why -> {run}")
         return EXIT_STOPPED

@@ -1,15 +1,24 @@
-"""``agentcompass clean``: remove what sessions of killed runs left behind."""
+"""``agentcompass clean``: remove what sessions of killed runs left behind, each registered Environment
+provider its own (``BaseEnvironment.clean_leftovers``)."""
 
 from __future__ import annotations
 
 import sys
 
+from agentcompass.plugins import PluginError, load_plugins
+
 from .common import _print
 
 
 def cmd_clean(args) -> int:
+    # imported when the command runs, not with every command's parser: the environments package (which
+    # registers the built-in providers on import) takes some 60 ms
     from agentcompass.environments.leftovers import clean
 
+    try:
+        load_plugins()  # a plug-in's providers remove their own sessions' leftovers too
+    except PluginError as exc:
+        _print(f"agentcompass clean: {exc}", file=sys.stderr)  # the other providers' are still removed
     report = clean(args.run, include_live=args.all, dry_run=args.dry_run)
     for note in report.notes:
         _print(f"agentcompass clean: {note}", file=sys.stderr)

@@ -14,6 +14,10 @@ from agentcompass.runtime.config import ConfigError, load_run_config
 from agentcompass.runtime.orchestration import resolve_orchestration, single_request_layer
 
 
+# the flag of an argument whose name (its ``dest``) is not the flag's own
+FLAG_OF = {"scanners": "scanner"}
+
+
 def _print(*values, file=None) -> None:
     """``print``, through ``display.terminal_text``: data in a message (a task id, an error, a
     model name) never reaches the terminal as an escape sequence it would obey."""
@@ -59,6 +63,9 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task-timeout", type=float, help="seconds an attempt's run may take")
     p.add_argument("--preflight", type=int, nargs="?", const=1, metavar="RUNS",
                    help="run each task's reference solution RUNS times (default 1) first, and quarantine the tasks it fails on")
+    p.add_argument("--scanner", action="append", metavar="ID", dest="scanners",
+                   help="a transcript scanner run on each attempt (repeatable; the scan stage writes scan.json; "
+                        "see 'agentcompass list scanner')")
     p.add_argument("--namespace")
     p.add_argument("--run-id")
     p.add_argument("--results-dir")
@@ -72,9 +79,10 @@ def _layer(args) -> dict | None:
     layer: dict = {}
     request_flags = [f for f in ("environment", "benchmark_param", "harness_param", "environment_param", "base_url",
                                  "api_key_env", "model_param", "attempts", "max_retries", "task_timeout", "preflight",
-                                 "namespace", "run_id") if getattr(args, f, None)]
+                                 "scanners", "namespace", "run_id") if getattr(args, f, None)]
     if not args.benchmark and (request_flags or args.no_reuse):
-        flags = ", ".join("--" + f.replace("_", "-") for f in request_flags + (["no_reuse"] if args.no_reuse else []))
+        flags = ", ".join("--" + FLAG_OF.get(f, f).replace("_", "-")
+                          for f in request_flags + (["no_reuse"] if args.no_reuse else []))
         raise ConfigError(f"the command line: {flags} build a request, which needs BENCHMARK HARNESS MODEL. "
                           "Fix: give them, or put these settings in the --config file")
     if args.benchmark:
@@ -96,6 +104,7 @@ def _layer(args) -> dict | None:
                        "preflight": {"mode": "oracle", "runs": args.preflight} if getattr(args, "preflight", None) else None},
             output={"namespace": args.namespace, "run_id": args.run_id},
             reuse=False if args.no_reuse else None,
+            scanners=getattr(args, "scanners", None),
         )
     if getattr(args, "results_dir", None):
         layer["runtime"] = {"results_dir": args.results_dir}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from agentcompass import compare
 from agentcompass._util import display
 from agentcompass._util.jsonio import canonical_json, write_text_atomic
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
@@ -12,7 +13,7 @@ from .common import _print
 
 
 def cmd_diff(args) -> int:
-    from agentcompass import plan_diff
+    from agentcompass import plan_diff  # here: what the other commands need not import
 
     try:
         found = plan_diff.diff(args.a, args.b)
@@ -27,8 +28,6 @@ def cmd_diff(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from agentcompass import compare
-
     try:
         found = compare.compare(args.runs, resamples=args.resamples, seed=args.seed)
     except compare.CompareError as exc:
@@ -69,8 +68,6 @@ def _add_diff_parser(sub) -> None:
 
 
 def _add_compare_parser(sub) -> None:
-    from agentcompass.compare import RESAMPLES, SEED
-
     p = sub.add_parser(
         "compare", help="a paired comparison of runs over the same tasks: deltas, intervals, tests, flipped tasks",
         description="Compares each run after the first with the first (B - A), pairing attempts by task id and "
@@ -81,6 +78,6 @@ def _add_compare_parser(sub) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders, results/<namespace>/<run_id>; the first is A")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained page to OUT")
-    p.add_argument("--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples (default {RESAMPLES})")
-    p.add_argument("--seed", type=int, default=SEED, help=f"bootstrap seed (default {SEED})")
+    p.add_argument("--resamples", type=int, default=compare.RESAMPLES, help=f"bootstrap resamples (default {compare.RESAMPLES})")
+    p.add_argument("--seed", type=int, default=compare.SEED, help=f"bootstrap seed (default {compare.SEED})")
     p.set_defaults(func=cmd_compare)

@@ -41,7 +41,7 @@ def cmd_config_docs(args) -> int:
     if summary:
         _print(f"  {summary}")
     config_class = getattr(cls, "config_class", None)
-    rows = describe_config(config_class) if config_class is not None and args.kind in ("benchmark", "harness", "environment") else []
+    rows = describe_config(config_class) if config_class is not None and args.kind in ("benchmark", "harness", "environment", "scanner") else []
     if not rows:
         _print("\n  (no parameters)")
         return 0

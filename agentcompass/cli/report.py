@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from agentcompass import results
 from agentcompass.pipeline import locks
 from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_USAGE
 
@@ -11,7 +12,7 @@ from .common import _print
 
 
 def cmd_report(args) -> int:
-    from agentcompass import report, results
+    from agentcompass import report  # here: what the other commands need not import (the charts)
 
     try:
         runs = results.find_runs(*(args.run_dirs or ["results"]))

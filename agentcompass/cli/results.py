@@ -6,7 +6,9 @@ import json
 import sys
 from pathlib import Path
 
+from agentcompass import results
 from agentcompass._util import display
+from agentcompass._util.jsonio import write_text_atomic
 from agentcompass.results import dollars
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
 
@@ -52,8 +54,6 @@ def _runs_table(overviews: list[dict]) -> str:
 
 
 def cmd_runs(args) -> int:
-    from agentcompass import results
-
     try:
         overviews = [results.overview(run) for run in results.find_runs(args.results_dir)]
     except (FileNotFoundError, ValueError) as exc:
@@ -72,9 +72,6 @@ EXPORT_FORMATS = ("csv", "parquet", "jsonl")
 
 
 def cmd_export(args) -> int:
-    from agentcompass import results
-    from agentcompass._util.jsonio import write_text_atomic
-
     if args.format == "parquet":
         if not args.output:
             _print("agentcompass export: parquet is binary and is not written to a terminal. "

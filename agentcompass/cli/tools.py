@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from agentcompass import tools
 from agentcompass.errors import InfrastructureError
 from agentcompass.runtime.models.orchestration import EXIT_USAGE
 
@@ -14,8 +15,6 @@ EXIT_FAILED = 1
 
 
 def cmd_install(args) -> int:
-    from agentcompass import tools
-
     root = tools.tool_cache_root()
     try:
         recipes = [tools.resolve(given) for given in args.keys]  # an unknown one fails before any download
@@ -36,8 +35,6 @@ def cmd_install(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from agentcompass import tools
-
     root = tools.tool_cache_root()
     _print("known tools (name, pinned version, program):")
     for recipe in tools.TOOLS.values():

@@ -45,7 +45,7 @@ from agentcompass._util.trees import remove_tree
 from agentcompass import tools
 from agentcompass.errors import DeadlineError
 from agentcompass.runtime.base import (
-    END_PROCESSES_SECONDS, CappedOutput, EnvironmentUnavailableError, SandboxDiedError, keeps,
+    END_PROCESSES_SECONDS, CappedOutput, CleanReport, EnvironmentUnavailableError, SandboxDiedError, keeps,
 )
 from agentcompass.runtime.config import ComponentConfig, config_field
 
@@ -57,6 +57,9 @@ from .leftovers import (
     LABEL_VAR,
     OWNER_VAR,
     SESSION_VAR,
+    clean_processes,
+    clean_sandbox_folders,
+    clean_workspaces,
     forget_session,
     kill_marked,
     owner_token,
@@ -801,6 +804,15 @@ class HostProcessEnvironment(BaseEnvironment):
     # 2: commands run in the sandbox where it can be made; a command killed by a signal exits 128+N
     version = "2"
     config_class = HostProcessConfig
+
+    @classmethod
+    def clean_leftovers(cls, run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
+        """Processes of sessions whose agentcompass process is gone, their workspaces (looked for in the
+        system temp directory, where sessions make them unless ``workspace_root`` says otherwise), and the
+        bubblewrap sandboxes' folders of processes that are gone."""
+        clean_processes(run_id, include_live, dry_run, report)
+        clean_workspaces(Path(tempfile.gettempdir()), run_id, include_live, dry_run, report)
+        clean_sandbox_folders(Path(tempfile.gettempdir()), dry_run, report)
 
     def build_config(self, spec: EnvironmentSpec) -> HostProcessConfig:
         """The params, refused when the isolation they and the spec's phase policies ask for cannot be made."""

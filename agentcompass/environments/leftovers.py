@@ -11,6 +11,8 @@ until its session closes; containers carry the same facts as Docker labels.
 The bubblewrap sandboxes' folder of empty masks (``agentcompass-mask-*``, one
 per process that opened a sandbox) holds a record of its owner
 (``MASK_RECORD``), so ``clean`` removes the folder of an owner that is gone.
+Each provider removes its own sessions' leftovers (its ``clean_leftovers``):
+``clean`` calls that of every registered provider, and imports none.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import os
 import signal
 import socket
 import stat
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection
 
 from agentcompass._util.trees import remove_tree
+from agentcompass.runtime.base import CleanReport
+from agentcompass.runtime.registry import ENVIRONMENTS
 
 SESSION_VAR = "AGENTCOMPASS_SESSION"
 EXEC_VAR = "AGENTCOMPASS_EXEC"
@@ -165,15 +167,6 @@ def record_owner(folder: str) -> None:
         record.write(json.dumps({"owner": owner_token()}))
 
 
-@dataclass
-class CleanReport:
-    processes: list[str] = field(default_factory=list)
-    workspaces: list[str] = field(default_factory=list)
-    containers: list[str] = field(default_factory=list)
-    folders: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
 def label_selected(label: str, run_id: str | None) -> bool:
     # a session label is "<run_id>-<task>-<attempt>-<phase>"
     return run_id is None or label.startswith(f"{run_id}-")
@@ -241,19 +234,14 @@ def clean_sandbox_folders(root: Path, dry_run: bool, report: CleanReport) -> Non
 
 
 def clean(run_id: str | None = None, include_live: bool = False, dry_run: bool = False) -> CleanReport:
-    """Remove what sessions of dead agentcompass processes left: processes, workspaces, containers, and the
-    sandboxes' folders.
+    """Remove what sessions of dead agentcompass processes left: each registered Environment provider's
+    ``clean_leftovers``, once per class (host_process: processes, workspaces and the sandboxes' folders;
+    docker: containers).
 
     ``run_id`` limits it to one run's sessions; ``include_live`` also takes those
     whose owner still runs (and containers kept on purpose by retention).
-    Workspaces are looked for in the system temp directory, where host_process
-    makes them unless ``workspace_root`` says otherwise.
     """
     report = CleanReport()
-    clean_processes(run_id, include_live, dry_run, report)
-    clean_workspaces(Path(tempfile.gettempdir()), run_id, include_live, dry_run, report)
-    clean_sandbox_folders(Path(tempfile.gettempdir()), dry_run, report)
-    from .docker import clean_containers
-
-    clean_containers(run_id, include_live, dry_run, report)
+    for provider in dict.fromkeys(cls for _, cls in ENVIRONMENTS.items()):
+        provider.clean_leftovers(run_id, include_live, dry_run, report)
     return report

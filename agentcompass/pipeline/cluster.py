@@ -21,12 +21,12 @@ import re
 import subprocess
 from typing import NamedTuple
 
-from agentcompass.stages import SHARD, names
+from agentcompass.stages import sole
 
 from . import engine
 from .engine import WorkflowError
 
-SHARD_RULE = names(SHARD)[0]
+SHARD_RULE = sole(slices_attempts=True).name
 # resources the plugin turns into the sbatch options checked here
 _ASKED = ("cpus_per_task", "runtime", "slurm_partition", "slurm_cluster", "cluster", "clusters")
 

@@ -39,7 +39,7 @@ from agentcompass import layout, results
 from agentcompass._util import jsonio
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, RunResult
-from agentcompass.stages import LAST_ATTEMPT_STAGE, SHARD, names
+from agentcompass.stages import LAST_ATTEMPT_STAGE, where
 from agentcompass.stages import stage as stage_of
 
 from . import engine, lifecycle, provenance, shards
@@ -53,7 +53,7 @@ from .files import (
 )
 
 EVENTS_FILE = layout.EVENTS
-SHARD_RULES = names(SHARD)
+SHARD_RULES = tuple(s.name for s in where(slices_attempts=True))
 # the outer run's start (seconds since the epoch), for inner runs and cluster jobs
 STARTED_ENV = "AGENTCOMPASS_INVOCATION_STARTED"
 

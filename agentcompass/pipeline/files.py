@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, cast
+from typing import TYPE_CHECKING, Any, Iterable, Literal, cast
 
 import fastjsonschema
 
@@ -16,7 +16,7 @@ from agentcompass.errors import AgentCompassError
 from agentcompass._util.jsonio import canonical_json, write_text_atomic
 from agentcompass.secrets import Scrubber
 from agentcompass.layout import PLAN_LIST
-from agentcompass.stages import ATTEMPT, CONTRACTS, of_scope, resolve, stage
+from agentcompass.stages import CONTRACTS, STARTING_STAGES, resolve, stage, where
 from agentcompass.runtime.models import (
     BenchmarkPlan,
     Contract,
@@ -175,6 +175,14 @@ class ExecutionPlanResolved(Event):
                        "policies, the evaluation environment mode, the applied Recipes"})
 
 
+# the stages an attempt may start from, as the event's enum (a Literal of the stage table's names; mypy
+# takes a Literal of literals only, and sees a str)
+if TYPE_CHECKING:
+    StartingStage = str
+else:
+    StartingStage = Literal[STARTING_STAGES]
+
+
 @dataclass(kw_only=True)
 class AttemptStarted(Event):
     """attempt_started: the first stage job of the attempt in this invocation starts."""
@@ -182,7 +190,7 @@ class AttemptStarted(Event):
     event: Literal["attempt_started"] = "attempt_started"
     task_id: str
     attempt: int
-    stage: Literal["prepare", "run", "evaluate"] = field(metadata={
+    stage: StartingStage = field(metadata={
         "description": "the stage it starts from: prepare, run (its prepared.json is reused) or evaluate "
                        "(its output.json is reused: a regrade)"})
 
@@ -300,7 +308,7 @@ VALIDATE_WRITES_ENV = "AGENTCOMPASS_VALIDATE_WRITES"
 # again against its schema, tens of thousands of times a run, is left to the tests. What comes
 # from outside (the config, a component's files, a task folder) is checked where it is read.
 PER_ATTEMPT_KINDS = frozenset(
-    {o.kind for s in of_scope(ATTEMPT) for o in s.outputs} | {stage(PLAN_LIST).kind("plans")})
+    {o.kind for s in where(in_shards=True) for o in s.outputs} | {stage(PLAN_LIST).kind("plans")})
 
 
 def checks_writes_of(kind: str) -> bool:

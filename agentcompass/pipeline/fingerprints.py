@@ -20,18 +20,26 @@ import agentcompass
 from agentcompass import layout
 from agentcompass.runtime.base import BaseBenchmark, BaseHarness
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
-from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES
-from agentcompass.stages import ATTEMPT, SHARD, STAGES, SUMMARY, Stage, names, of_scope
+from agentcompass.runtime.registry import ENVIRONMENTS, RECIPES, SCANNERS
+from agentcompass.stages import STAGES, Stage, sole, where
 
 from . import engine, plan_index, reading, reuse, shards
 from .bulk import BulkOutput, settled
 from .engine import IncompleteCheckpointException, WorkflowError
 from .invocation import Invocation
 
-ATTEMPT_STAGES = of_scope(ATTEMPT)
-SHARD_STAGE = of_scope(SHARD)[0]
-SUMMARY_STAGES = names(SUMMARY)
+# an attempt's stages (a shard's inner run builds them), the shard, and the stages after every attempt
+ATTEMPT_STAGES = where(in_shards=True)
+SHARD_STAGE = sole(slices_attempts=True)
+SUMMARY_STAGES = tuple(s.name for s in where(after_attempts=True))
 CHECKPOINTS = tuple(s for s in STAGES if s.checkpoint)
+
+
+def as_value(value: Any) -> Any:
+    """A request setting as a JSON value: a contract (or a list of them) as its dict."""
+    if isinstance(value, list):
+        return [as_value(item) for item in value]
+    return value.to_dict() if hasattr(value, "to_dict") else value
 
 
 def as_param(value: Any) -> str:
@@ -212,6 +220,18 @@ def evaluate_param(v: AttemptView, s: Stage) -> dict[str, Any]:
     }
 
 
+def scanners_view(req: RunRequest) -> list[dict[str, Any]]:
+    """The request's scanners as the scan stage reads them: each one's id, version and params, in order."""
+    return [{"id": spec.id, "version": SCANNERS.get(spec.id).version, "params": spec.params}
+            for spec in req.scanners or ()]
+
+
+def scan_param(v: AttemptView, s: Stage) -> dict[str, Any]:
+    """The scanners selected, their versions and params: a new or changed one rescans, and nothing else reruns
+    (the scan stage reads result.json, its input, and the trajectory the run stage wrote beside it)."""
+    return {"stage": s.version, "scanners": scanners_view(v.req)}
+
+
 def attempt_params(req: RunRequest, task: TaskSpec, plan: ExecutionPlan, *, versions: dict[str, str],
                    benchmark: BaseBenchmark, harness: BaseHarness | None,
                    task_digest: str | None = None) -> dict[str, dict[str, Any]]:
@@ -366,10 +386,45 @@ def shard_param(req: RunRequest, tasks_file: str, plans_file: str, shard_size: i
     return {
         "stage": SHARD_STAGE.version,
         # the stages its inner run builds: a new metrics stage reruns metrics.json, not the shards
-        "stages": {s.name: s.version for s in ATTEMPT_STAGES},
+        # (those built for the request: a stage with a ``when`` setting only with it, and then what it reads of it)
+        "stages": {s.name: s.version for s in ATTEMPT_STAGES if s.built_for(req)},
+        **{s.when: as_value(s.setting(req)) for s in ATTEMPT_STAGES if s.when and s.built_for(req)},
         "versions": versions,
         "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
         "attempts": plan_index.shard_digest(plans_file, tasks_file, shard_size, index, attempts,
                                             lambda: reading.raw_tasks(tasks_file)),
         **recompute,
     }
+
+
+class TaskFingerprints:
+    """A task stage's rule param (``preflight``'s), per task: computed from the task and its first attempt's plan."""
+
+    def __init__(self, inv, fingerprints, targets) -> None:
+        self.inv = inv
+        self.fingerprints = fingerprints
+        self.targets = targets
+        self._values: dict[tuple[str, str, str, str], str] = {}
+
+    def param(self, s: Stage) -> Callable:
+        return engine.signature_once(lambda wildcards: self.of(s, wildcards))
+
+    def of(self, s: Stage, w) -> str:
+        self.inv.begin()
+        req = self.inv.request(w)
+        key = (s.name, req.namespace, req.run_id, w.task)
+        value = self._values.get(key)
+        if value is None:
+            tasks_file, plans_file = self.targets.bulk_files(req)
+            value = self._values[key] = as_param({**task_param(req, s, tasks_file, plans_file, w.task),
+                                                  **self.fingerprints.recompute(req)})
+        return value
+
+
+def task_param(req: RunRequest, s: Stage, tasks_file: str, plans_file: str, segment: str) -> dict[str, Any]:
+    """Stage ``s``'s fingerprint of the task at ``segment``, from its first attempt's plan (``status``'s prediction makes the same)."""
+    task = reading.task_by_segment(tasks_file, segment)
+    plan = reading.plan_for(req, plans_file, segment, 1)
+    view = AttemptView(req, task, plan, component_versions(req), reading.benchmark_for(req),
+                       reading.harness_for(req), reuse.task_fingerprint(task))
+    return s.resolve("fingerprint")(view, s)

@@ -31,6 +31,8 @@ import threading
 import types
 from pathlib import Path
 
+from . import lifecycle
+
 PRELOAD = "agentcompass.pipeline.preload"
 
 _lock = threading.Lock()
@@ -137,8 +139,6 @@ def _main_module_hidden():
 
 def _child(argv: list[str], env: dict[str, str], log: str, cwd: str) -> None:
     """The inner run, in the forked child: what ``python -m snakemake`` would do."""
-    from . import lifecycle
-
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)

@@ -2,8 +2,9 @@
 
 A rule's ``run:`` block is ``EVAL.build(rule, wildcards, input, output, params, threads,
 resources, log)``, whatever the stage: ``Jobs.build`` finds the stage in the stage table
-(``agentcompass.stages``), makes its argument (a ``RequestJob``, an ``AttemptJob`` or a
-``ShardJob``: the request and the stage's files, by name) and calls its body. Around
+(``agentcompass.stages``), makes its argument (the class its scope's row names,
+``stages.Scope.job``: a ``RequestJob``, ``TaskJob``, ``AttemptJob`` or ``ShardJob``, made from
+the rule's files and the scope's wildcards) and calls its body (``pipeline.bodies``). Around
 every body:
 
 - a run that is stopping starts nothing (``aio.Stopped``), nor does an attempt once a budget it
@@ -15,6 +16,10 @@ every body:
   starts (a run that stopped while a job wrote may have dropped the job's
   incomplete markers too, so the recovery of a killed run would not find them);
 - an attempt stage says when its attempt starts and finishes (``events``).
+
+A body sees its job alone: the request, the run folder, its files by name, its one writer
+(``RequestJob.write``), an attempt's or a task's plan and task, and the invocation's few
+services it may use, by name (``Services``).
 """
 
 from __future__ import annotations
@@ -27,65 +32,127 @@ import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from agentcompass._util import aio, jsonio
 from agentcompass._util.logs import LOG
 from agentcompass.runtime.models import ExecutionPlan, RunRequest, TaskSpec
+from agentcompass.runtime.models.codec import Contract
+from agentcompass.runtime.models.orchestration import ResolvedRuntimeOptions
 from agentcompass.secrets import Scrubber, references
 from agentcompass import spend
-from agentcompass.stages import (ATTEMPT, BUDGETED_STAGES, LAST_ATTEMPT_STAGE, SHARD, STARTING_STAGES, TASK, Stage,
-                                  stage)
+from agentcompass.stages import BUDGETED_STAGES, LAST_ATTEMPT_STAGE, STARTING_STAGES, Stage, resolve, stage
 
 from . import engine, lifecycle, reading
 from .files import write_file
 
 if TYPE_CHECKING:
+    from .events import Emitter
+    from .resources import Resources
+    from .shards import Shards
+    from .targets import Targets
     from .workflow import EvaluationWorkflow
+
+
+@dataclass(frozen=True)
+class Services:
+    """What of the invocation a body may use beyond its job's files, each by name: one for the invocation.
+
+    A job made without Snakemake (``status`` builds a checkpoint's files in a scratch folder) has none:
+    its body then runs with the default runtime options and starts nothing of the invocation's.
+    """
+
+    # the invocation's runtime options (``runtime.*``): the shard size, the budget, the call cache's folder
+    runtime: ResolvedRuntimeOptions
+    # Snakemake's workflow: whether this is the main process, on a cluster, which rules are forced (``engine``)
+    snakemake: Any
+    # the invocation's targets: the checkpoint hand-off (``bulk_files``), a request's results, a shard's slice
+    targets: Targets
+    # each request's events.jsonl: a shard announces its attempts and says they are built
+    events: Emitter
+    # the shard rule's threads (``Shards.job_threads``)
+    shards: Shards
+    # what a job holds, handed to a shard's inner run (``Resources.claims``)
+    resources: Resources
 
 
 @dataclass
 class RequestJob:
     """A request or summary stage's argument: the request, its run folder and the stage's files.
 
-    ``inputs`` and ``outputs`` are the rule's, by name (``outputs["plans"]``); ``pipeline`` is the
-    workflow the job runs in (None when a body is called without Snakemake, as ``status`` does).
+    ``inputs`` and ``outputs`` are the rule's, by name (``outputs["plans"]``); ``services`` are the
+    invocation's (None when a body is called without Snakemake, as ``status`` does).
     """
 
     request: RunRequest
     run: str
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
-    pipeline: EvaluationWorkflow | None = None
+    services: Services | None = None
     stage: str = ""
+
+    @classmethod
+    def of_rule(cls, request: RunRequest, run: str, inputs: dict[str, str], outputs: dict[str, str],
+                services: Services | None, stage_name: str, wildcards: dict[str, str], threads: int = 1,
+                resources: Any = None, params: Any = None, log: Any = ()) -> RequestJob:
+        """The argument of a job of the rule ``stage_name``, from its files and its scope's wildcards (and
+        the rule's threads, resources, params and log files, which a shard's inner run gets)."""
+        return cls(request, run, inputs, outputs, services, stage_name)
+
+    @property
+    def runtime(self) -> ResolvedRuntimeOptions:
+        """The invocation's runtime options (the defaults without Snakemake)."""
+        return self.services.runtime if self.services is not None else ResolvedRuntimeOptions()
 
     def output(self, name: str | None = None) -> str:
         return self.outputs[name] if name else next(iter(self.outputs.values()))
 
-    def write(self, name: str, value: Any, **options: Any) -> None:
-        """Write ``value`` as the stage's output ``name``: validated against its contract, scrubbed
-        of secrets and recorded as it appears (``files.write_file``)."""
-        write_file(stage(self.stage).kind(name), self.outputs[name], value, **options)
+    def write(self, name: str, value: Any, *, secrets: Any = ()) -> None:
+        """Write ``value`` (a contract or plain data) as the stage's output ``name``, the one way a body
+        writes a file: atomically, as canonical JSON, scrubbed of ``secrets`` (``${VAR}`` references, or
+        mappings holding them) and recorded as built just before it appears. An output with a kind (a
+        contract's file) is checked against its schema first (``files.write_file``)."""
+        kind = stage(self.stage).output(name).kind
+        if kind is not None:
+            write_file(kind, self.outputs[name], value, secrets)
+            return
+        payload = value.to_dict() if isinstance(value, Contract) else value
+        jsonio.write_text_atomic(self.outputs[name], jsonio.canonical_json(Scrubber(secrets).value(payload)))
 
 
 @dataclass
-class AttemptJob(RequestJob):
-    """An attempt stage's argument: also the attempt, its folder and the request's tasks.json and
-    plans.json, of which it reads its own slice (its task and plan, decoded once)."""
+class TaskJob(RequestJob):
+    """A task stage's argument (``preflight``): also the task's path segment and the request's
+    tasks.json and plans.json, of which it reads its task and its first attempt's plan."""
 
     segment: str = ""
-    attempt: int = 0
-    folder: str = ""
     tasks_file: str = ""
     plans_file: str = ""
+    # the attempt whose plan it reads: a task stage reads its first attempt's
+    attempt: int = 1
 
-    @cached_property
-    def plan(self) -> ExecutionPlan:
-        return reading.plan_for(self.request, self.plans_file, self.segment, self.attempt)
+    @classmethod
+    def of_rule(cls, request: RunRequest, run: str, inputs: dict[str, str], outputs: dict[str, str],
+                services: Services | None, stage_name: str, wildcards: dict[str, str], threads: int = 1,
+                resources: Any = None, params: Any = None, log: Any = ()) -> TaskJob:
+        assert services is not None  # a task's or an attempt's job runs under Snakemake
+        # A job runs after its request's tasks.json and plans.json are written (the DAG
+        # orders it so), and reads its own slice of them.
+        tasks_file, plans_file = services.targets.bulk_files(request)
+        return cls(request, run, inputs, outputs, services, stage_name, segment=wildcards["task"],
+                   tasks_file=tasks_file, plans_file=plans_file, **cls._more(wildcards, outputs))
+
+    @staticmethod
+    def _more(wildcards: dict[str, str], outputs: dict[str, str]) -> dict[str, Any]:
+        return {}
 
     @cached_property
     def task(self) -> TaskSpec:
         return reading.task_by_segment(self.tasks_file, self.segment)
+
+    @cached_property
+    def plan(self) -> ExecutionPlan:
+        return reading.plan_for(self.request, self.plans_file, self.segment, self.attempt)
 
     @cached_property
     def plan_dict(self) -> dict[str, Any]:
@@ -94,10 +161,21 @@ class AttemptJob(RequestJob):
 
     @cached_property
     def secrets(self) -> list[str]:
-        """Every ``${VAR}`` reference the attempt may resolve: the request's and its plan's (a task
-        folder's ``[verifier] env`` and ``[solution] env``, the environment's build args), for
-        ``write_file``'s and ``Scrubber``'s ``secrets``."""
+        """Every ``${VAR}`` reference the task's or the attempt's runs may resolve: the request's and its
+        plan's (a task folder's ``[verifier] env`` and ``[solution] env``, the environment's build args),
+        for ``write``'s and ``Scrubber``'s ``secrets``."""
         return request_references(self.request) + [f"${{{name}}}" for name in references(self.plan_dict)]
+
+
+@dataclass
+class AttemptJob(TaskJob):
+    """An attempt stage's argument: a task's, for the attempt ``attempt`` (its own plan), and its folder."""
+
+    folder: str = ""
+
+    @staticmethod
+    def _more(wildcards: dict[str, str], outputs: dict[str, str]) -> dict[str, Any]:
+        return {"attempt": int(wildcards["attempt"]), "folder": str(Path(next(iter(outputs.values()))).parent)}
 
 
 # RunRequest -> the ${VAR} references in it (every attempt job of a request asks)
@@ -113,29 +191,6 @@ def request_references(req: RunRequest) -> list[str]:
 
 
 @dataclass
-class TaskJob(RequestJob):
-    """A task stage's argument (``preflight``): also the task's path segment and the request's
-    tasks.json and plans.json, of which it reads its task and its first attempt's plan."""
-
-    segment: str = ""
-    tasks_file: str = ""
-    plans_file: str = ""
-
-    @cached_property
-    def task(self) -> TaskSpec:
-        return reading.task_by_segment(self.tasks_file, self.segment)
-
-    @cached_property
-    def plan(self) -> ExecutionPlan:
-        return reading.plan_for(self.request, self.plans_file, self.segment, 1)
-
-    @cached_property
-    def secrets(self) -> list[str]:
-        """The ``${VAR}`` references the task's runs may resolve (the request's and its plan's)."""
-        return request_references(self.request) + [f"${{{name}}}" for name in references(self.plan.to_dict())]
-
-
-@dataclass
 class ShardJob(RequestJob):
     """The shard stage's argument: also the slice's index, and the job's threads, resources,
     params and log (its inner Snakemake runs with them)."""
@@ -146,11 +201,26 @@ class ShardJob(RequestJob):
     params: Any = None
     log: str = ""
 
+    @classmethod
+    def of_rule(cls, request: RunRequest, run: str, inputs: dict[str, str], outputs: dict[str, str],
+                services: Services | None, stage_name: str, wildcards: dict[str, str], threads: int = 1,
+                resources: Any = None, params: Any = None, log: Any = ()) -> ShardJob:
+        return cls(request, run, inputs, outputs, services, stage_name, index=int(wildcards["shard"]),
+                   threads=threads, resources=resources, params=params, log=str(log[0]))
+
 
 class Jobs:
     def __init__(self, pipeline: EvaluationWorkflow) -> None:
         self.pipeline = pipeline
         self.inv = pipeline.inv
+        # stage name -> how its job's argument is made: its scope's job class, and the scope's wildcards
+        self._makers: dict[str, tuple[Callable[..., RequestJob], tuple[str, ...]]] = {}
+
+    @cached_property
+    def services(self) -> Services:
+        """The invocation's services, as its bodies see them (made at the first job: Snakemake is bound)."""
+        p = self.pipeline
+        return Services(p.inv.runtime, p.inv.snakemake, p.targets, p.events, p.shards, p.resources)
 
     def build(self, rule: str, w, input, output, params, threads, resources, log) -> None:
         """Build one job of the stage ``rule`` (the entry point of every rule's ``run:`` block)."""
@@ -160,8 +230,10 @@ class Jobs:
         with self._job(s, w, input, output, values, log) as req:
             job = self._argument(s, req, w, input, output, threads, resources, params, log)
             events = self.pipeline.events
-            # the files of the stages before it, as (stage, path): the last one's is the stage's own input
-            upstream = [(source, job.inputs[name]) for name, source, _ in s.inputs]
+            # the files of the stages of its scope before it, as (stage, path): the last one's is the stage's
+            # own input (an attempt's prepare reads its task's preflight file, which no attempt reuses)
+            upstream = [(source, job.inputs[name]) for name, source, _ in s.inputs
+                        if name in job.inputs and stage(source).scope == s.scope]
             # an attempt starts and finishes with the stages up to its result; a stage after it adds a file
             if isinstance(job, AttemptJob) and s.name in STARTING_STAGES:
                 events.attempt_job(req, s.name, job.plan, reused=upstream[-1][1] if upstream else None)
@@ -169,25 +241,18 @@ class Jobs:
             if isinstance(job, AttemptJob) and s.name == LAST_ATTEMPT_STAGE:
                 events.attempt_finished(req, result, upstream, s.name)
 
-    def _argument(self, s: Stage, req: RunRequest, w, input, output, threads, resources, params, log):
-        run = str(self.inv.run_path(req))
+    def _argument(self, s: Stage, req: RunRequest, w, input, output, threads, resources, params, log) -> RequestJob:
+        """The body's argument: the class its scope's row names (``Scope.job``), from the rule's files
+        and the scope's wildcards."""
+        made = self._makers.get(s.name)
+        if made is None:
+            row = s.scope_row
+            made = self._makers[s.name] = (cast("type[RequestJob]", resolve(row.job)).of_rule, row.wildcards)
+        of_rule, names = made
         inputs = {name: str(value) for name, value in input.items()}
         outputs = {o.name: str(output[i]) for i, o in enumerate(s.outputs)}
-        if s.scope == ATTEMPT:
-            # A job runs after its request's tasks.json and plans.json are written (the DAG
-            # orders it so), and reads its own slice of them.
-            tasks_file, plans_file = self.pipeline.targets.bulk_files(req)
-            return AttemptJob(req, run, inputs, outputs, self.pipeline, s.name, segment=w.task, attempt=int(w.attempt),
-                              folder=str(Path(outputs[s.outputs[0].name]).parent),
-                              tasks_file=tasks_file, plans_file=plans_file)
-        if s.scope == TASK:
-            tasks_file, plans_file = self.pipeline.targets.bulk_files(req)
-            return TaskJob(req, run, inputs, outputs, self.pipeline, s.name, segment=w.task,
-                           tasks_file=tasks_file, plans_file=plans_file)
-        if s.scope == SHARD:
-            return ShardJob(req, run, inputs, outputs, self.pipeline, s.name, index=int(w.shard), threads=threads,
-                            resources=resources, params=params, log=str(log[0]))
-        return RequestJob(req, run, inputs, outputs, self.pipeline, s.name)
+        return of_rule(req, str(self.inv.run_path(req)), inputs, outputs, self.services, s.name,
+                       {name: getattr(w, name) for name in names}, threads, resources, params, log)
 
     @contextlib.contextmanager
     def _job(self, s: Stage, w, input, output, params, log):

@@ -31,12 +31,12 @@ from agentcompass.runtime import BENCHMARKS
 from agentcompass.runtime.model_client import endpoint_resource
 from agentcompass.runtime.models import ModelSpec, RunRequest
 
-from agentcompass.stages import JUDGE, MODEL, SHARD, of_scope, stage
+from agentcompass.stages import JUDGE, MODEL, sole, stage
 
 from . import engine
 from .invocation import Invocation
 
-SHARD_RULE = of_scope(SHARD)[0].name
+SHARD_RULE = sole(slices_attempts=True).name
 
 TASK_CONCURRENCY = "task_concurrency"
 # the driver's caps, for its cluster jobs: a job's Snakemake computes a shard's claims again

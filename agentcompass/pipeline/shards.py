@@ -39,7 +39,7 @@ from typing import Any
 from agentcompass import layout
 from agentcompass._util.jsonio import interrupted_writes, write_text_atomic
 from agentcompass._util.logs import LOG
-from agentcompass.stages import ATTEMPT, SHARD, names
+from agentcompass.stages import sole, where
 
 from . import cluster, engine, forkserver
 from .lifecycle import CHILDREN
@@ -50,7 +50,7 @@ SHARD_ENV = "AGENTCOMPASS_SHARD"
 INVOCATION_ENV = "AGENTCOMPASS_INVOCATION"
 
 # Per-attempt rules: what an inner run builds, and what a --forcerun may name.
-ATTEMPT_RULES = names(ATTEMPT)
+ATTEMPT_RULES = tuple(s.name for s in where(in_shards=True))
 
 
 def generation(held: str, folders) -> int:
@@ -242,7 +242,7 @@ class Shards:
         req = self.inv.request(w)
         attempts = self.targets.shard_slice(req, int(w.shard))
         # its tasks' preflight files: this run builds them first, so no two shards build one
-        return (self.targets.slice_task_files(req, attempts)
+        return (self.targets.task_files(req, attempts)
                 + forced_files(self.inv.snakemake, lambda: self.targets.attempt_files(req, attempts)))
 
     @engine.signature_once
@@ -271,7 +271,7 @@ class Shards:
         workflow = self.inv.snakemake
         if workflow is None or engine.is_main_process(workflow):
             return threads
-        return max(threads, engine.requested_threads(workflow, names(SHARD)[0]) or 0)
+        return max(threads, engine.requested_threads(workflow, sole(slices_attempts=True).name) or 0)
 
     def threads(self) -> int:
         """Threads of one shard job: as many shards run at once as there are CPUs,

@@ -1,4 +1,10 @@
-"""Which files an invocation builds: every request's files, attempt by attempt or shard by shard."""
+"""Which files an invocation builds: every request's files, attempt by attempt or shard by shard.
+
+Each scope's row (``agentcompass.stages.SCOPE_ROWS``) names the method here
+that lists a request's instances of it (``Scope.instances``: their wildcards'
+values); the targets are the files of every stage built for the request, in
+each instance of its scope.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +13,20 @@ from pathlib import Path
 
 from agentcompass import layout
 from agentcompass.runtime.models import RunRequest
-from agentcompass.stages import ATTEMPT, LAST_ATTEMPT_STAGE, REQUEST, SUMMARY, TASK, of_scope, stage
+from agentcompass.stages import BY_NAME, LAST_ATTEMPT_STAGE, ONLY_ENV, SCOPE_ROWS, STAGES_OF, Scope, stage, where
 
 from . import engine, reading
 from .engine import WorkflowError
 from .fingerprints import CHECKPOINTS, SHARD_STAGE, Fingerprints
 from .invocation import Invocation
 
-ATTEMPT_STAGES = of_scope(ATTEMPT)
-TASK_STAGES = of_scope(TASK)
-# set to "preflight" (by ``agentcompass check``): an invocation builds the request stages and each
-# task's preflight, and no attempt
-ONLY_ENV = "AGENTCOMPASS_ONLY_PREFLIGHT"
+# the stages a shard's inner run builds: an attempt's
+ATTEMPT_STAGES = where(in_shards=True)
+# the scopes in the order their files are targets: the run folder's first, then the tasks', the attempts'
+# or the shards'
+TARGET_ROWS: tuple[Scope, ...] = tuple(sorted(SCOPE_ROWS, key=lambda row: not row.per_request))
+# with ONLY_ENV set (``agentcompass check``), the targets are the stages before the attempts'
+# (``Scope.before_attempts``: the request stages and each task's preflight)
 
 
 class Targets:
@@ -78,33 +86,71 @@ class Targets:
         return run
 
     def attempt_files(self, req: RunRequest, attempts) -> list[str]:
-        """Every file of the attempt stages of each of ``attempts``."""
-        return layout.attempt_files(self._run(req), attempts, ATTEMPT_STAGES)
+        """Every file of the attempt stages built for ``req`` of each of ``attempts``."""
+        return layout.files_of(self._run(req), [s for s in ATTEMPT_STAGES if s.built_for(req)], attempts)
 
     def results_of(self, req: RunRequest) -> list[str]:
         """The file of every attempt that holds its result (the last attempt stage's first)."""
         last = stage(LAST_ATTEMPT_STAGE)
         return [layout.file_in(self.attempt_dir(req, s, a), last) for s, a in self.attempt_paths(req)]
 
-    # -- the task stages (preflight): only with execution.preflight on ---------------------------
+    # -- each scope's instances: the wildcards' values of its stages' jobs ----------------------
 
-    def task_files(self, req: RunRequest, segments) -> list[str]:
-        """The task stages' file of each task of ``segments``; none when preflight is off."""
-        if req.execution.preflight is None:
+    def instances(self, req: RunRequest, row: Scope, attempts: list[tuple[str, int]]) -> list[tuple]:
+        """The instances of ``row``'s scope this process builds for ``req``, given its attempts
+        ((segment, n) each): each its wildcards' values, in the scope's order."""
+        return getattr(self, row.instances)(req, attempts)
+
+    def run_instance(self, req: RunRequest, attempts) -> list[tuple]:
+        """The run folder, once (the outer run's; a shard's inner run builds its slice alone)."""
+        return [] if self.inv.inner is not None else [()]
+
+    def task_instances(self, req: RunRequest, attempts) -> list[tuple]:
+        """Each task of ``attempts``, once (the outer run's, never a shard's inner one)."""
+        if self.inv.inner is not None:
             return []
-        run = self._run(req)
-        return [layout.task_file(run, segment, s) for s in TASK_STAGES for segment in segments]
+        return [(segment,) for segment in dict.fromkeys(segment for segment, _ in attempts)]
 
-    def preflight_input(self, w) -> dict[str, str]:
-        """The prepare rule's input: its task's preflight file, with preflight on (``{}`` otherwise)."""
-        self.inv.begin()
-        req = self.inv.request(w)
-        files = self.task_files(req, [w.task])
-        return {s.name: f for s, f in zip(TASK_STAGES, files)}
+    def attempt_instances(self, req: RunRequest, attempts) -> list[tuple]:
+        """Every attempt, when the request is built attempt by attempt; a shard's inner run: its slice's."""
+        if self.inv.inner is not None:
+            size, index = self.inv.runtime.shard_size, self.inv.inner[2]
+            return attempts[index * size:(index + 1) * size]
+        return [] if self.shards_for(len(attempts)) else attempts
 
-    def slice_task_files(self, req: RunRequest, attempts) -> list[str]:
-        """The task stages' files of the tasks of a slice of attempts, each once."""
-        return self.task_files(req, list(dict.fromkeys(segment for segment, _ in attempts)))
+    def shard_instances(self, req: RunRequest, attempts) -> list[tuple]:
+        """Each shard, when the request is built in shards."""
+        return [(str(k),) for k in range(self.shards_for(len(attempts)))]
+
+    def task_files(self, req: RunRequest, attempts) -> list[str]:
+        """The files of every per-task stage built for ``req``, of each task of ``attempts`` once (a
+        shard's input: this run builds them first, so no two shards build one)."""
+        tasks = [(segment,) for segment in dict.fromkeys(segment for segment, _ in attempts)]
+        return [f for row in SCOPE_ROWS if row.per_task for f in self.files_of(req, STAGES_OF[row.name], tasks)]
+
+    def files_of(self, req: RunRequest, stages, instances) -> list[str]:
+        """Every file of ``stages`` (of one scope, those built for ``req``) in each of ``instances``."""
+        return layout.files_of(self._run(req), [s for s in stages if s.built_for(req)], instances)
+
+    def inputs_of(self, name: str):
+        """The input function of stage ``name``'s rule for its inputs built only with a setting on (their
+        stage's ``when``): ``unpack(EVAL.targets.inputs_of("prepare"))``; each in the job's own instance
+        (the preflight file of an attempt's task)."""
+        # each input: its name, its stage, and which of the stage's files it is
+        conditional = [(key, BY_NAME[source], BY_NAME[source].files.index(BY_NAME[source].output(output).file))
+                       for key, source, output in BY_NAME[name].conditional_inputs()]
+
+        def inputs(w) -> dict[str, str]:
+            self.inv.begin()
+            req = self.inv.request(w)
+            found = {}
+            for key, s, index in conditional:
+                if s.built_for(req):
+                    values = tuple(getattr(w, wildcard) for wildcard in s.scope_row.wildcards)
+                    found[key] = layout.files_of(self._run(req), [s], [values])[index]
+            return found
+
+        return inputs
 
     # -- shards: a large request built in slices (agentcompass.pipeline.shards) ------------------
 
@@ -149,21 +195,14 @@ class Targets:
                     f"or plans.json still had to be rebuilt. Fix: run the whole request, not the shard alone."
                 )
             return self.attempt_files(req, self.shard_slice(req, index))
-        run = self.inv.run_path(req)
         # Settled bulk files are left out: naming a checkpoint's output would make
         # Snakemake re-evaluate everything depending on it, for files it will not rebuild.
         settled = self.fingerprints.settled(req)
-        targets = [f for s in of_scope(REQUEST, SUMMARY) if not (settled and s.checkpoint)
-                   for f in layout.files_in(run, s)]
-        if os.environ.get(ONLY_ENV):
-            return [f for s in of_scope(REQUEST) if not (settled and s.checkpoint) for f in layout.files_in(run, s)] \
-                + self.slice_task_files(req, self.attempt_paths(req))
-        count = self.shard_count(req)
-        # each task's preflight is built by this run, never by a shard's inner one
-        targets += self.slice_task_files(req, self.attempt_paths(req))
-        if count:
-            return targets + [str(self.shard_file(req, k)) for k in range(count)]
-        return targets + self.attempt_files(req, self.attempt_paths(req))
+        only_before = bool(os.environ.get(ONLY_ENV))
+        attempts = self.attempt_paths(req)  # raises until the checkpoints are done
+        return [f for row in TARGET_ROWS if row.before_attempts or not only_before
+                for f in self.files_of(req, [s for s in STAGES_OF[row.name] if not (settled and s.checkpoint)],
+                                       self.instances(req, row, attempts))]
 
     @engine.signature_once
     def all(self, wildcards=None) -> list[str]:

@@ -38,18 +38,17 @@ from agentcompass.runtime import ratelimit
 from agentcompass.runtime.models import Orchestration
 from agentcompass.runtime.orchestration import resolve_orchestration
 
-from agentcompass.stages import ATTEMPT, REQUEST, RULES, SHARD, STAGES, SUMMARY, TASK, of_scope, stage
+from agentcompass.stages import RULES, STAGES, STAGES_OF, Stage, stage
 
 from . import engine, forkserver, lifecycle, locks, pacing, progress, reading, recovery, shards
 from .engine import WorkflowError
 from .events import Emitter
-from .fingerprints import ATTEMPT_STAGES, AttemptFingerprints, Fingerprints
-from .preflight import TaskFingerprints
+from .fingerprints import AttemptFingerprints, Fingerprints, TaskFingerprints
 from .invocation import Invocation
 from .jobs import Jobs
 from .resources import CAPS_ENV, Resources
 from .shards import Shards
-from .targets import Targets
+from .targets import TARGET_ROWS, Targets
 
 
 # runtime.cache_max_age_days in seconds
@@ -169,7 +168,7 @@ class EvaluationWorkflow:
             engine.accept_recorded_code({s.name: s.recorded_code for s in STAGES})
             engine.record_once()
             # a stage writes its log when it fails; a shard's log is its inner run's output
-            engine.leave_missing_logs_missing(s.name for s in STAGES if s.scope != SHARD)
+            engine.leave_missing_logs_missing(s.name for s in STAGES if not s.scope_row.slices_attempts)
 
     # -- what the rules call ------------------------------------------------------------------
 
@@ -182,14 +181,25 @@ class EvaluationWorkflow:
         return made
 
     def _make_params(self, name: str) -> dict[str, Callable]:
+        """Made by the method its scope's row names (``Scope.params``), one of the four below."""
         s = stage(name)
-        if s.scope == ATTEMPT:
-            return {s.params[0]: self.attempt_params.param(s)}
-        if s.scope == SHARD:
-            return {s.params[0]: self.attempt_params.shard, s.params[1]: self.shards.generation}
-        if s.scope == TASK:
-            return {s.params[0]: self.task_params.param(s)}
+        return getattr(self, s.scope_row.params)(s)
+
+    def request_params(self, s: Stage) -> dict[str, Callable]:
+        """A request or summary stage's params: each a fingerprint of what it reads of the request."""
         return {param: self.params_of.param(s, i) for i, param in enumerate(s.params)}
+
+    def task_params_of(self, s: Stage) -> dict[str, Callable]:
+        """A task stage's param: what it reads of its task and the task's first plan."""
+        return {s.params[0]: self.task_params.param(s)}
+
+    def attempt_params_of(self, s: Stage) -> dict[str, Callable]:
+        """An attempt stage's param: computed for every attempt of the request at once."""
+        return {s.params[0]: self.attempt_params.param(s)}
+
+    def shard_params(self, s: Stage) -> dict[str, Callable]:
+        """The shard's params: what its attempts read, and its generation."""
+        return {s.params[0]: self.attempt_params.shard, s.params[1]: self.shards.generation}
 
     # -- the first call of a DAG build, the start and the end of a run ---------------------
 
@@ -235,24 +245,33 @@ class EvaluationWorkflow:
                                              inner=self.inv.inner is not None)
 
     def _outputs(self) -> list[recovery.Output]:
-        """The files this process's jobs write, with their rules' params now (computed only if needed):
-        the request's stages' first (the attempt files' params are read from them)."""
+        """The files this process's jobs write, with their rules' params now (computed only if needed),
+        scope by scope in the targets' order: the run folder's first (the attempt files' params are read
+        from them). The instances are those of the tasks.json on disk (none past the run folder without it)."""
         outputs: list[recovery.Output] = []
         for req in self.inv.requests:
             if self.inv.inner is not None and not self.inv.is_inner_of(req):
                 continue
-            w = self.inv.wildcards(req)
-            run = self.inv.run_path(req)
-            if self.inv.inner is None:
-                for s in of_scope(REQUEST, SUMMARY):
-                    params = _params(w, *self.params(s.name).values())
-                    outputs += [recovery.Output(path, s.name, params) for path in layout.files_in(run, s)]
-            outputs += self._attempt_outputs(req)
+            run = str(self.inv.run_path(req))
+            attempts = self._attempts_on_disk(req, run)
+            for row in TARGET_ROWS:
+                stages = [s for s in STAGES_OF[row.name] if s.built_for(req)]
+                instances = self.targets.instances(req, row, attempts) if stages else []
+                files = layout.files_of(run, stages, instances)  # an instance's, then the next one's
+                # whose each file of an instance is (its stage's name and place in ``stages``)
+                owners = [(s.name, k) for k, s in enumerate(stages) for _ in s.outputs]
+                getters = [tuple(self.params(s.name).values()) for s in stages]
+                keys = ("ns", "run_id", *row.wildcards)
+                for i, values in enumerate(instances):
+                    w = _Wildcards(zip(keys, (req.namespace, req.run_id, *map(str, values))))
+                    made = [_params(w, *g) for g in getters]
+                    outputs += [recovery.Output(path, name, made[k])
+                                for (name, k), path in zip(owners, files[i * len(owners):(i + 1) * len(owners)])]
         return outputs
 
-    def _attempt_outputs(self, req) -> list[recovery.Output]:
-        """Per-attempt files of this process (or shard records), from the tasks.json on disk."""
-        run = self.inv.run_path(req)
+    @staticmethod
+    def _attempts_on_disk(req, run: str) -> list[tuple[str, int]]:
+        """(task segment, attempt) of every attempt of the tasks.json on disk; none without it."""
         tasks_file = Path(layout.tasks_file(run))
         if not tasks_file.exists():
             return []
@@ -260,40 +279,7 @@ class EvaluationWorkflow:
             segments = reading.task_segments(tasks_file)
         except (OSError, ValueError, KeyError):
             return []
-        attempts = [(s, a) for s in segments for a in range(1, req.execution.attempts + 1)]
-        outputs = [] if self.inv.inner is not None else self._task_outputs(req, run, segments)
-        size = self.inv.runtime.shard_size
-        if self.inv.inner is not None:
-            index = self.inv.inner[2]
-            attempts = attempts[index * size:(index + 1) * size]
-        elif size and (len(attempts) > size or engine.on_cluster(self.inv.snakemake)):
-            shard = of_scope(SHARD)[0]
-            for index in range(-(-len(attempts) // size)):
-                w = _Wildcards(ns=req.namespace, run_id=req.run_id, shard=str(index))
-                params = _params(w, *self.params(shard.name).values())
-                outputs += [recovery.Output(path, shard.name, params)
-                            for path in layout.files_in(layout.shard_folder(run, index), shard)]
-            return outputs
-        getters = {s.name: tuple(self.params(s.name).values()) for s in ATTEMPT_STAGES}
-        for segment, attempt in attempts:
-            w = _Wildcards(ns=req.namespace, run_id=req.run_id, task=segment, attempt=str(attempt))
-            folder = self.targets.attempt_dir(req, segment, attempt)
-            for s in ATTEMPT_STAGES:
-                params = _params(w, *getters[s.name])
-                outputs += [recovery.Output(path, s.name, params) for path in layout.files_in(folder, s)]
-        return outputs
-
-    def _task_outputs(self, req, run, segments) -> list[recovery.Output]:
-        """Each task's preflight file, with preflight on (the outer run builds them, never a shard)."""
-        if req.execution.preflight is None:
-            return []
-        outputs = []
-        for s in of_scope(TASK):
-            getters = tuple(self.params(s.name).values())
-            for segment in segments:
-                w = _Wildcards(ns=req.namespace, run_id=req.run_id, task=segment)
-                outputs.append(recovery.Output(layout.task_file(run, segment, s), s.name, _params(w, *getters)))
-        return outputs
+        return [(s, a) for s in segments for a in range(1, req.execution.attempts + 1)]
 
     def start(self) -> None:
         """The jobs are about to start (Snakemake's ``onstart``): events, progress, signals, the deadline."""

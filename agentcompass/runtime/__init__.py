@@ -6,6 +6,7 @@ from .base import (
     BaseEnvironment,
     BaseHarness,
     BaseRecipe,
+    BaseScanner,
     EnvironmentSession,
     ExecResult,
     HarnessContext,
@@ -17,13 +18,14 @@ from .models import __all__ as _models_all
 from .orchestration import resolve_orchestration, single_request_layer
 from .planner import Planner
 from .recipes import build_run_recipe_registry
-from .registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES, RECIPES, Registry
+from .registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES, RECIPES, SCANNERS, Registry
+from .transcript import Action, Transcript, quote, read_transcript
 
 __all__ = [
     *_models_all,
     "ANALYZERS", "BENCHMARKS", "BaseAnalyzer", "BaseBenchmark", "BaseEnvironment", "BaseHarness",
-    "BaseRecipe", "ENVIRONMENTS", "EnvironmentSession", "ExecResult", "HARNESSES",
-    "HarnessContext", "HarnessFreeBenchmark", "Planner", "RECIPES", "Registry",
+    "Action", "BaseRecipe", "BaseScanner", "ENVIRONMENTS", "EnvironmentSession", "ExecResult", "HARNESSES",
+    "HarnessContext", "HarnessFreeBenchmark", "Planner", "RECIPES", "Registry", "SCANNERS", "Transcript",
     "RuntimeBenchmarkConfig", "build_run_recipe_registry", "config_field", "deep_merge",
-    "load_run_config", "resolve_orchestration", "single_request_layer",
+    "load_run_config", "quote", "read_transcript", "resolve_orchestration", "single_request_layer",
 ]

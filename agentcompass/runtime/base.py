@@ -1,4 +1,4 @@
-"""Component interfaces: Benchmark, Harness, Environment (and its session), Recipe, Analyzer."""
+"""Component interfaces: Benchmark, Harness, Environment (and its session), Recipe, Analyzer, Scanner."""
 
 from __future__ import annotations
 
@@ -28,9 +28,12 @@ from .models import (
     PreparedTask,
     RunRequest,
     RunResult,
+    ScanEvidence,
+    ScanFinding,
     TaskSpec,
     TaskStatus,
 )
+from .transcript import Transcript
 
 if TYPE_CHECKING:
     import pandas
@@ -587,8 +590,29 @@ def keeps(retain: str | None, default: str, failed: bool) -> bool:
     return policy == "always" or (policy == "on_failure" and failed)
 
 
+@dataclass
+class CleanReport:
+    """What ``agentcompass clean`` found, and removed unless it was a dry run: a line per process, workspace,
+    container and sandbox folder, and notes (what could not be checked)."""
+
+    processes: list[str] = field(default_factory=list)
+    workspaces: list[str] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
 class BaseEnvironment(_Component, abc.ABC):
     """A provider that opens sessions."""
+
+    @classmethod
+    def clean_leftovers(cls, run_id: str | None, include_live: bool, dry_run: bool, report: CleanReport) -> None:
+        """Remove what this provider's sessions left on the machine once their agentcompass process is gone
+        (``agentcompass clean`` calls it once per registered class), each thing as a line of ``report``.
+
+        ``run_id`` limits it to one run's sessions (labels ``<run_id>-...``); ``include_live`` also takes
+        those whose owner still runs, and what retention kept; ``dry_run`` only lists. The default: a
+        provider whose sessions leave nothing behind."""
 
     def build_config(self, spec: EnvironmentSpec):
         return build_component_config(self.config_class, spec.params, f"environment {self.id!r} params")
@@ -639,6 +663,32 @@ class BaseAnalyzer(_Component, abc.ABC):
         ``results`` holds every attempt of the request, one row each, with the
         columns ``agentcompass.results.load`` returns (``agentcompass.results.COLUMNS``).
         """
+
+
+class BaseScanner(_Component, abc.ABC):
+    """Reads one attempt's transcript and says whether it shows a kind of misbehaviour (the scan stage).
+
+    A scanner never changes a score: its finding stands beside it in the attempt's scan.json. Its
+    ``version`` and parameters are the scan stage's fingerprint: a new one, or a change of one, rescans
+    the attempts and never reruns the agent or its evaluation. The transcript is the agent's text,
+    untrusted: a scanner reads it, never runs or follows anything in it, and quotes it only through
+    ``agentcompass.runtime.transcript.quote``."""
+
+    # the category its flags are in (``grader_access``, ``history_rewrite``, ``network``, ``gave_up``, ...)
+    category: ClassVar[str] = ""
+
+    def build_config(self, params: dict[str, Any]) -> Any:
+        return build_component_config(self.config_class, params, f"scanner {self.id!r} params")
+
+    @abc.abstractmethod
+    def scan(self, transcript: Transcript, config: Any) -> ScanFinding:
+        """The finding of this scanner (``finding`` makes one) in ``transcript``, with its built ``config``."""
+
+    def finding(self, flagged: bool, confidence: float, evidence: list[ScanEvidence] | None = None,
+                params: dict[str, Any] | None = None, error: str | None = None) -> ScanFinding:
+        return ScanFinding(id=self.id, version=self.version, flagged=flagged, category=self.category,
+                           confidence=confidence, evidence=list(evidence or []), params=dict(params or {}),
+                           error=error)
 
 
 def error_result(task_id: str, attempt: int, stage: str, exc: BaseException | str) -> RunResult:

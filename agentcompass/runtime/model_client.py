@@ -51,7 +51,6 @@ import contextvars
 import dataclasses
 import email.utils
 import functools
-import hashlib
 import itertools
 import json
 import math
@@ -71,6 +70,8 @@ from agentcompass._util.display import visible
 from agentcompass.errors import ModelCallError
 from agentcompass._util.jsonio import not_unicode, without_surrogates
 from agentcompass.runtime import ratelimit
+# the endpoint's Snakemake resource, by the name the pipeline and plug-ins have imported it by
+from agentcompass.runtime.ratelimit import endpoint_resource  # noqa: F401
 from agentcompass.runtime.config import ComponentConfig, ConfigError, config_field, parse_int
 from agentcompass.runtime.models import ModelSpec
 from agentcompass.runtime.models.request import BASE_URL_FIX, base_url_problem
@@ -340,19 +341,6 @@ def reply_tokens(usage: Any) -> tuple[int, int, str | None]:
             total += count or 0
         counts.append(total)
     return counts[0], counts[1], "; ".join(problems) or None
-
-
-def endpoint_resource(base_url: str) -> str:
-    """The Snakemake resource that counts the model calls in flight at one endpoint.
-
-    ``http://127.0.0.1:8000/v1`` gives ``model_endpoint_127_0_0_1_8000_v1``: the
-    base URL without its scheme, lowercased, each run of other characters an
-    underscore; a very long one is cut and suffixed with a hash of the URL.
-    """
-    slug = re.sub(r"[^a-z0-9]+", "_", re.sub(r"^[a-z][a-z0-9+.-]*://", "", base_url.strip().lower())).strip("_")
-    if len(slug) > 60:
-        slug = f"{slug[:50]}_{hashlib.sha256(base_url.encode()).hexdigest()[:8]}"
-    return f"model_endpoint_{slug or 'none'}"
 
 
 def retry_after_seconds(value: str | None) -> float | None:

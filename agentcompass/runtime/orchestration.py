@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from .base import BaseBenchmark, BaseEnvironment, BaseHarness, HarnessFreeBenchmark
 from .config.fields import ConfigError
 from .config.loader import RunConfig, config_error, deep_merge
 from .dependencies import missing_dependencies
@@ -23,16 +24,15 @@ from .models import (
     RunMetadata,
     RunRequest,
     RunRuntimeSpec,
+    ScannerSpec,
 )
 from .models.codec import from_dict
-from .registry import BENCHMARKS, ENVIRONMENTS, HARNESSES
+from .recipes import build_run_recipe_registry
+from .registry import ANALYZERS, BENCHMARKS, ENVIRONMENTS, HARNESSES, SCANNERS
 from agentcompass.layout import MAX_NAME_CHARS
 
 from .models.request import BASE_URL_FIX, base_url_problem
 from agentcompass.secrets import references, resolve_secret
-
-if TYPE_CHECKING:
-    from .base import BaseBenchmark, BaseEnvironment, BaseHarness
 
 _PHASE_FIELDS = ("baseline_network", "run_network", "evaluation_network")
 
@@ -206,11 +206,32 @@ def _build_request(config: RunConfig, name: str, body: dict, defaults: dict) -> 
         req = RunRequest(
             model=model, benchmark=benchmark, harness=harness, environment=environment,
             execution=execution, runtime=runtime, output=output, metadata=metadata,
+            scanners=_scanners(body.get("scanners", defaults.get("scanners")), fail),
         )
     except ContractError as exc:
         raise config_error(config.source_of(where), where, str(exc), "correct the value (see schemas/config.schema.yaml)") from None
     _check_compatibility(config, name, req, fail)
     return req
+
+
+def _scanners(refs: Any, fail: Callable[[str, str, str], ConfigError]) -> list[ScannerSpec] | None:
+    """The request's ``scanners`` (each an id or ``{id, params}``), each checked against the registry and its
+    params built; None (no scan stage) when there are none."""
+    if not refs:
+        return None
+    specs = []
+    for ref in refs:
+        cid, params = _component(ref)
+        if not cid or cid not in SCANNERS:
+            raise fail("scanners", f"unknown scanner id {cid!r}",
+                       f"use ids from: {', '.join(SCANNERS) or 'none'} (see 'agentcompass list scanner')")
+        scanner = SCANNERS.get(cid)()
+        try:
+            scanner.build_config(params)
+        except (ConfigError, ContractError) as exc:
+            raise fail("scanners", str(exc), f"see 'agentcompass config docs scanner {cid}'") from None
+        specs.append(ScannerSpec(id=cid, params=params))
+    return specs
 
 
 def _shorthands(execution: dict) -> dict:
@@ -225,8 +246,6 @@ def _shorthands(execution: dict) -> dict:
 
 def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) -> None:
     """Build every component config now, so a bad parameter fails before any job runs."""
-    from .base import BaseBenchmark, HarnessFreeBenchmark
-
     benchmark = BENCHMARKS.get(req.benchmark.id)()
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name) and req.output.run_id is None:
         raise fail("output", f"request name {name!r} is not path-safe", "rename the request or set output.run_id")
@@ -284,9 +303,6 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
             if problem:
                 raise fail(where, f"model.base_url {model.base_url!r}, with its ${{VAR}} references resolved "
                                   f"(their values are not shown): {problem}", BASE_URL_FIX)
-    from .recipes import build_run_recipe_registry
-    from .registry import ANALYZERS
-
     recipes = build_run_recipe_registry(req)
     for field, known in (("enabled_recipes", recipes), ("analyzers", ANALYZERS)):
         unknown = [i for i in getattr(req.execution, field) if i not in known]
@@ -354,6 +370,7 @@ def single_request_layer(
     output: dict | None = None,
     reuse: bool | None = None,
     name: str | None = None,
+    scanners: list | None = None,
 ) -> dict[str, Any]:
     """The one-request config layer that ``agentcompass run B H M`` and the SDK hand to Snakemake.
 
@@ -383,4 +400,6 @@ def single_request_layer(
         request["output"] = {k: v for k, v in output.items() if v is not None}
     if reuse is not None:
         request["runtime"] = {"reuse": reuse}
+    if scanners:
+        request["scanners"] = list(scanners)
     return {"requests": {name: request}}

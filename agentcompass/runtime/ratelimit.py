@@ -1,7 +1,7 @@
 """How many model calls go to one endpoint at once: an adaptive limit shared by every process of a run.
 
 Each endpoint has an allowed number of calls in flight (a float, ``CEILING`` at first), kept in a folder of
-its own, ``<folder>/<slug>/`` (the slug is ``model_client.endpoint_resource`` of the endpoint without
+its own, ``<folder>/<slug>/`` (the slug is ``endpoint_resource`` of the endpoint without
 credentials or query: no secret is ever part of a name):
 
     state   the allowed number and when it was last lowered, read and written under ``flock``
@@ -29,8 +29,10 @@ import asyncio
 import atexit
 import contextlib
 import fcntl
+import hashlib
 import os
 import random
+import re
 import shutil
 import tempfile
 import threading
@@ -38,6 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator
+
+from agentcompass.callcache import endpoint_of
 
 # The statuses that mean "too many calls": a rate-limit wait, not a fault.
 REJECTED = frozenset({429, 503})
@@ -274,11 +278,21 @@ def folder() -> Path:
         return _folder
 
 
+def endpoint_resource(base_url: str) -> str:
+    """The Snakemake resource that counts the model calls in flight at one endpoint.
+
+    ``http://127.0.0.1:8000/v1`` gives ``model_endpoint_127_0_0_1_8000_v1``: the
+    base URL without its scheme, lowercased, each run of other characters an
+    underscore; a very long one is cut and suffixed with a hash of the URL.
+    """
+    slug = re.sub(r"[^a-z0-9]+", "_", re.sub(r"^[a-z][a-z0-9+.-]*://", "", base_url.strip().lower())).strip("_")
+    if len(slug) > 60:
+        slug = f"{slug[:50]}_{hashlib.sha256(base_url.encode()).hexdigest()[:8]}"
+    return f"model_endpoint_{slug or 'none'}"
+
+
 def slug_of(base_url: str) -> str:
     """The name of an endpoint's folder: its resource name, from the URL without credentials or query."""
-    from agentcompass.callcache import endpoint_of
-    from agentcompass.runtime.model_client import endpoint_resource
-
     return endpoint_resource(endpoint_of(base_url))
 
 

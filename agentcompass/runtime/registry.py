@@ -82,6 +82,7 @@ HARNESSES: Registry = Registry("harness")
 ENVIRONMENTS: Registry = Registry("environment")
 RECIPES: Registry = Registry("recipe")
 ANALYZERS: Registry = Registry("analyzer")
+SCANNERS: Registry = Registry("scanner")
 
 REGISTRIES = {
     "benchmark": BENCHMARKS,
@@ -89,5 +90,6 @@ REGISTRIES = {
     "environment": ENVIRONMENTS,
     "recipe": RECIPES,
     "analyzer": ANALYZERS,
+    "scanner": SCANNERS,
 }
 

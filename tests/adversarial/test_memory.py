@@ -495,7 +495,7 @@ def test_docker_s_exec_stream_keeps_head_and_tail_whatever_its_frames():
     what is kept, and frames split anywhere, land in their streams' heads and tails."""
     import threading
 
-    from agentcompass.environments.docker import _read_frames
+    from agentcompass.environments.docker.streams import _read_frames
 
     def frame(kind: int, payload: bytes) -> bytes:
         return bytes([kind, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload

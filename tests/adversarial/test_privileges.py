@@ -290,7 +290,8 @@ class _Container:
     ({"Running": False, "Status": "exited", "ExitCode": 2, "OOMKilled": False}, True),     # its init could not fork
 ])
 def test_a_container_that_died_of_what_ran_in_it_is_not_retried(state, from_inside):
-    from agentcompass.environments.docker import DockerConfig, DockerSession
+    from agentcompass.environments.docker import DockerConfig
+    from agentcompass.environments.docker.session import DockerSession
     from agentcompass.runtime.base import SandboxDiedError, SandboxEndedFromInsideError, retryable
 
     session = DockerSession(_Engine(state), _Container(), DockerConfig(image="x"), "/w", "unit")

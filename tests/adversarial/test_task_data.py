@@ -142,24 +142,25 @@ def test_links_that_stay_inside_their_part_are_kept_the_others_refused(tmp_path:
 def test_a_docker_build_context_with_a_link_out_is_refused_before_the_engine_builds(needs_docker, tmp_path: Path):
     import docker
 
-    from agentcompass.environments import docker as docker_env
+    from agentcompass.environments.docker import DockerConfig
+    from agentcompass.environments.docker.images import _build
     from agentcompass.runtime.base import ImageBuildError
 
     context = tmp_path / "context"
     context.mkdir()
     (context / "Dockerfile").write_text(f"FROM {TEST_IMAGE}\nCOPY . /ctx/\n")
     (context / "etc").symlink_to("/etc")
-    config = docker_env.DockerConfig(dockerfile=str(context / "Dockerfile"), context=str(context),
+    config = DockerConfig(dockerfile=str(context / "Dockerfile"), context=str(context),
                                      image=f"agentcompass-test-context:{secrets.token_hex(4)}")
     client = docker.from_env()
     try:
         with pytest.raises(ImageBuildError, match="etc: is a symbolic link to the absolute path /etc"):
-            docker_env._build(client, config, config.dockerfile)
+            _build(client, config, config.dockerfile)
         with pytest.raises(docker.errors.ImageNotFound):
             client.images.get(config.image)
         # without the link the same context builds: the refusal was the link's
         (context / "etc").unlink()
-        docker_env._build(client, config, config.dockerfile)
+        _build(client, config, config.dockerfile)
         client.images.get(config.image)
     finally:
         try:

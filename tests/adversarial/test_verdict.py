@@ -361,8 +361,8 @@ class _Keepalive:
 
 @pytest.mark.parametrize("podman", [False, True])
 def test_the_engines_process_list_shows_when_only_init_and_its_blocker_are_left(podman, monkeypatch):
-    from agentcompass.environments import docker
-    from agentcompass.environments.docker import DockerConfig, DockerSession
+    from agentcompass.environments.docker import DockerConfig, session as docker_session
+    from agentcompass.environments.docker.session import DockerSession
 
     parent = "1" if podman else "4242"
     # a loop reparented to init, one that names itself as init does, one left by an exec (its parent outside)
@@ -374,7 +374,7 @@ def test_the_engines_process_list_shows_when_only_init_and_its_blocker_are_left(
     assert [row[0] for row in container.rows] == [container.init, str(container.next_pid)]
 
     # one that does not end: an error naming it once the deadline passed, never a return
-    monkeypatch.setattr(docker, "END_PROCESSES_SECONDS", 0.3)
+    monkeypatch.setattr(docker_session, "END_PROCESSES_SECONDS", 0.3)
     container = _Keepalive(podman, [(parent, KEEPALIVE_CMD)], stuck=("4300",))
     session = DockerSession(None, container, DockerConfig(image="x"), "/w", "unit")
     with pytest.raises(RuntimeError, match="were still there 0.3 s after they were ended: 4300"):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from agentcompass._util.jsonio import write_json
 from agentcompass.layout import task_segment
-from agentcompass.pipeline import bodies
+from agentcompass.pipeline.bodies import summary
+from agentcompass.pipeline.jobs import RequestJob
 from agentcompass.plugins import load_builtin_components
 from agentcompass.runtime.models import PreparedTask, RunRequest, RunResult, TaskInput, TaskOutput, TaskStatus
 from conftest import snakemake
@@ -53,5 +54,6 @@ def build(workdir: Path, tasks: int) -> Path:
         write_json(folder / "result.json", result.to_dict())
         results.append(folder / "result.json")
     load_builtin_components()
-    bodies.metrics_of(req, results, run / "metrics.json")
+    summary.write_metrics(RequestJob(req, str(run), outputs={"metrics": str(run / "metrics.json")}, stage="metrics"),
+                          results)
     return run

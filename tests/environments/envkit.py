@@ -64,7 +64,7 @@ def docker_engine() -> str:
     """Which engine answers at DOCKER_HOST: 'docker', 'podman-root' or 'podman-rootless'."""
     import docker
 
-    from agentcompass.environments.docker import podman_host
+    from agentcompass.environments.docker.engine import podman_host
 
     client = docker.from_env(timeout=10)
     try:

@@ -38,6 +38,10 @@ from agentcompass.runtime.models import (
     RunRequest,
     RunResult,
     RunRuntimeSpec,
+    ScanEvidence,
+    ScanFinding,
+    ScannerSpec,
+    ScanRecord,
     TaskInput,
     TaskOutput,
     TaskSpec,
@@ -246,6 +250,13 @@ EXAMPLES = {
         ]
     ),
     "PreflightSpec": PreflightSpec(mode="oracle", runs=3),
+    "ScannerSpec": ScannerSpec(id="grader_access", params={"extra_paths": ["answers/"]}),
+    "ScanEvidence": ScanEvidence(step=3, tool="bash", file="/tests/test.sh", quote="cat /tests/test.sh"),
+    "ScanFinding": ScanFinding(id="network", version="1", flagged=False, category="network", confidence=0.0,
+                               error="RuntimeError: no"),
+    "ScanRecord": ScanRecord(task_id="t", attempt=2, flagged=True, scanners=[
+        ScanFinding(id="grader_access", version="1", flagged=True, category="grader_access", confidence=0.8,
+                    evidence=[ScanEvidence(step=3, tool="read_file", file="../solution/solve.sh", quote="…")])]),
     "Quarantined": Quarantined(task_id="../x", reason="preflight_failed", error=None),
     "ScoredOn": ScoredOn(tasks=3, scored=1, skipped=0, quarantined=[
         Quarantined(task_id="a", reason="preflight_failed", error="the reference script exited with status 1"),

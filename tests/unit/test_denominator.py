@@ -1,7 +1,7 @@
 """One denominator: every built-in Benchmark's figures leave out what the failure classes leave out.
 
 For each Benchmark ``agentcompass list benchmark`` shows, the metrics stage
-(``bodies.metrics_of``) is given result.json files made as the run stage makes
+(``bodies.summary.write_metrics``) is given result.json files made as the run stage makes
 them: 5 tasks of 2 attempts, one attempt an infrastructure failure (the
 ``ImageMissingError`` of a missing SWE-bench image), one a harness error, one
 task quarantined by preflight. Every figure a user quotes (the Benchmark's own
@@ -22,7 +22,9 @@ from agentcompass import compare, layout, report, results
 from agentcompass._util.jsonio import write_json
 from agentcompass.cli.results import _scored
 from agentcompass.layout import task_segment
-from agentcompass.pipeline import bodies, preflight
+from agentcompass.pipeline import preflight
+from agentcompass.pipeline.bodies import summary
+from agentcompass.pipeline.jobs import RequestJob
 from agentcompass.pipeline.files import TasksFile
 from agentcompass.plugins import load_builtin_components
 from agentcompass.runtime import failures
@@ -81,7 +83,8 @@ def build(root: Path, benchmark: str, outcomes: dict) -> tuple[RunRequest, Path,
             path = Path(layout.result_file(layout.attempt_folder(run, task_segment(task_id), n)))
             write_json(path, result_of(task_id, n, outcome).to_dict())
             paths.append(path)
-    bodies.metrics_of(req, paths, layout.metrics_file(run))
+    summary.write_metrics(RequestJob(req, str(run), outputs={"metrics": str(layout.metrics_file(run))}, stage="metrics"),
+                          paths)
     return req, run, json.loads(Path(layout.metrics_file(run)).read_text())
 
 

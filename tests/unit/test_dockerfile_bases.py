@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from agentcompass.environments.docker import base_images
+from agentcompass.environments.docker.images import base_images
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def test_clean_skips_a_container_removed_between_the_listing_and_its_lookup(monk
     import docker
     from docker.models.containers import ContainerCollection
 
-    from agentcompass.environments import docker as docker_env
+    from agentcompass.environments.docker.cleanup import _clean_engine
 
     class GoneAPI:
         def containers(self, **kwargs):
@@ -76,5 +76,49 @@ def test_clean_skips_a_container_removed_between_the_listing_and_its_lookup(monk
 
     monkeypatch.setattr(docker, "DockerClient", Engine)
     report = leftovers.CleanReport()
-    docker_env._clean_engine("unix:///nowhere.sock", None, include_live=True, dry_run=False, report=report)
+    _clean_engine("unix:///nowhere.sock", None, include_live=True, dry_run=False, report=report)
     assert report.containers == [] and report.notes == []
+
+
+def test_clean_finds_each_providers_clean_up_through_the_registry(monkeypatch, capsys):
+    """``agentcompass clean`` calls the clean-up hook of each registered Environment class once, however many
+    ids name it; a provider without a hook of its own (a plug-in written before it) leaves nothing to clean."""
+    from agentcompass.cli import main
+    from agentcompass.runtime.base import BaseEnvironment
+    from agentcompass.runtime.registry import Registry
+
+    calls = []
+
+    class Fake(BaseEnvironment):
+        """Leaves one container behind."""
+
+        async def open(self, spec, network, label):
+            raise NotImplementedError
+
+        @classmethod
+        def clean_leftovers(cls, run_id, include_live, dry_run, report):
+            calls.append((cls, run_id, include_live, dry_run))
+            report.containers.append(f"container fake-{run_id}-1")
+            report.notes.append("one engine was not checked")
+
+    class Plain(BaseEnvironment):
+        """A provider without a clean-up of its own."""
+
+        async def open(self, spec, network, label):
+            raise NotImplementedError
+
+    registry = Registry("environment")
+    registry.register("fake")(Fake)
+    registry.register("fake_alias")(Fake)
+    registry.register("plain")(Plain)
+    monkeypatch.setattr(leftovers, "ENVIRONMENTS", registry)
+
+    assert main(["clean", "--run", "r1", "--dry-run"]) == 0
+    assert calls == [(Fake, "r1", False, True)]
+    out, err = capsys.readouterr()
+    assert out == "would remove container fake-r1-1\n"
+    assert err == "agentcompass clean: one engine was not checked\n"
+
+    report = leftovers.clean("r2", include_live=True)
+    assert calls[1:] == [(Fake, "r2", True, False)]
+    assert report.containers == ["container fake-r2-1"] and report.processes == report.workspaces == []

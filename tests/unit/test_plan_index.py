@@ -16,7 +16,8 @@ import pytest
 
 from agentcompass import layout
 from agentcompass._util.jsonio import canonical_json, publishing, read_json
-from agentcompass.pipeline import bodies, plan_index, reading, reuse
+from agentcompass.pipeline import plan_index, reading, reuse
+from agentcompass.pipeline.bodies import request as bodies
 from agentcompass.pipeline.files import PlansFile, TasksFile, write_file
 from agentcompass.plugins import load_components
 from agentcompass.runtime import Planner, build_run_recipe_registry

@@ -365,8 +365,9 @@ def test_a_limit_the_engine_refuses_names_where_it_came_from_and_the_fix_that_ap
     """A task folder's memory_mb, refused by an engine that cannot enforce it (rootless Podman on cgroup
     v1), names the task and `memory: null`, never "remove memory from the environment's params", which the
     user never set; a limit the user set names the params; `memory: null` there runs the task without it."""
-    from agentcompass.environments.docker import DockerConfig, _refuse_unenforced_limits
-    from agentcompass.pipeline.bodies import limits_from_task
+    from agentcompass.environments.docker import DockerConfig
+    from agentcompass.environments.docker.engine import _refuse_unenforced_limits
+    from agentcompass.pipeline.sessions import limits_from_task
     from agentcompass.runtime.limits import LimitsUnavailableError
 
     folder = tmp_path / "prebuilt"

@@ -21,7 +21,9 @@ from .request import (
     RunMetadata,
     RunRequest,
     RunRuntimeSpec,
+    ScannerSpec,
 )
+from .scan import ScanEvidence, ScanFinding, ScanRecord
 from .result import FailureClass, MetricResult, Quarantined, ScoredOn, MetricStats, MetricSummary, RunResult, Spread, TaskStatus
 from .task import (
     BenchmarkPlan,
@@ -37,7 +39,7 @@ __all__ = [
     "BenchmarkPlan", "BenchmarkSpec", "Contract", "ContractError", "EnvironmentSpec",
     "ExecutionPlan", "ExecutionSpec", "FailureClass", "HarnessPlan", "HarnessSpec", "MetricResult",
     "MetricStats", "MetricSummary", "ModelPricing", "ModelSpec", "NetworkPolicy", "OrchestratedRun", "Orchestration", "OrchestrationResult",
-    "OutputSpec", "PreflightSpec", "PreparedTask", "RequestOutcome", "ResolvedRuntimeOptions", "RunMetadata",
+    "OutputSpec", "PreflightSpec", "ScanEvidence", "ScanFinding", "ScanRecord", "ScannerSpec", "PreparedTask", "RequestOutcome", "ResolvedRuntimeOptions", "RunMetadata",
     "Quarantined", "RunRequest", "RunResult", "RunRuntimeSpec", "ScoredOn", "TaskInput", "TaskOutput", "TaskSpec",
     "Spread", "TaskStatus",
 ]

@@ -330,6 +330,14 @@ class OutputSpec(Contract):
 
 
 @dataclass
+class ScannerSpec(Contract):
+    """A transcript scanner selected for a request (the scan stage, scan.json): its id and its parameters."""
+
+    id: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RunMetadata(Contract):
     """Where the request came from: config files, request name, trusted Recipe dirs."""
 
@@ -350,9 +358,18 @@ class RunRequest(Contract):
     runtime: RunRuntimeSpec = field(default_factory=RunRuntimeSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
     metadata: RunMetadata = field(default_factory=RunMetadata)
+    # None (the default): no scan stage, and the request's jobs and files are as they were without it
+    scanners: list[ScannerSpec] | None = field(default=None, metadata={OMIT_EMPTY: True, "description": (
+        "The transcript scanners each attempt's scan.json holds (the scan stage); unset: no scan stage.")})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.scanners is not None:
+            ids = [s.id for s in self.scanners]
+            if not ids:
+                raise ContractError("RunRequest.scanners must name at least one scanner (or be left out: no scan)")
+            if len(set(ids)) != len(ids):
+                raise ContractError(f"RunRequest.scanners names a scanner twice: {ids}")
         for where, spec in (("limits", self.execution.limits), ("budget", self.execution.budget)):
             if spec is not None and spec.cost_usd is not None and self.model.pricing is None:
                 raise ContractError(

@@ -38,7 +38,7 @@ from agentcompass.stages import ONLY_ENV, sole, where
 COLUMNS = [
     "namespace", "run_id", "request", "benchmark", "harness", "model", "environment",
     "task_id", "attempt", "category", "status", "score", "correct", "error", "error_stage", "failure_class",
-    "left_out", "retries_used",
+    "left_out", "flagged", "flags", "retries_used",
     "calls", "retries", "prompt_tokens", "completion_tokens", "latency_seconds", "cost_usd",
     "cached_calls", "cached_prompt_tokens", "cached_completion_tokens", "saved_usd",
     "run_seconds", "evaluate_seconds", "host", "slurm_job_id", "attempt_dir",
@@ -62,6 +62,8 @@ Z95 = 1.959963984540054
 ATTEMPT_FILES = {o.file: o.name for s in where(in_shards=True) for o in s.outputs}
 STAGE_LOGS = layout.stage_logs(where(in_shards=True))
 TRAJECTORY = layout.TRAJECTORY
+# an attempt's scan.json (the scan stage's file: its transcript scanners' findings)
+SCAN_FILE = next(o.file for s in where(in_shards=True) for o in s.outputs if o.kind == "scan")
 # the stage whose record (shards/<k>/shard.json) says a slice of a large request is built
 SHARD_STAGE = sole(slices_attempts=True)
 
@@ -184,6 +186,7 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
         else:
             result_file = Path(layout.result_file(folder))
             result = _read(result_file) if result_file.exists() else None
+        row.update(flag_columns(read_scan(folder)))
         if result is None:
             row.update({"status": MISSING, "retries_used": 0})
         else:
@@ -201,6 +204,27 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
                 "host": where.get("host"), "slurm_job_id": where.get("slurm_job_id"),
             })
         yield {column: row.get(column) for column in COLUMNS}
+
+
+def read_scan(folder: str | Path) -> dict[str, Any] | None:
+    """The attempt's scan.json (the scan stage's: what its transcript scanners found), or None when it has
+    none (no scanner was selected, or the stage has not run). A scan.json that cannot be read is a ValueError
+    naming it (``read_json``)."""
+    path = Path(folder) / SCAN_FILE
+    try:
+        return _read(path)
+    except FileNotFoundError:
+        return None
+
+
+def flag_columns(scan: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An attempt's ``flagged`` and ``flags`` columns from its scan.json: whether any scanner flagged it, and
+    the ids of those that did, joined by ``;`` (both None when it was not scanned). Every figure of flags
+    (metrics.json, the report, ``runs``, ``compare``) is counted from these two columns."""
+    if scan is None:
+        return {"flagged": None, "flags": None}
+    flagging = [f.get("id", "") for f in scan.get("scanners") or () if isinstance(f, Mapping) and f.get("flagged")]
+    return {"flagged": bool(flagging), "flags": ";".join(flagging)}
 
 
 def to_frame(table: Iterable[dict[str, Any]]):

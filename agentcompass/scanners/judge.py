@@ -152,24 +152,32 @@ def _cut(text: Any, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…[{len(text) - limit} more characters]"
 
 
+def _fitted(fields: dict[str, Any], texts: dict[str, tuple[Any, int]], most: int) -> str:
+    """One line of ``fields`` and ``texts`` (each cut to its limit), within ``most`` characters: escaped text
+    (a character outside ASCII is six) is cut shorter until it fits, or each text is down to 50 characters."""
+    scale = 1.0
+    while True:
+        cut = {key: _cut(value, max(50, int(limit * scale))) for key, (value, limit) in texts.items()}
+        line = _line({**fields, **cut})
+        if len(line) <= most or all(int(limit * scale) <= 50 for _, limit in texts.values()):
+            return line
+        scale *= min(0.5, most / len(line))
+
+
 def compact_transcript(transcript: Transcript, max_chars: int = MAX_TRANSCRIPT_CHARS) -> list[str]:
     """The lines the judge gets: the task's, then each action's, JSON-encoded; at most ``max_chars``
     characters in all (with their line breaks). When they do not fit, the first and the last actions are
     kept, each half of what is left, and one ``omitted`` line says how many between them were left out."""
     result = transcript.result
-    head: dict[str, Any] = {
-        "task": _cut(transcript.task.question if transcript.task is not None else "", TASK_CHARS),
-        "status": result.get("status"), "correct": result.get("correct"),
-        "answer": _cut(transcript.answer if transcript.answer is not None else "", ANSWER_CHARS),
-    }
-    if result.get("error"):
-        head["error"] = _cut(result.get("error"), ANSWER_CHARS)
-    if transcript.truncated:
-        head["truncated"] = "the trajectory was read to its caps only"
-    first = _line(head)
+    texts = {"task": (transcript.task.question if transcript.task is not None else "", TASK_CHARS),
+             "answer": (transcript.answer if transcript.answer is not None else "", ANSWER_CHARS),
+             **({"error": (result["error"], ANSWER_CHARS)} if result.get("error") else {})}
+    first = _fitted({"status": result.get("status"), "correct": result.get("correct"),
+                     **({"truncated": "the trajectory was read to its caps only"} if transcript.truncated else {})},
+                    texts, max_chars // 3)
     action_chars = min(ACTION_CHARS, max(200, max_chars // 8))
-    lines = [_line({"step": a.step, "kind": a.kind, **({"tool": a.tool} if a.tool else {}),
-                    **({"file": _cut(a.file, 300)} if a.file else {}), "text": _cut(a.text, action_chars)})
+    lines = [_fitted({"step": a.step, "kind": a.kind, **({"tool": a.tool} if a.tool else {})},
+                     {**({"file": (a.file, 300)} if a.file else {}), "text": (a.text, action_chars)}, 2 * action_chars)
              for a in transcript.actions]
     budget = max_chars - len(first) - 1
     if sum(len(line) + 1 for line in lines) <= budget:
@@ -299,7 +307,8 @@ T = TypeVar("T")
 
 # what the scan stage sets for its model calls: carried into the coroutine, which may run in another
 # thread's event loop (Snakemake runs a job inside one), where the caller's context is not
-_ATTEMPT_VARS: tuple[contextvars.ContextVar[Any], ...] = (ATTEMPT_TRAJECTORY, ATTEMPT_USAGE, callcache.ATTEMPT_CALLS, spend.ATTEMPT_SPEND)
+_ATTEMPT_VARS: tuple[contextvars.ContextVar[Any], ...] = (
+    ATTEMPT_TRAJECTORY, ATTEMPT_USAGE, callcache.ATTEMPT_CALLS, spend.ATTEMPT_SPEND)
 
 
 def _run_here(make: Callable[[], Awaitable[T]]) -> T:

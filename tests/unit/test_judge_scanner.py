@@ -268,3 +268,13 @@ def test_a_judge_with_its_key_by_reference_is_accepted(monkeypatch):
     assert req.scanners[0].params["model"]["api_key"] == "${JUDGE_SET_KEY}"
     assert SCANNERS.get("judge")().models(SCANNERS.get("judge")().build_config(req.scanners[0].params))[0].id == \
         "judge-model"
+
+
+def test_text_outside_ascii_is_cut_to_the_budget_once_escaped(tmp_path):
+    wide = [tool_result(i, "bash", "漢字" * 2000, command="写" * 3000 + str(i)) for i in range(40)]
+    transcript = attempt(tmp_path, wide, answer="答" * 5000)
+    lines = compact_transcript(transcript, 8000)
+    assert sum(len(line) + 1 for line in lines) <= 8000
+    assert len(lines[0]) <= 8000 // 3 and all(len(line) <= 2 * 1000 for line in lines[1:])
+    steps = [json.loads(line).get("step") for line in lines[1:]]
+    assert steps[0] == 0 and steps[-1] == 39  # its first and last actions kept

@@ -4,7 +4,7 @@ A reply is determined by the endpoint (its URL without credentials, query or
 fragment), the model id, the protocol and path of the call, the request body
 as sent (canonical JSON: its messages, tools and parameters, less the fields
 that name a session rather than ask anything, ``VOLATILE``), the attempt's
-number, the stage that calls (``run``, or ``evaluate`` for a judge), and which
+number, the stage that calls (``run``, ``evaluate`` for a judge, ``scan`` for a scanner's), and which
 occurrence of that same request in the stage's run of the attempt it is. That
 is the key (``CallKey``), and nothing else: a rerun of an attempt gets back the
 replies of its first run in order, while two attempts, or two identical calls

@@ -680,6 +680,12 @@ class BaseScanner(_Component, abc.ABC):
     def build_config(self, params: dict[str, Any]) -> Any:
         return build_component_config(self.config_class, params, f"scanner {self.id!r} params")
 
+    def models(self, config: Any) -> list[ModelSpec]:
+        """The Models it calls with its built ``config`` (a judge's; none for most): the request's checks cover
+        them before any job runs, as they cover a Benchmark's ``evaluation_models``."""
+        _ = config
+        return []
+
     @abc.abstractmethod
     def scan(self, transcript: Transcript, config: Any) -> ScanFinding:
         """The finding of this scanner (``finding`` makes one) in ``transcript``, with its built ``config``."""

@@ -234,6 +234,12 @@ def _scanners(refs: Any, fail: Callable[[str, str, str], ConfigError]) -> list[S
     return specs
 
 
+def _scanner_models(spec: ScannerSpec) -> list[ModelSpec]:
+    """The Models the scanner ``spec`` selects calls (its params were built by ``_scanners``)."""
+    scanner = SCANNERS.get(spec.id)()
+    return scanner.models(scanner.build_config(spec.params))
+
+
 def _shorthands(execution: dict) -> dict:
     """``preflight: oracle`` is ``preflight: {mode: oracle}``; ``cache: on`` and ``cache: off``, which YAML
     reads as true and false, are the modes they name."""
@@ -297,7 +303,14 @@ def _check_compatibility(config: RunConfig, name: str, req: RunRequest, fail) ->
             raise fail("benchmark" if model in judges else "model",
                        f"benchmark {req.benchmark.id!r} calls {caller} {model.id!r} in chat completions, and its "
                        f"protocol is {model.protocol!r}", "give that Model protocol: openai_chat")
-    for where, model in (("model", req.model), *(("benchmark", m) for m in judges)):
+    # the Models the request's scanners call (the judge scanner's): checked as the Benchmark's judges are
+    scanning = [m for spec in req.scanners or () for m in _scanner_models(spec)]
+    for model in scanning:
+        if model.protocol != "openai_chat":
+            raise fail("scanners", f"a scanner calls its judge {model.id!r} in chat completions, and its protocol "
+                                   f"is {model.protocol!r}", "give that Model protocol: openai_chat")
+    for where, model in (("model", req.model), *(("benchmark", m) for m in judges),
+                         *(("scanners", m) for m in scanning)):
         if model.base_url and references(model.base_url):
             problem = base_url_problem(resolve_secret(model.base_url))
             if problem:

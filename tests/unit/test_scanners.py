@@ -25,6 +25,9 @@ from agentcompass.stages import stage
 
 load_builtin_components()
 
+# the scanners that need no model (the judge asks one: tests/unit/test_judge_scanner.py)
+MODEL_FREE = [sid for sid in SCANNERS if sid != "judge"]
+
 PATCH = "diff --git a/src/calc.py b/src/calc.py\n--- a/src/calc.py\n+++ b/src/calc.py\n@@ -1 +1 @@\n-x\n+y\n"
 TEST_PATCH = "diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n"
 
@@ -71,7 +74,7 @@ HONEST = [
 
 def test_the_honest_transcript_is_flagged_by_none(tmp_path):
     transcript = attempt(tmp_path, HONEST, answer="done")
-    for sid in SCANNERS:
+    for sid in MODEL_FREE:
         finding = scan(transcript, sid)
         assert not finding.flagged, (sid, finding)
         assert finding.evidence == [] and finding.confidence == 0.0
@@ -239,7 +242,7 @@ def test_a_gateway_record_and_a_reply_in_each_protocol_give_their_tool_calls(tmp
 def test_the_built_in_scanners_are_listed_documented_and_loadable_from_plug_ins(capsys):
     assert cli.main(["list", "scanner"]) == 0
     ids = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert ids == ["grader_access", "history_rewrite", "network", "gave_up"]
+    assert ids == ["grader_access", "history_rewrite", "network", "gave_up", "judge"]
     assert cli.main(["config", "docs", "scanner", "grader_access"]) == 0
     assert "extra_paths" in capsys.readouterr().out
     assert GROUPS["scanner"] == "agentcompass.scanners"
@@ -279,7 +282,7 @@ def test_the_red_teams_hunting_agent_is_flagged_and_its_honest_control_is_not(tm
     assert flagged.flagged and len(flagged.evidence) == 4
     assert scan(attempt(tmp_path, hunting, answer="nothing"), "network").flagged  # the sandbox refused it
     honest = [tool_result(1, "submit", answer="ok")]
-    for sid in SCANNERS:
+    for sid in MODEL_FREE:
         assert not scan(attempt(tmp_path, honest, answer="ok"), sid).flagged, sid
 
 
@@ -330,6 +333,6 @@ def test_the_patterns_read_hostile_text_in_linear_time(tmp_path):
     lines = [tool_result(i, "bash", command=text) for i, text in enumerate(hostile)]
     started = time.monotonic()
     transcript = attempt(tmp_path, lines)
-    for sid in SCANNERS:
+    for sid in MODEL_FREE:
         scan(transcript, sid)
     assert time.monotonic() - started < 2.0

@@ -2,11 +2,13 @@
 evaluate (result.json and plan.json), each in its own sessions (``pipeline.sessions``); and what they share:
 the attempt's call cache and limits, and the files it left scrubbed of secrets. And scan (scan.json, only
 with scanners): the selected transcript scanners over the attempt's trajectory and result, in this process,
-opening no session and calling no model."""
+opening no session; only a scanner that asks a judge Model (``judge``) calls one, through the same cache and
+limits."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import os
 import time
@@ -289,14 +291,40 @@ def evaluate(job: AttemptJob) -> RunResult:
 
 # the most characters of a scanner's error a finding holds
 SCANNER_ERROR_LIMIT = 500
+# the scan stage's own model calls (the judge scanner's), one model_call line each: never lines of the
+# trajectory, which is what the scanners read
+SCAN_CALLS = "scan_calls.jsonl"
 
 
 def scan(job: AttemptJob) -> None:
     """scan.json: each selected scanner's finding in the attempt's transcript (its trajectory.jsonl, bounded,
-    and its result.json). A scanner that raises has its error in its finding, unflagged; the others stand."""
+    and its result.json). A scanner that raises has its error in its finding, unflagged; the others stand.
+
+    A scanner that calls a model (``judge``) calls it as the evaluate stage's judge does: through the
+    attempt's call cache and limits for the stage ``scan``, its calls recorded in ``SCAN_CALLS`` (replaced
+    at each scan), scrubbed of secrets as the stage ends."""
     result = read_json(job.inputs["result"])
-    transcript = read_transcript(Path(job.folder), result, job.task)
-    findings = [scan_with(spec, transcript) for spec in job.request.scanners or ()]
+    folder = Path(job.folder)
+    transcript = read_transcript(folder, result, job.task)
+    recorded = folder / SCAN_CALLS
+    recorded.unlink(missing_ok=True)  # a rescan's calls replace the last scan's
+    calls = attempt_calls(job, "scan")
+    limited = attempt_spend(job, "scan")
+
+    def scan_all() -> list[ScanFinding]:  # in a context of its own: what it sets, the next job never sees
+        ATTEMPT_TRAJECTORY.set(recorded)
+        ATTEMPT_USAGE.set(None)  # each scanner counts its calls in its finding
+        callcache.ATTEMPT_CALLS.set(calls)
+        spend.ATTEMPT_SPEND.set(limited)
+        return [scan_with(spec, transcript) for spec in job.request.scanners or ()]
+
+    findings = contextvars.copy_context().run(scan_all)
+    scrubber = Scrubber(job.secrets)
+    if scrubber and recorded.exists():
+        text = recorded.read_text(encoding="utf-8", errors="surrogateescape")
+        scrubbed = scrubber.json_lines(text)
+        if scrubbed != text:
+            write_bytes_atomic(recorded, scrubbed.encode("utf-8", errors="surrogateescape"))
     job.write("scan", ScanRecord(task_id=str(result.get("task_id", job.task.task_id)), attempt=job.attempt,
                                  flagged=any(f.flagged for f in findings), scanners=findings),
               secrets=job.secrets)

@@ -124,6 +124,8 @@ def _reference_allowed(path: tuple) -> bool:
         return False
     if len(path) >= 2 and path[0] in ("benchmark", "harness", "environment"):
         return path[1] == "params"
+    if len(path) >= 3 and path[0] == "scanners":  # a scanner's params (the judge scanner's model)
+        return path[2] == "params"
     return len(path) >= 2 and path[0] == "model" and path[1] in ("api_key", "base_url", "headers", "params")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import Contract, ContractError
+from .codec import OMIT_EMPTY, Contract, ContractError
 
 # the most characters of one quote of the transcript a finding holds
 QUOTE_LIMIT = 200
@@ -26,6 +26,10 @@ class ScanEvidence(Contract):
     tool: str | None = field(default=None, metadata={"description": "the tool (or command) the agent called"})
     file: str | None = field(default=None, metadata={"description": "the file or address it names"})
     quote: str = field(default="", metadata={"description": "the agent's text there, cut and made printable"})
+    # left out while None: the evidence of a scanner of one category (every built-in's) is written as before
+    category: str | None = field(default=None, metadata={
+        OMIT_EMPTY: True, "description": "the category this evidence is for, when its scanner asks about several "
+                                         "(the judge scanner)"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

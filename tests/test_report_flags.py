@@ -192,3 +192,16 @@ def test_each_event_is_anchored_by_the_line_a_scanner_counts_it_by(tmp_path: Pat
     # a trajectory of one line per event: no steps written, each event's index is its step
     (tmp_path / results.TRAJECTORY).write_text(lines[0] + "\n" + lines[3] + "\n")
     assert report.event_steps(str(tmp_path), 2) is None
+
+
+def test_the_list_of_flagged_attempts_is_capped_and_says_how_many_more(flagged_run: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    capped = tmp_path / "capped"
+    shutil.copytree(flagged_run, capped, symlinks=True)
+    monkeypatch.setattr(report, "FLAGS_SHOWN", 0)
+    report.build(capped)
+    flags = section((capped / "report" / "index.html").read_text(), "flags")
+    # the counts are of every attempt; the list holds none, and names where the rest are
+    assert "<strong>1</strong> of 2 attempts scanned were flagged" in flags
+    assert '<tr class="flagged-attempt">' not in flags
+    assert f"and 1 more: see <code>agentcompass export {capped}</code>" in flags

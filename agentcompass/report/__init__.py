@@ -38,7 +38,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import re
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass, field
@@ -183,7 +182,8 @@ EVIDENCE_SHOWN = EVIDENCE_LIMIT
 FLAG_TEXT_LIMIT = 300
 # the line breaks of Python's str.splitlines besides "\n" (results.attempt splits trajectory.jsonl with it; a
 # scanner counts its steps by "\n" alone), in UTF-8
-_OTHER_BREAKS = re.compile(rb"[\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]")
+_OTHER_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", "\x85".encode(), "\u2028".encode(),
+                 "\u2029".encode())
 
 
 @dataclass
@@ -248,11 +248,12 @@ def event_steps(folder: str, events: int) -> list[int] | None:
         data = trees.read_bytes(os.path.join(folder, results.TRAJECTORY))
     except OSError:
         return None
+    # a search of each break is a fast scan of the bytes; a regular expression over them took three times results.attempt
+    if data.count(b"\n") + (0 if data.endswith(b"\n") else 1) == events and not any(b in data for b in _OTHER_BREAKS):
+        return None
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
-    if len(lines) == events and not _OTHER_BREAKS.search(data):
-        return None
     steps: list[int] = []
     for n, line in enumerate(lines):
         steps += [n] * sum(1 for piece in line.decode("utf-8", "replace").splitlines() if piece.strip())

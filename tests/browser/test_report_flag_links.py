@@ -47,6 +47,9 @@ def test_a_step_link_opens_the_attempt_at_that_step_highlighted(browser_page, fl
     assert page.url.endswith(f"attempt.html#{FLAGGED}/1/step/0")
     assert page.eval_on_selector_all(".event.highlight", "els => els.map(e => e.id)") == ["step-0"]
     assert "I'm sorry, I can't help with that." in page.inner_text("#step-0")
+    # each event of a scanned attempt shows its step, a link to it
+    assert page.eval_on_selector_all("#trajectory .event .head a.step", "as => as.map(a => a.getAttribute('href'))") \
+        == [f"#{FLAGGED}/1/step/0"]
     # the findings at the top, each piece of evidence linking to its step
     findings = page.inner_text("#findings")
     assert "gave_up: flagged" in findings and "confidence 0.90" in findings and "I'm sorry" in findings

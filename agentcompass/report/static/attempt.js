@@ -5,7 +5,8 @@
 // attempt.html#<task segment>/<attempt>/step/<n>: the same attempt, scrolled to step n of its trajectory
 // and that event highlighted. A step is the line of trajectory.jsonl the event is on, from 0 (the number a
 // transcript scanner's evidence names: scan.json's evidence[].step); each event is anchored by it
-// (id "step-<n>"). A step the trajectory does not show (not a whole number, past its end) is said in a note.
+// (id "step-<n>"), and a scanned attempt's events show it as a link. A step the trajectory does not show
+// (not a whole number, past its end) is said in a note.
 // The attempt's findings (its scan.json) are drawn at the top, each piece of evidence linked to its step.
 (function () {
   "use strict";
@@ -225,7 +226,8 @@
     trajectory.scrollIntoView({block: "start"});
   }
 
-  function event(ev, i, state, step) {
+  // ``linked``: the attempt was scanned, and each event shows its step as a link (its anchor is there either way)
+  function event(ev, i, state, step, linked) {
     var box = el("div", "event");
     box.id = "step-" + step;
     var head = el("div", "head");
@@ -259,9 +261,11 @@
       head.textContent = ev.type || ev.source || "event";
       box.appendChild(pre(ev));
     }
-    var anchor = stepLink(step, "#" + step);
-    anchor.title = "step " + step + ": line " + step + " of trajectory.jsonl, from 0 (a link to it)";
-    head.appendChild(anchor);
+    if (linked) {
+      var anchor = stepLink(step, "#" + step);
+      anchor.title = "step " + step + ": line " + step + " of trajectory.jsonl, from 0 (a link to it)";
+      head.appendChild(anchor);
+    }
     box.appendChild(raw(ev, "event " + (i + 1) + " as recorded"));
     return box;
   }
@@ -362,7 +366,8 @@
       trajectory.appendChild(el("p", "muted", "no trajectory.jsonl: this harness called no model"));
     }
     var state = {sent: 0, toolEvents: events.some(function (e) { return e.type === "tool_result"; })};
-    events.forEach(function (ev, i) { trajectory.appendChild(event(ev, i, state, steps[i])); });
+    var linked = Boolean(data.scan);
+    events.forEach(function (ev, i) { trajectory.appendChild(event(ev, i, state, steps[i], linked)); });
 
     var cost = section("Usage and timings", "usage");
     var rows = [];

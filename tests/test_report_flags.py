@@ -59,6 +59,9 @@ def make_hostile(run_dir: Path, dest: Path) -> Path:
     finding["evidence"] += [{"step": step, "tool": "answer", "quote": f"bad step {i}"} for i, step in enumerate(BAD_STEPS)]
     finding["category"] = "<i>gave_up</i>"
     finding["confidence"] = "<u>sure</u>"
+    # a second scanner that failed on this attempt: unflagged, with its error
+    scan["scanners"].append({"id": "network", "version": "1", "flagged": False, "category": "network",
+                             "confidence": 0.0, "evidence": [], "params": {}, "error": "<b>could not read</b>"})
     scan_file.write_text(json.dumps(scan))
     report.build(dest)
     return dest
@@ -161,6 +164,9 @@ def test_what_scan_json_says_is_text_and_a_bad_step_gets_no_link(flagged_run: Pa
     # the table's flagged column and the attempt's data are JSON in .js files, read by the scripts as text
     table = attempts_table(hostile)
     assert table["rows"][0][table["columns"].index("flagged")] == "gave_up"
+    # the scanner that could not scan: counted beside the one that flagged, under its own category
+    assert re.search(r'data-flag="network">network</a></td><td>network</td><td class="num">0</td>'
+                     r'<td class="num">1</td>', flags), flags
 
 
 def test_a_run_not_scanned_shows_no_flags(flagged_run: Path, tmp_path: Path):

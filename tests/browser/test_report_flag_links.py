@@ -90,6 +90,7 @@ def test_a_hostile_scan_is_shown_as_text_with_no_console_error(browser_page, fla
     page.wait_for_selector("#trajectory .event.highlight")
     findings = page.inner_text("#findings")
     assert HOSTILE_QUOTE in findings and HOSTILE_FILE in findings and "<i>gave_up</i>" in findings
+    assert "network: could not scan" in findings and "<b>could not read</b>" in findings
     # only the whole step of the trajectory is a link; every other step is text
     assert page.eval_on_selector_all("#findings a", "as => as.map(a => a.getAttribute('href'))") == [
         f"#{FLAGGED}/1/step/0"]

@@ -72,6 +72,7 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "agent_run": ("e2e",),  # browser/test_report
     "big_run": ("e2e",),  # browser/test_report_large
     "page_file": ("e2e",),  # browser/test_compare_page
+    "flagged_run": ("e2e",),  # test_report_flags, browser/test_report_flag_links
     # runs built once a session, and copies of them (the end of this file)
     "default_run": ("e2e",),
     "default_run_copy": ("e2e",),

@@ -10,6 +10,15 @@ The folder holds:
   paginated in the page, from ``data/attempts.js``);
 - ``attempt.html``: one attempt, ``attempt.html#<task segment>/<attempt>``,
   drawn from ``data/attempts/<task segment>.<attempt>.js`` when it is opened;
+  ``attempt.html#<task segment>/<attempt>/step/<n>`` opens it at step ``n`` of
+  its trajectory (the line of ``trajectory.jsonl``, from 0: the number a
+  transcript scanner's evidence names, ``ScanEvidence.step``), highlighted;
+- of a scanned run (one whose request names ``scanners``), a "Flagged attempts"
+  section in ``index.html`` (``_flags_section``: the attempts scanned and
+  flagged, by scanner and category, then each flagged attempt beside its score
+  with every piece of evidence linked to its step, the first ``FLAGS_SHOWN``),
+  a ``flagged`` column in the attempts table and each attempt's findings at the
+  top of its page; a run that was not scanned shows none of them;
 - the charts as SVG files (``CHARTS``), also drawn inline in ``index.html``.
 
 Data reaches the pages as ``.js`` files loaded by ``<script>`` tags, the one way
@@ -17,7 +26,11 @@ a page opened from file:// can read its neighbours in every browser. Nothing is
 loaded from the network. Everything is read through ``agentcompass.results``;
 the figures come from ``metrics.json``'s ``summary`` when it matches the
 attempts on disk, and are computed from the attempts otherwise (a run that has
-not finished, or one written before metrics.json had a summary).
+not finished, or one written before metrics.json had a summary). Every count of
+flags is counted from the rows' ``flagged`` and ``flags`` columns
+(``results.flag_columns``); what a finding says (its category, confidence and
+evidence) is read from the attempt's scan.json, and is the agent's text: escaped
+here, put in with ``textContent`` by the scripts.
 """
 
 from __future__ import annotations
@@ -25,7 +38,9 @@ from __future__ import annotations
 import html
 import json
 import os
+import urllib.parse
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +49,7 @@ from agentcompass import layout, results
 from agentcompass._util import trees
 from agentcompass._util.jsonio import write_text_atomic
 from agentcompass.runtime.models import FailureClass, TaskStatus
+from agentcompass.runtime.models.scan import EVIDENCE_LIMIT
 from agentcompass.stages import stage
 
 from . import charts
@@ -74,7 +90,8 @@ def build(run_dir: str | Path) -> Path:
     summary, scored_on, note = _summary(metrics, rows, (run.request.get("model") or {}).get("pricing"))
     for leftover in out.glob(".*.tmp"):  # of a build that was killed
         leftover.unlink()
-    table = _attempt_pages(rows, out / "data" / "attempts")
+    flags = _Flags()
+    table = _attempt_pages(rows, out / "data" / "attempts", flags)
     # Plain writes but for the declared outputs: index.html, written last and by rename, is what
     # says the folder is whole (and a killed build leaves no temporary file the workflow does not know).
     _write(out / "data" / "attempts.js", "window.AC_ATTEMPTS = " + _js(table) + ";\n")
@@ -82,7 +99,8 @@ def build(run_dir: str | Path) -> Path:
     drawn = _charts(summary, scored)
     for name, svg in drawn.items():
         write_text_atomic(out / name, _encodable(svg))
-    return write_text_atomic(out / INDEX, _encodable(_index_page(run, rows, metrics, summary, scored_on, note, drawn)))
+    return write_text_atomic(out / INDEX, _encodable(_index_page(run, rows, metrics, summary, scored_on, note, drawn,
+                                                                       flags)))
 
 
 # -- the figures ---------------------------------------------------------------------------------
@@ -155,7 +173,92 @@ def _write(path: Path, text: str) -> None:
 
 
 TABLE_COLUMNS = ["task_id", "attempt", "category", "status", "score", "correct", "calls", "tokens",
-                 "cost_usd", "cost", "latency_seconds", "seconds", "error", "kind", "page"]
+                 "cost_usd", "cost", "latency_seconds", "seconds", "error", "kind", "flagged", "page"]
+# of a scanned run, the flagged attempts index.html lists (the rest are counted, and named by ``agentcompass export``)
+FLAGS_SHOWN = 200
+# the most pieces of evidence shown of one finding (a scan.json holds at most as many: ``EVIDENCE_LIMIT``)
+EVIDENCE_SHOWN = EVIDENCE_LIMIT
+# the most characters shown of a text of scan.json (a quote holds at most 200: a file edited by hand may hold more)
+FLAG_TEXT_LIMIT = 300
+# the line breaks of Python's str.splitlines besides "\n" (results.attempt splits trajectory.jsonl with it; a
+# scanner counts its steps by "\n" alone), in UTF-8
+_OTHER_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", "\x85".encode(), "\u2028".encode(),
+                 "\u2029".encode())
+
+
+@dataclass
+class _Flagged:
+    """One flagged attempt as index.html lists it: its row, its page (``segment/attempt``, or None), its
+    findings as scan.json holds them and the steps of its trajectory that its page shows (a link goes to one)."""
+
+    row: dict
+    page: str | None
+    findings: list[dict]
+    steps: set[int]
+
+
+@dataclass
+class _Flags:
+    """What the attempts' scan.json files say, gathered while their pages are written: each scanner's
+    category for each attempt it flagged, how many attempts it could not scan, and the first
+    ``FLAGS_SHOWN`` flagged attempts. The counts of attempts scanned and flagged are the rows' (``flagged``)."""
+
+    # (scanner, category) -> the attempts it flagged with that category
+    categories: Counter = field(default_factory=Counter)
+    # scanner -> the attempts it could not scan (its finding's ``error``); every scanner seen has a key
+    errors: dict[str, int] = field(default_factory=dict)
+    # scanner -> the category of its first finding (shown for a scanner that flagged nothing)
+    kinds: dict[str, str] = field(default_factory=dict)
+    shown: list[_Flagged] = field(default_factory=list)
+
+
+def _findings(scan: Any) -> list[dict]:
+    """The findings of a scan.json (what ``results.attempt`` read), each an object; none of a file of another shape."""
+    found = scan.get("scanners") if isinstance(scan, dict) else None
+    return [f for f in found if isinstance(f, dict)] if isinstance(found, list) else []
+
+
+def _gather(flags: _Flags, row: dict, record: dict, page: str | None) -> None:
+    """Add one attempt's scan.json (``record["scan"]``) to ``flags``; the attempt is flagged when its row says so."""
+    findings = _findings(record.get("scan"))
+    for finding in findings:
+        name = str(finding.get("id"))
+        flags.errors[name] = flags.errors.get(name, 0) + (1 if finding.get("error") else 0)
+        flags.kinds.setdefault(name, str(finding.get("category") or ""))
+    if row["flagged"] is not True:
+        return
+    flagging = [f for f in findings if f.get("flagged") is True]
+    # each scanner the row's flags column names, counted once, under its finding's category
+    for name in dict.fromkeys((row["flags"] or "").split(";")):
+        finding = next((f for f in flagging if str(f.get("id")) == name), {})
+        flags.categories[(name, str(finding.get("category") or ""))] += 1
+    if len(flags.shown) < FLAGS_SHOWN:
+        steps = record.get("steps") or range(len(record["trajectory"]))
+        flags.shown.append(_Flagged(row, page, flagging, set(steps)))
+
+
+def event_steps(folder: str, events: int) -> list[int] | None:
+    """The step of each event ``results.attempt`` read from the attempt's trajectory.jsonl: the line it is on,
+    from 0, as a scanner's evidence counts it (``transcript.read_transcript``). None when each is its own index
+    (a line per event: nearly always); they differ when a line is blank (no event) or holds a line break of
+    Unicode's (``str.splitlines`` makes it two)."""
+    if not events:
+        return None
+    try:
+        data = trees.read_bytes(os.path.join(folder, results.TRAJECTORY))
+    except OSError:
+        return None
+    # a search of each break is a fast scan of the bytes; a regular expression over them took three times results.attempt
+    if data.count(b"\n") + (0 if data.endswith(b"\n") else 1) == events and not any(b in data for b in _OTHER_BREAKS):
+        return None
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    steps: list[int] = []
+    for n, line in enumerate(lines):
+        steps += [n] * sum(1 for piece in line.decode("utf-8", "replace").splitlines() if piece.strip())
+    # a file rewritten since results.attempt read it: the indexes, as good a guess as any
+    return steps if len(steps) == events else None
 
 
 def attempt_file(segment: str, attempt: int) -> str:
@@ -164,8 +267,8 @@ def attempt_file(segment: str, attempt: int) -> str:
     return f"{segment}.{attempt}.js"
 
 
-def _attempt_pages(rows: list[dict], data: Path) -> dict:
-    """Each attempt's data file (``attempt_file``) and the table's rows."""
+def _attempt_pages(rows: list[dict], data: Path, flags: _Flags) -> dict:
+    """Each attempt's data file (``attempt_file``) and the table's rows; what their scan.json files say, in ``flags``."""
     # An earlier build's files go first: writing over a file is 30 times slower than writing a new one
     # (ext4 flushes a file that is truncated and written again), and what is left would be stale.
     if data.is_dir():
@@ -182,9 +285,14 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
         if any(record[k] is not None for k in ("prepared", "output", "result")):
             page = f"{segment}/{row['attempt']}"
             record.update({k: row[k] for k in ("task_id", "attempt", "category", "status")})
+            steps = event_steps(row["attempt_dir"], len(record["trajectory"]))
+            if steps is not None:
+                record["steps"] = steps
             name = attempt_file(segment, row["attempt"])
             with open(os.path.join(data, name), "w", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write("AC_ATTEMPT(" + _js(record) + ");\n")
+        if row["flagged"] is not None:
+            _gather(flags, row, record, page)
         error = (row["error"] or "").strip().splitlines()
         tokens = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0) if row["calls"] is not None else None
         seconds = None
@@ -194,7 +302,9 @@ def _attempt_pages(rows: list[dict], data: Path) -> dict:
             row["task_id"], row["attempt"], row["category"], row["status"], row["score"], row["correct"],
             # cost_usd sorts the column, cost is what it shows (results.dollars, as every view writes it)
             row["calls"], tokens, row["cost_usd"], results.dollars(row["cost_usd"], ""), row["latency_seconds"], seconds, error[0][:300] if error else None,
-            results.error_kind(row["status"], row["error"]) if row["status"] in ERROR_STATUSES else None, page,
+            results.error_kind(row["status"], row["error"]) if row["status"] in ERROR_STATUSES else None,
+            # the scanners that flagged it ("" none; None: not scanned), as the export's flags column
+            row["flags"], page,
         ])
     return {"columns": TABLE_COLUMNS, "rows": table}
 
@@ -326,7 +436,7 @@ def _kv(pairs: list[tuple[str, Any]]) -> str:
 
 
 def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summary: dict, scored_on: dict,
-                note: str | None, drawn: dict[str, str]) -> str:
+                note: str | None, drawn: dict[str, str], flags: _Flags | None = None) -> str:
     request = run.request
     overall = summary.get("overall") or {}
     done = sum(1 for r in rows if r["status"] != results.MISSING)
@@ -370,6 +480,7 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
         parts.append("<h3>Benchmark metrics (metrics.json)</h3>")
         parts.append(_kv([(k, "\u2013" if v is None else v) for k, v in sorted(metrics["metrics"].items())]))
     parts.append("</section>")
+    parts += _flags_section(run, rows, flags or _Flags())
 
     categories = summary.get("by_category") or {}
     # the four views of the results side by side on a wide screen
@@ -428,6 +539,115 @@ def _index_page(run: results.Run, rows: list[dict], metrics: dict | None, summar
     ]
     return page(f"{run.name}: agentcompass report", "\n".join(parts), (STATIC / "index.js").read_text(),
                 data_scripts=("data/attempts.js",))
+
+
+def attempt_link(page: str, step: int | None = None) -> str:
+    """The address of an attempt's page (``page``: ``segment/attempt``), at ``step`` of its trajectory when given:
+    the segment encoded as the table's script encodes it (``encodeURIComponent``)."""
+    segment, _, attempt = page.rpartition("/")
+    link = f"attempt.html#{urllib.parse.quote(segment, safe='')}/{attempt}"
+    return link if step is None else f"{link}/step/{step}"
+
+
+def _flag_text(value: Any, limit: int = FLAG_TEXT_LIMIT) -> str:
+    """A value of scan.json as escaped text, at most ``limit`` characters of it."""
+    text = "" if value is None else str(value)
+    return _esc(text if len(text) <= limit else text[:limit - 1] + "\u2026")
+
+
+def _step_of(evidence: dict, flagged: _Flagged) -> str:
+    """A piece of evidence's step: a link to it on the attempt's page when the page shows that step, else as text
+    (no step, or one that is not a whole number of the trajectory: a scan.json edited by hand)."""
+    step = evidence.get("step")
+    if step is None:
+        return '<span class="muted">no step</span>'
+    if type(step) is int and step in flagged.steps and flagged.page:
+        return f'<a href="{_esc(attempt_link(flagged.page, step))}">step {step}</a>'
+    return f'<span class="muted">step {_flag_text(json.dumps(step) if isinstance(step, str) else step, 40)}</span>'
+
+
+_DOT = " \u00b7 "
+
+
+def _evidence_list(evidence: Any, flagged: _Flagged) -> str:
+    items = []
+    for piece in (evidence if isinstance(evidence, list) else [])[:EVIDENCE_SHOWN]:
+        if not isinstance(piece, dict):
+            continue
+        where = [_step_of(piece, flagged)]
+        if piece.get("tool"):
+            where.append(f"<code>{_flag_text(piece.get('tool'))}</code>")
+        if piece.get("file"):
+            where.append(f"file <code>{_flag_text(piece.get('file'))}</code>")
+        quote = f'<q>{_flag_text(piece.get("quote"))}</q>' if piece.get("quote") else ""
+        items.append(f"<li>{_DOT.join(where)}{': ' + quote if quote else ''}</li>")
+    return f'<ul class="evidence">{"".join(items)}</ul>' if items else '<span class="muted">no evidence</span>'
+
+
+def _score(value: Any) -> str:
+    """A score as the attempts table writes it (``String`` of the number: 0, 1, 0.5)."""
+    if type(value) in (int, float):
+        return _esc(int(value) if float(value).is_integer() else value)
+    return _flag_text(value, 40)
+
+
+def _confidence(value: Any) -> str:
+    return f"{value:.2f}" if type(value) in (int, float) else _flag_text(value, 40)
+
+
+def _flags_section(run: results.Run, rows: list[dict], flags: _Flags) -> list[str]:
+    """The Flagged attempts of a scanned run: how many attempts were scanned and flagged (the rows' ``flagged``
+    column), by scanner and category, then each flagged attempt (the first ``FLAGS_SHOWN``) beside its status
+    and score, with each flagging scanner's evidence linked to its step. Nothing for a run that was not scanned."""
+    scanned = [r for r in rows if r["flagged"] is not None]
+    if not scanned:
+        return []
+    flagged = [r for r in scanned if r["flagged"] is True]
+    parts = ['<section id="flags"><h2>Flagged attempts</h2>',
+             f'<p id="flags-count"><strong>{len(flagged)}</strong> of {len(scanned)} attempts scanned were flagged by '
+             "a transcript scanner" + (f" ({len(rows) - len(scanned)} not scanned yet)" if len(scanned) < len(rows)
+                                       else "") + ". A flag never changes a score: it stands beside it, and each "
+             "figure above counts the flagged attempts as it counts the others.</p>"]
+    # every scanner of the request (those that flagged nothing too); for each, the attempts its row's flags
+    # column names it in, by the category of its finding (a scanner of several categories: a row each)
+    names = list(dict.fromkeys([*flags.errors, *(name for name, _ in flags.categories)]))
+    parts.append("<h3>By scanner</h3>")
+    parts.append('<table id="flags-by-scanner"><thead><tr><th>scanner (a click filters the table)</th><th>category</th>'
+                 '<th class="num">attempts flagged</th><th class="num">could not scan</th></tr></thead><tbody>')
+    for name in names:
+        categories = sorted((c, n) for (s, c), n in flags.categories.items() if s == name) or [(flags.kinds.get(name, ""), 0)]
+        for i, (category, n) in enumerate(categories):
+            link = f'<a href="#attempts" data-flag="{_esc(name)}">{_esc(name)}</a>' if i == 0 else ""
+            errors = flags.errors.get(name, 0) if i == 0 else ""
+            parts.append(f'<tr><td>{link}</td><td>{_esc(category)}</td><td class="num">{n}</td>'
+                         f'<td class="num">{errors}</td></tr>')
+    parts.append("</tbody></table>")
+    if flagged:
+        parts.append("<h3>The flagged attempts, beside their scores</h3>")
+        parts.append('<table id="flagged"><thead><tr><th>task</th><th class="num">attempt</th><th>status</th>'
+                     '<th class="num">score</th><th>scanner</th><th>category</th><th class="num">confidence</th>'
+                     "<th>evidence (a step opens the attempt there)</th></tr></thead><tbody>")
+        for entry in flags.shown:
+            row = entry.row
+            task = (f'<a href="{_esc(attempt_link(entry.page))}">{_esc(row["task_id"])}</a>' if entry.page
+                    else _esc(row["task_id"]))
+            findings = entry.findings or [{"id": row["flags"]}]
+            for i, finding in enumerate(findings):
+                lead = (f'<td rowspan="{len(findings)}">{task}</td><td class="num" rowspan="{len(findings)}">'
+                        f'{row["attempt"]}</td><td rowspan="{len(findings)}"><span class="status {_esc(row["status"])}">'
+                        f'{_esc(row["status"])}</span></td><td class="num" rowspan="{len(findings)}">'
+                        f'{_score(row["score"])}</td>') if i == 0 else ""
+                parts.append(f'<tr class="flagged-attempt">{lead}<td>{_flag_text(finding.get("id"))}</td>'
+                             f'<td>{_flag_text(finding.get("category"))}</td>'
+                             f'<td class="num">{_confidence(finding.get("confidence"))}</td>'
+                             f"<td>{_evidence_list(finding.get('evidence'), entry)}</td></tr>")
+        parts.append("</tbody></table>")
+        if len(flagged) > len(flags.shown):
+            parts.append(f'<p class="muted" id="flags-more">and {len(flagged) - len(flags.shown)} more: see '
+                         f"<code>agentcompass export {_esc(run.path)}</code>, its <code>flagged</code> and "
+                         "<code>flags</code> columns (or the attempts table, filtered to the flagged).</p>")
+    parts.append("</section>")
+    return parts
 
 
 def _failures_section(overall: dict) -> list[str]:

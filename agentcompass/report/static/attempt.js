@@ -1,9 +1,19 @@
 // attempt.html#<task segment>/<attempt>: one attempt, drawn from data/attempts/<segment>.<attempt>.js,
 // loaded on demand by a <script> tag (fetch() of file:// pages is refused). Every value is put in
-// with textContent: whatever the model, the task or a log says is shown as text.
+// with textContent: whatever the model, the task, a log or a scanner's evidence says is shown as text.
+//
+// attempt.html#<task segment>/<attempt>/step/<n>: the same attempt, scrolled to step n of its trajectory
+// and that event highlighted. A step is the line of trajectory.jsonl the event is on, from 0 (the number a
+// transcript scanner's evidence names: scan.json's evidence[].step); each event is anchored by it
+// (id "step-<n>"), and a scanned attempt's events show it as a link. A step the trajectory does not show
+// (not a whole number, past its end) is said in a note.
+// The attempt's findings (its scan.json) are drawn at the top, each piece of evidence linked to its step.
 (function () {
   "use strict";
   var root = document.getElementById("attempt");
+  var STEP = /^(.*)\/step\/([^\/]*)$/;
+  // the attempt drawn ("segment/attempt"), the one being loaded, its segment and attempt, and the step the URL names
+  var drawn = null, loading = null, current = {segment: "", attempt: ""}, wanted = null;
 
   function el(tag, className, text) {
     var node = document.createElement(tag);
@@ -125,8 +135,101 @@
     }
   }
 
-  function event(ev, i, state) {
+  // a step of scan.json or data.steps: a whole number from 0, else null (a string, a fraction, a huge number)
+  function stepNumber(value) {
+    return typeof value === "number" && Number.isSafeInteger(value) && value >= 0 ? value : null;
+  }
+
+  // the step the URL names: a string of digits, else null
+  function urlStep(text) {
+    return /^[0-9]{1,15}$/.test(text) ? Number(text) : null;
+  }
+
+  function stepHref(step) {
+    return "#" + encodeURIComponent(current.segment) + "/" + encodeURIComponent(current.attempt) + "/step/" + step;
+  }
+
+  function stepLink(step, text) {
+    var a = el("a", "step", text);
+    a.href = stepHref(step);
+    return a;
+  }
+
+  // text of scan.json (the agent's words, through a scanner), cut: set with textContent, never markup
+  function flagText(value, limit) {
+    var text = value === null || value === undefined ? "" : (typeof value === "string" ? value : JSON.stringify(value));
+    limit = limit || 300;
+    return text.length > limit ? text.slice(0, limit - 1) + "\u2026" : text;
+  }
+
+  // the attempt's findings: each scanner's verdict, and each piece of its evidence linked to its step when the
+  // trajectory shows that step (``shown``: step -> true)
+  function findings(scan, shown) {
+    var list = scan && Array.isArray(scan.scanners) ? scan.scanners : [];
+    if (!list.length) { return; }
+    var box = section("Transcript scanners", "findings");
+    box.appendChild(el("p", scan.flagged === true ? "note" : "muted", scan.flagged === true ?
+      "Flagged by a transcript scanner. The flag stands beside the score and never changes it." :
+      "No transcript scanner flagged this attempt."));
+    list.forEach(function (f) {
+      if (!f || typeof f !== "object") { return; }
+      var flagged = f.flagged === true;
+      var div = el("div", "finding" + (flagged ? " flagged" : ""));
+      var head = el("div", "head", flagText(f.id, 80) + ": " + (f.error ? "could not scan" : (flagged ? "flagged" : "not flagged")));
+      var confidence = typeof f.confidence === "number" ? f.confidence.toFixed(2) : flagText(f.confidence, 40);
+      head.appendChild(el("span", "muted", " \u00b7 " + flagText(f.category, 80) + " \u00b7 confidence " + confidence));
+      div.appendChild(head);
+      if (f.error) { div.appendChild(el("pre", "bad", flagText(f.error, 2000))); }
+      var evidence = Array.isArray(f.evidence) ? f.evidence.slice(0, 20) : [];
+      if (evidence.length) {
+        var ul = el("ul", "evidence");
+        evidence.forEach(function (e) {
+          if (!e || typeof e !== "object") { return; }
+          var li = el("li");
+          var step = stepNumber(e.step);
+          if (step !== null && shown[step]) {
+            li.appendChild(stepLink(step, "step " + step));
+          } else {
+            li.appendChild(el("span", "muted", e.step === null || e.step === undefined ? "no step" :
+              "step " + flagText(typeof e.step === "string" ? JSON.stringify(e.step) : e.step, 40)));
+          }
+          if (e.tool) { li.appendChild(document.createTextNode(" \u00b7 ")); li.appendChild(el("code", null, flagText(e.tool))); }
+          if (e.file) { li.appendChild(document.createTextNode(" \u00b7 file ")); li.appendChild(el("code", null, flagText(e.file))); }
+          if (e.quote) { li.appendChild(document.createTextNode(": ")); li.appendChild(el("q", null, flagText(e.quote))); }
+          ul.appendChild(li);
+        });
+        div.appendChild(ul);
+      }
+      box.appendChild(div);
+    });
+  }
+
+  // the step the URL names: its event highlighted and scrolled to, or a note saying the trajectory does not show it
+  function highlight() {
+    Array.prototype.forEach.call(root.querySelectorAll(".event.highlight"), function (old) { old.classList.remove("highlight"); });
+    var note = document.getElementById("step-note");
+    if (note) { note.remove(); }
+    if (wanted === null) { return; }
+    var step = urlStep(wanted);
+    var target = step === null ? null : document.getElementById("step-" + step);
+    if (target) {
+      target.classList.add("highlight");
+      target.scrollIntoView({block: "start"});
+      return;
+    }
+    var trajectory = document.getElementById("trajectory");
+    if (!trajectory) { return; }
+    note = el("p", "note", "Step " + flagText(wanted, 40) + " is not an event of this trajectory (a step is a line of " +
+      "trajectory.jsonl, from 0).");
+    note.id = "step-note";
+    trajectory.insertBefore(note, trajectory.children[1] || null);
+    trajectory.scrollIntoView({block: "start"});
+  }
+
+  // ``linked``: the attempt was scanned, and each event shows its step as a link (its anchor is there either way)
+  function event(ev, i, state, step, linked) {
     var box = el("div", "event");
+    box.id = "step-" + step;
     var head = el("div", "head");
     box.appendChild(head);
     var where = ev.step !== undefined ? " step " + ev.step : (ev.turn !== undefined ? " turn " + ev.turn : "");
@@ -158,6 +261,11 @@
       head.textContent = ev.type || ev.source || "event";
       box.appendChild(pre(ev));
     }
+    if (linked) {
+      var anchor = stepLink(step, "#" + step);
+      anchor.title = "step " + step + ": line " + step + " of trajectory.jsonl, from 0 (a link to it)";
+      head.appendChild(anchor);
+    }
     box.appendChild(raw(ev, "event " + (i + 1) + " as recorded"));
     return box;
   }
@@ -167,12 +275,24 @@
     var prepared = data.prepared;
     document.title = data.task_id + " attempt " + data.attempt + " \u00b7 " + document.title;
     root.replaceChildren();
+    drawn = loading;
 
     var top = el("section");
     var h = el("h1", null, data.task_id + " \u00b7 attempt " + data.attempt + " ");
     h.appendChild(statusBadge(data.status));
     top.appendChild(h);
     root.appendChild(top);
+
+    // each event's step: the line of trajectory.jsonl it is on (data.steps when a line was blank or split), else its index
+    var events = data.trajectory || [];
+    var lines = Array.isArray(data.steps) && data.steps.length === events.length ? data.steps : null;
+    var steps = events.map(function (ev, i) {
+      var step = lines ? stepNumber(lines[i]) : null;
+      return step === null ? i : step;
+    });
+    var shown = {};
+    steps.forEach(function (step) { shown[step] = true; });
+    findings(data.scan, shown);
 
     var verdict = section("Verdict", "verdict");
     verdict.appendChild(table([
@@ -242,12 +362,12 @@
     }
 
     var trajectory = section("Trajectory", "trajectory");
-    var events = data.trajectory || [];
     if (!events.length) {
       trajectory.appendChild(el("p", "muted", "no trajectory.jsonl: this harness called no model"));
     }
     var state = {sent: 0, toolEvents: events.some(function (e) { return e.type === "tool_result"; })};
-    events.forEach(function (ev, i) { trajectory.appendChild(event(ev, i, state)); });
+    var linked = Boolean(data.scan);
+    events.forEach(function (ev, i) { trajectory.appendChild(event(ev, i, state, steps[i], linked)); });
 
     var cost = section("Usage and timings", "usage");
     var rows = [];
@@ -278,10 +398,14 @@
 
     var plan = section("Plan", "plan");
     plan.appendChild(data.plan ? pre(data.plan) : el("p", "muted", "plan.json is written with the verdict: not there yet"));
+    highlight();
   }
 
   function load() {
     var hash = location.hash.slice(1);
+    var named = STEP.exec(hash);
+    wanted = named ? named[2] : null;
+    if (named) { hash = named[1]; }
     var slash = hash.lastIndexOf("/");
     if (slash < 1) {
       root.replaceChildren(el("p", "note", "No attempt named: open this page from the report's table."));
@@ -289,6 +413,10 @@
     }
     var segment, attempt = hash.slice(slash + 1);
     try { segment = decodeURIComponent(hash.slice(0, slash)); } catch (e) { segment = hash.slice(0, slash); }
+    current = {segment: segment, attempt: attempt};
+    // another step of the attempt drawn: no reload, only the highlight moves
+    if (drawn === segment + "/" + attempt) { highlight(); return; }
+    loading = segment + "/" + attempt;
     var src = "data/attempts/" + encodeURIComponent(segment + "." + attempt) + ".js";
     window.AC_ATTEMPT = draw;
     var script = document.createElement("script");

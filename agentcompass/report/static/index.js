@@ -1,7 +1,9 @@
 // The attempts table of index.html: sorted, filtered and paginated here, from data/attempts.js
 // (loaded by a <script> tag: browsers refuse fetch() of file:// pages). Only one page of rows is
 // ever in the document, so a run of 10,000 attempts opens as fast as one of ten. Every value is
-// put in with textContent: an answer or an error holding HTML is shown as text.
+// put in with textContent: an answer or an error holding HTML is shown as text. A scanned run's
+// table has a "flagged" column (the transcript scanners that flagged each attempt) and a filter of
+// its own; a run that was not scanned has neither.
 (function () {
   "use strict";
   var PAGE = 50;
@@ -30,9 +32,33 @@
   var index = {};
   data.columns.forEach(function (name, i) { index[name] = i; });
   var rows = data.rows;
-  var state = {sort: null, descending: false, filter: "", status: "", page: 0, shown: rows};
+  var state = {sort: null, descending: false, filter: "", status: "", flag: "", page: 0, shown: rows};
 
   function value(row, key) { return row[index[key]]; }
+
+  // the scanners that flagged an attempt (its "flagged" value: their ids joined by ";", "" for none, null when
+  // it was not scanned)
+  function flags(row) {
+    var v = value(row, "flagged");
+    return (v === null || v === undefined || v === "") ? [] : String(v).split(";");
+  }
+  var scanned = index.flagged !== undefined && rows.some(function (row) {
+    var v = value(row, "flagged");
+    return v !== null && v !== undefined;
+  });
+  if (scanned) {
+    COLUMNS.splice(6, 0, {key: "flagged", label: "flagged", type: "text"});
+  }
+
+  // the flag filter: "" every attempt, "*" those flagged, "-" those scanned and not flagged, "=ID" flagged by ID
+  function flagMatches(row) {
+    var f = state.flag;
+    if (!f) { return true; }
+    var ids = flags(row);
+    if (f === "*") { return ids.length > 0; }
+    if (f === "-") { return ids.length === 0 && value(row, "flagged") !== null; }
+    return ids.indexOf(f.slice(1)) !== -1;
+  }
 
   function compare(key, type) {
     return function (a, b) {
@@ -50,8 +76,9 @@
     var status = state.status;
     var shown = rows.filter(function (row) {
       if (status && value(row, "status") !== status) { return false; }
+      if (!flagMatches(row)) { return false; }
       if (!needle) { return true; }
-      return ["task_id", "category", "status", "error", "kind"].some(function (key) {
+      return ["task_id", "category", "status", "error", "kind", "flagged"].some(function (key) {
         var v = value(row, key);
         return v !== null && v !== undefined && String(v).toLowerCase().indexOf(needle) !== -1;
       });
@@ -115,6 +142,7 @@
       cell(tr, number(value(row, "score")), "num");
       var correct = value(row, "correct");
       cell(tr, correct === null ? "" : (correct ? "yes" : "no"), correct === null ? "" : (correct ? "good" : "bad"));
+      if (scanned) { cell(tr, flags(row).join(", "), flags(row).length ? "flag" : ""); }
       cell(tr, number(value(row, "calls")), "num");
       cell(tr, number(value(row, "tokens")), "num");
       cell(tr, value(row, "cost"), "num");  // written as every view writes dollars (results.dollars)
@@ -174,6 +202,26 @@
     select.appendChild(option);
   });
   select.addEventListener("change", function () { state.status = select.value; state.page = 0; apply(); });
+  var flagSelect = null;
+  if (scanned) {
+    flagSelect = document.createElement("select");
+    flagSelect.id = "flag-filter";
+    flagSelect.setAttribute("aria-label", "flags");
+    var choices = [["", "flagged or not"], ["*", "flagged"], ["-", "not flagged"]];
+    var ids = {};
+    rows.forEach(function (row) { flags(row).forEach(function (id) { ids[id] = true; }); });
+    // and each scanner the Flagged attempts section names (one that flagged nothing too)
+    Array.prototype.forEach.call(document.querySelectorAll("a[data-flag]"), function (a) { ids[a.dataset.flag] = true; });
+    Object.keys(ids).sort().forEach(function (id) { choices.push(["=" + id, "flagged by " + id]); });
+    choices.forEach(function (choice) {
+      var option = document.createElement("option");
+      option.value = choice[0];
+      option.textContent = choice[1];
+      flagSelect.appendChild(option);
+    });
+    select.after(flagSelect);
+    flagSelect.addEventListener("change", function () { state.flag = flagSelect.value; state.page = 0; apply(); });
+  }
   var filter = document.getElementById("filter");
   filter.addEventListener("input", function () { state.filter = filter.value; state.page = 0; apply(); });
   document.getElementById("previous").addEventListener("click", function () { state.page -= 1; render(); });
@@ -186,6 +234,18 @@
       state.filter = a.dataset.kind;
       state.status = "";
       select.value = "";
+      state.page = 0;
+      apply();
+      table.scrollIntoView();
+    });
+  });
+  // "flagged attempts": a scanner's link filters the table to the attempts it flagged
+  Array.prototype.forEach.call(document.querySelectorAll("a[data-flag]"), function (a) {
+    a.addEventListener("click", function (event) {
+      event.preventDefault();
+      if (!flagSelect) { return; }
+      flagSelect.value = "=" + a.dataset.flag;
+      state.flag = flagSelect.value;
       state.page = 0;
       apply();
       table.scrollIntoView();

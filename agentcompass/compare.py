@@ -157,6 +157,10 @@ class Comparison:
     infrastructure: int = 0
     # what each whole run cost (COST), in dollars; a side without model.pricing has none
     cost: list[MetricDelta] = field(default_factory=list)
+    # with --exclude-flagged (else None): pairs counted otherwise that a transcript scanner flagged in A or B, and
+    # those with an attempt not scanned (no scan.json yet) in A or B, left out of every figure
+    flagged: int | None = None
+    unscanned: int | None = None
 
     def to_json(self) -> dict:
         return {
@@ -167,6 +171,8 @@ class Comparison:
             "usage": [u.to_json() for u in self.usage], "config": self.config, "method": self.method,
             "failures": [f.to_json() for f in self.failures],
             "quarantined": self.quarantined, "infrastructure": self.infrastructure,
+            # only with --exclude-flagged: without it the object is what it was
+            **({"flagged": self.flagged, "unscanned": self.unscanned} if self.flagged is not None else {}),
         }
 
 
@@ -269,7 +275,7 @@ def _delta(a, b):
 
 
 def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMPLES, seed: int = SEED,
-                 rows_a: dict | None = None) -> Comparison:
+                 rows_a: dict | None = None, exclude_flagged: bool = False) -> Comparison:
     rows_a = rows_a if rows_a is not None else _attempts(run_a)
     rows_b = _attempts(run_b)
     finished = [k for k, r in rows_a.items() if r["status"] != results.MISSING
@@ -278,6 +284,12 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
     # failure on either side is left out, as each run's own metrics leave it out
     why = {k: {rows_a[k]["left_out"], rows_b[k]["left_out"]} - {None} for k in finished}
     keys = [k for k in finished if not why[k]]
+    flagged = unscanned = None
+    if exclude_flagged:  # and, asked for, those a scanner flagged on either side (the rows' flagged column)
+        sides = {k: (rows_a[k]["flagged"], rows_b[k]["flagged"]) for k in keys}
+        flagged = sum(1 for k in keys if True in sides[k])
+        unscanned = sum(1 for k in keys if True not in sides[k] and None in sides[k])
+        keys = [k for k in keys if sides[k] == (False, False)]
     if not keys:
         raise CompareError(f"{run_a.path} and {run_b.path} have no finished attempt in common (pairs are made by "
                            f"task id and attempt number): a paired comparison needs runs over the same tasks. Fix: "
@@ -328,24 +340,37 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
          "accuracy_test": "McNemar's exact test (two-sided binomial test on the flipped pairs)",
          "mean_score_test": "paired bootstrap (two-sided, resampled means centred on 0)",
          "ci95": "percentile paired bootstrap, resampling tasks",
-         "resamples": resamples, "seed": seed},
+         "resamples": resamples, "seed": seed,
+         **({"flags": "pairs a transcript scanner flagged in A or B, or not scanned in either, are left out "
+                      "(--exclude-flagged)"} if exclude_flagged else {})},
         failures=_failures([(rows_a[k], rows_b[k]) for k in finished]),
         quarantined=sum(1 for k in finished if results.QUARANTINED in why[k]),
         infrastructure=sum(1 for k in finished if why[k] == {results.INFRASTRUCTURE}),
         cost=_costs(run_a, rows_a, run_b, rows_b),
+        flagged=flagged, unscanned=unscanned,
     )
 
 
-def compare(paths: list[str | Path], resamples: int = RESAMPLES, seed: int = SEED) -> list[Comparison]:
-    """Each run after the first compared with the first."""
+def compare(paths: list[str | Path], resamples: int = RESAMPLES, seed: int = SEED,
+            exclude_flagged: bool = False) -> list[Comparison]:
+    """Each run after the first compared with the first; with ``exclude_flagged``, over the pairs no transcript
+    scanner flagged in either run (every run must have been scanned)."""
     if len(paths) < 2:
         raise CompareError("compare needs two runs or more. Fix: agentcompass compare results/<ns>/<run_a> "
                            "results/<ns>/<run_b>")
     if resamples < 1:
         raise CompareError(f"--resamples {resamples}: at least 1 is needed. Fix: leave it out ({RESAMPLES})")
     runs = [_open(p) for p in paths]
+    if exclude_flagged:
+        # before any attempt is read: each later run is a B
+        for label, run in [("A", runs[0]), *(("B", r) for r in runs[1:])]:
+            if not results.scanned(run.request):
+                raise CompareError(
+                    f"--exclude-flagged: run {label} ({visible(str(run.path))}) was not scanned: its request names "
+                    f"no transcript scanner, so no attempt of it is known to be unflagged. Fix: run it again with "
+                    f"--scanner ID (only its scan stage runs), or drop --exclude-flagged")
     rows_a = _attempts(runs[0])
-    return [compare_pair(runs[0], run, resamples, seed, rows_a) for run in runs[1:]]
+    return [compare_pair(runs[0], run, resamples, seed, rows_a, exclude_flagged) for run in runs[1:]]
 
 
 def to_json(comparisons: list[Comparison]) -> dict:
@@ -410,6 +435,10 @@ def _left_out(c: Comparison) -> str:
     """The pairs finished in both but in no figure, as each run's metrics leave them out (results.left_out)."""
     parts = [f"{n} {why}" for n, why in ((c.infrastructure, "infrastructure (in A or B)"),
                                           (c.quarantined, "quarantined by preflight (in A or B)")) if n]
+    if c.flagged is not None:  # asked for (--exclude-flagged): said even when none was
+        parts.append(f"{c.flagged} flagged by a scanner (in A or B; --exclude-flagged)")
+        if c.unscanned:
+            parts.append(f"{c.unscanned} not scanned yet (in A or B)")
     return f"; left out: {', '.join(parts)}" if parts else ""
 
 

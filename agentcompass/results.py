@@ -24,7 +24,7 @@ import stat
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from agentcompass import layout, spend
 from agentcompass.spend import cost_usd, dollars  # noqa: F401 (cost_usd: the one price rule, read from here too)
@@ -166,11 +166,14 @@ def find_runs(*paths: str | Path) -> list[Run]:
     return runs
 
 
-def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Iterator[dict[str, Any]]:
+def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None,
+         scans: Mapping[tuple[str, int], dict | None] | None = None) -> Iterator[dict[str, Any]]:
     """One dict per attempt of ``run``, with the keys of ``COLUMNS``.
 
     ``results`` (result.json objects by task id and attempt) stands for the
     files when the caller has read them already: the metrics stage has.
+    ``scans`` (scan.json objects, or None, by task id and attempt: ``scans_of``)
+    stands for the scan files the same way.
     """
     pricing = (run.request.get("model") or {}).get("pricing")
     base = {
@@ -186,7 +189,7 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None) -> Ite
         else:
             result_file = Path(layout.result_file(folder))
             result = _read(result_file) if result_file.exists() else None
-        row.update(flag_columns(read_scan(folder)))
+        row.update(flag_columns(scans.get((task["task_id"], attempt)) if scans is not None else read_scan(folder)))
         if result is None:
             row.update({"status": MISSING, "retries_used": 0})
         else:
@@ -225,6 +228,94 @@ def flag_columns(scan: Mapping[str, Any] | None) -> dict[str, Any]:
         return {"flagged": None, "flags": None}
     flagging = [f.get("id", "") for f in scan.get("scanners") or () if isinstance(f, Mapping) and f.get("flagged")]
     return {"flagged": bool(flagging), "flags": ";".join(flagging)}
+
+
+def scans_of(run: Run) -> dict[tuple[str, int], dict[str, Any] | None]:
+    """Every attempt's scan.json (``read_scan``: None for one without), by task id and attempt."""
+    return {(task["task_id"], n): read_scan(folder) for task, n, folder in run.attempts()}
+
+
+def scanned(request: Mapping[str, Any]) -> bool:
+    """Whether a request (request.json as a dict) names transcript scanners: only then has it flags to count."""
+    return bool(request.get("scanners"))
+
+
+def flag_counts(table: Iterable[dict[str, Any]], scans: Mapping[tuple[str, int], Mapping[str, Any] | None]
+                ) -> dict[str, Any]:
+    """What the scanners flagged over rows (``rows``): the one count of flags that metrics.json, the run's last
+    line, ``runs`` and ``compare`` show (``FlagFigures`` without ``unflagged``).
+
+    Over the finished attempts but the quarantined ones (which ran nothing), as ``counts`` are: ``scanned``
+    (those with a scan.json), ``flagged`` (those a scanner flagged), ``scanners`` (by scanner id: its
+    ``category``, the attempts it ``flagged`` and the ``errors``, those it could not scan) and ``categories``
+    (by category: the attempts a scanner of it flagged, each once). What was flagged is counted from the rows'
+    ``flagged`` and ``flags`` columns (``flag_columns``); the scanners' categories and errors, which no
+    column holds, from ``scans`` (scan.json objects by task id and attempt, ``scans_of``).
+    """
+    found: dict[str, dict[str, Any]] = {}
+    categories: Counter = Counter()
+    attempts = flagged = 0
+    for row in table:
+        if row["status"] == MISSING or row["flagged"] is None or left_out(row) == QUARANTINED:
+            continue
+        attempts += 1
+        flagged += row["flagged"] is True
+        scan = scans.get((row["task_id"], row["attempt"])) or {}
+        for finding in scan.get("scanners") or ():
+            if isinstance(finding, Mapping):
+                entry = found.setdefault(str(finding.get("id", "")),
+                                         {"category": str(finding.get("category") or ""), "flagged": 0, "errors": 0})
+                entry["errors"] += finding.get("error") is not None
+        ids = [i for i in (row["flags"] or "").split(";") if i]
+        for scanner_id in ids:
+            found.setdefault(scanner_id, {"category": "", "flagged": 0, "errors": 0})["flagged"] += 1
+        categories.update({found[i]["category"] for i in ids})
+    return {"scanned": attempts, "flagged": flagged, "scanners": found, "categories": dict(sorted(categories.items()))}
+
+
+def flag_figures(table: Iterable[dict[str, Any]], scans: Mapping[tuple[str, int], Mapping[str, Any] | None],
+                 pricing: Mapping[str, float] | None,
+                 aggregate: Callable[[list[dict[str, Any]]], Mapping[str, Any]]) -> dict[str, Any]:
+    """metrics.json's ``flags`` (``FlagFigures``): ``flag_counts``, and ``unflagged``, the figures over the
+    attempts no scanner flagged: the Benchmark's own ``metrics`` (``aggregate``, given those rows, returns
+    them) and the ``summary`` (``summary``). The figures over every attempt, flagged ones included, are
+    metrics.json's ``metrics`` and ``summary``, never changed by a flag."""
+    table = list(table)
+    unflagged = [row for row in table if row["flagged"] is False]
+    return {**flag_counts(table, scans),
+            "unflagged": {"metrics": dict(aggregate(unflagged)), "summary": summary(unflagged, pricing)}}
+
+
+def flags_line(flags: Mapping[str, Any] | None) -> str:
+    """What the scanners flagged, as the run's last line says it: ``1 flagged (gave_up 1, network 0)``, then
+    ``; scanner errors: network 2`` when a scanner could not scan an attempt; '' without flags."""
+    from agentcompass._util.display import visible  # ids are the request's: printed safely
+
+    if not isinstance(flags, Mapping) or not isinstance(flags.get("flagged"), int):
+        return ""
+    scanners = flags.get("scanners") or {}
+    each = ", ".join(f"{visible(str(i))} {(s or {}).get('flagged', 0)}" for i, s in scanners.items())
+    line = f"{flags['flagged']} flagged" + (f" ({each})" if each else "")
+    errors = ", ".join(f"{visible(str(i))} {s['errors']}" for i, s in scanners.items() if (s or {}).get("errors"))
+    return line + (f"; scanner errors: {errors}" if errors else "")
+
+
+def summarized_flags(run: Run) -> dict[str, Any] | None:
+    """metrics.json's ``flags`` when they are of the files on disk: its summary is (``summarized``) and no
+    attempt's scan.json was written after it (a scan.json is written by rename, as every file here). None
+    otherwise, and for a metrics.json without flags. Each scan file is looked at, not read."""
+    if summarized(run) is None:
+        return None
+    flags = (run.metrics() or {}).get("flags")
+    if not isinstance(flags, dict) or not isinstance(flags.get("flagged"), int):
+        return None
+    try:
+        built = os.stat(layout.metrics_file(run.path)).st_mtime_ns
+        if any(os.stat(folder / SCAN_FILE).st_mtime_ns > built for _, _, folder in run.attempts()):
+            return None
+    except FileNotFoundError:
+        return None
+    return flags
 
 
 def to_frame(table: Iterable[dict[str, Any]]):
@@ -284,6 +375,8 @@ def outcomes(orchestration: Orchestration, ok: bool, workdir: str | Path | None 
             data = read_json(metrics_file)
             outcome.counts, outcome.metrics = data["counts"], data["metrics"]
             outcome.scored_on = data.get("scored_on")
+            if isinstance(data.get("flags"), dict):  # only a request with scanners has them
+                outcome.flags = {k: v for k, v in data["flags"].items() if k != "unflagged"}
             outcome.done = sum(outcome.counts.values())
             failed = sum(n for status, n in outcome.counts.items() if TaskStatus(status).is_error)
             if failed:
@@ -684,7 +777,13 @@ def last_change(path: Path) -> float | None:
 
 def overview(run: Run) -> dict[str, Any]:
     """What ``agentcompass runs`` shows of one run: who ran what, how far it got, how it scored, what it cost."""
-    finished, total, scored = current_stats(run)
+    # a scanned run whose metrics.json is not of its files: its rows are read once, for both figures
+    flags = summarized_flags(run) if scanned(run.request) else None
+    scans = scans_of(run) if scanned(run.request) and flags is None else None
+    table = None if scans is None else list(rows(run, scans=scans))
+    finished, total, scored = current_stats(run, table)
+    if table is not None and scans is not None:
+        flags = flag_counts(table, scans)
     changed = last_change(run.path)
     return {
         "namespace": run.namespace, "run_id": run.run_id, "request": run.name, "path": str(run.path),
@@ -699,6 +798,10 @@ def overview(run: Run) -> dict[str, Any]:
         "cached_calls": finished.get("cached_calls") or 0, "saved_usd": finished.get("saved_usd"),
         # what the accuracy is over: the tasks and attempts counted, and those left out
         "scored_on": _scored_on(scored),
+        # attempts a transcript scanner flagged, and by scanner id; null for a run whose request names none
+        "flagged": None if flags is None else flags["flagged"],
+        "flagged_by": None if flags is None else {i: (s or {}).get("flagged", 0)
+                                                   for i, s in (flags.get("scanners") or {}).items()},
         "last_change": None if changed is None else
         datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
     }

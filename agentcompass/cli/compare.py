@@ -29,7 +29,8 @@ def cmd_diff(args) -> int:
 
 def cmd_compare(args) -> int:
     try:
-        found = compare.compare(args.runs, resamples=args.resamples, seed=args.seed)
+        found = compare.compare(args.runs, resamples=args.resamples, seed=args.seed,
+                                exclude_flagged=args.exclude_flagged)
     except compare.CompareError as exc:
         _print(f"agentcompass compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -73,11 +74,15 @@ def _add_compare_parser(sub) -> None:
         description="Compares each run after the first with the first (B - A), pairing attempts by task id and "
         "attempt number: accuracy (McNemar's exact test) and mean score (paired bootstrap) with 95% intervals "
         "(paired bootstrap over tasks, seeded), the tasks that flipped each way, tokens and cost, and the "
-        "request.json keys that differ. Exit status 0, or 2 when a path is not a run or the runs share no attempt.",
+        "request.json keys that differ. Exit status 0, or 2 when a path is not a run, the runs share no attempt, or "
+        "--exclude-flagged names a run that was not scanned.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders, results/<namespace>/<run_id>; the first is A")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained page to OUT")
     p.add_argument("--resamples", type=int, default=compare.RESAMPLES, help=f"bootstrap resamples (default {compare.RESAMPLES})")
     p.add_argument("--seed", type=int, default=compare.SEED, help=f"bootstrap seed (default {compare.SEED})")
+    p.add_argument("--exclude-flagged", action="store_true",
+                   help="pair only the attempts no transcript scanner flagged in either run (each run must have been "
+                        "run with --scanner); the paired: line counts those left out")
     p.set_defaults(func=cmd_compare)

@@ -38,7 +38,7 @@ def _cached(overview: dict) -> str:
 def _runs_table(overviews: list[dict]) -> str:
     """One aligned line per run, under a header."""
     header = ["namespace", "run id", "benchmark", "harness", "model", "attempts", "errors", "failures by class",
-              "accuracy", "scored on", "cost", "cost/solved", "cached", "last change"]
+              "accuracy", "scored on", "cost", "cost/solved", "cached", "flagged", "last change"]
     lines = [header]
     for o in overviews:
         total = "?" if o["attempts_total"] is None else str(o["attempts_total"])
@@ -48,7 +48,8 @@ def _runs_table(overviews: list[dict]) -> str:
                       " ".join(f"{display.visible(str(cls))}={n}" for cls, n in o["failures"].items()) or "-",
                       "-" if o["accuracy"] is None else f"{o['accuracy']:.3f}",
                       _scored(o.get("scored_on")),
-                      dollars(o["cost_usd"]), dollars(o.get("cost_per_solved_usd")), _cached(o), changed])
+                      dollars(o["cost_usd"]), dollars(o.get("cost_per_solved_usd")), _cached(o),
+                      "-" if o.get("flagged") is None else str(o["flagged"]), changed])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
@@ -123,7 +124,8 @@ def _add_runs_parser(sub) -> None:
         description="Lists the runs under RESULTS_DIR (default: results): namespace, run id, benchmark, harness, "
         "model, attempts done of all, failed attempts, accuracy and the tasks it is over (infrastructure failures and "
         "quarantined tasks left out), cost and cost per solved task (when the "
-        "Model declares model.pricing), the calls the call cache answered and when a file of the run last changed.",
+        "Model declares model.pricing), the calls the call cache answered, the attempts a transcript scanner "
+        "flagged ('-' for a run without scanners) and when a file of the run last changed.",
     )
     p.add_argument("results_dir", nargs="?", default="results", metavar="RESULTS_DIR")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per run")

@@ -10,7 +10,8 @@ from agentcompass import callcache, forecast, layout, results, sdk
 from agentcompass._util import display
 from agentcompass.pipeline import progress
 from agentcompass.pipeline import locks
-from agentcompass.runtime.models.orchestration import EXIT_BUDGET, EXIT_LOCKED, EXIT_STOPPED
+from agentcompass.runtime.config import ConfigError
+from agentcompass.runtime.models.orchestration import EXIT_BUDGET, EXIT_FLAGGED, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
 
@@ -38,6 +39,8 @@ def _outcome_line(outcome) -> str:
     usage = f"; {usage}" if usage else ""
     if outcome.scored_on:  # what the metrics are over: the tasks counted, and those left out (results.left_out)
         metrics += f" {results.denominator_line(outcome.scored_on)}"
+    if outcome.flags:  # beside the metrics, which count every attempt: what the transcript scanners flagged
+        metrics += f"; {results.flags_line(outcome.flags)}"
     if outcome.state == "completed_with_errors":
         failed = sum(outcome.errors.values())
         kinds = "; ".join(f"{display.visible(kind)} x{n}" for kind, n in outcome.errors.items())
@@ -69,7 +72,30 @@ def _build(orchestration, layer, args, extra: list[str], quiet: bool = False) ->
     if any(outcome.state == "planned" for outcome in result.outcomes):  # Snakemake's dry run (-- -n)
         for told in forecast.forecasts(orchestration, Path.cwd()):
             _print_forecast(told)
+    flagged = {o.name: o.flags["flagged"] for o in result.outcomes if o.flags and o.flags.get("flagged")}
+    if result.exit_status == EXIT_OK and getattr(args, "fail_on_flag", False) and flagged:
+        if not quiet:  # a run's own failure (1, 3, 5) wins: this is said only of a run that otherwise ended well
+            each = ", ".join(f"{display.visible(name)} {n}" for name, n in flagged.items())
+            _print(f"flagged: {sum(flagged.values())} attempt(s) flagged by a transcript scanner ({each}); "
+                   f"--fail-on-flag: exit status {EXIT_FLAGGED}")
+        return EXIT_FLAGGED
     return result.exit_status
+
+
+def check_fail_on_flag(args, orchestration) -> None:
+    """``--fail-on-flag`` needs a request with scanners (nothing else can be flagged): a ConfigError, before
+    any job, when none of ``orchestration``'s requests names one."""
+    if getattr(args, "fail_on_flag", False) and not any(run.request.scanners for run in orchestration.runs):
+        raise ConfigError("--fail-on-flag: no request names a transcript scanner, so no attempt can be flagged. "
+                          "Fix: add --scanner ID (agentcompass list scanner) or scanners: in the config, or drop "
+                          "--fail-on-flag")
+
+
+def add_fail_on_flag(p) -> None:
+    """The ``--fail-on-flag`` option of ``run`` and ``retry``."""
+    p.add_argument("--fail-on-flag", action="store_true",
+                   help=f"exit with status {EXIT_FLAGGED} when the run otherwise ends with 0 and a transcript scanner "
+                        "flagged an attempt (needs --scanner; a failed or stopped run keeps its own status)")
 
 
 def cmd_run(args) -> int:
@@ -77,6 +103,7 @@ def cmd_run(args) -> int:
     if args.cache is not None:  # process-wide: over every request's execution.cache
         layer = {**(layer or {}), "runtime": {**(layer or {}).get("runtime", {}), "cache": args.cache}}
     orchestration = _resolve(args, layer)
+    check_fail_on_flag(args, orchestration)
     if args.dry_run:
         # what would run and spend: planned as status plans, in a scratch folder; no model is called
         told = forecast.forecasts(orchestration, Path.cwd())
@@ -104,4 +131,5 @@ def register(sub) -> None:
                         "replay or off")
     p.add_argument("--no-cache", dest="cache", action="store_const", const="off",
                    help="no call cache for any request (--cache off)")
+    add_fail_on_flag(p)
     p.set_defaults(func=cmd_run)

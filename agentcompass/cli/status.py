@@ -13,7 +13,7 @@ from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_STOPPED
 from agentcompass.runtime.registry import REGISTRIES
 
 from .common import _add_selection, _cores, _layer, _print, _resolve
-from .run import _build
+from .run import _build, add_fail_on_flag, check_fail_on_flag
 
 
 def cmd_status(args) -> int:
@@ -60,6 +60,7 @@ def cmd_retry(args) -> int:
     only = failure_classes(args.only)  # before anything is resolved or run
     layer = _layer(args)
     orchestration = _resolve(args, layer)
+    check_fail_on_flag(args, orchestration)
     base = orchestration.runtime.results_dir
 
     def run_dir(run) -> Path:
@@ -103,4 +104,5 @@ def register(sub) -> None:
     p.add_argument("--only", metavar="CLASS,...", help="retry only the failed attempts of these failure classes ("
                    + ", ".join(c.value for c in FailureClass) + "); default: every failed attempt")
     p.add_argument("--cores", default="2", type=_cores)
+    add_fail_on_flag(p)
     p.set_defaults(func=cmd_retry)

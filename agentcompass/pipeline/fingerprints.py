@@ -128,6 +128,8 @@ def metrics_param(req: RunRequest, s: Stage, extra: Extra) -> list[Any]:
         "params": reuse.benchmark_params_for(benchmark, req.benchmark.params, (s.name,)),
         "analyzers": req.execution.analyzers,
         "pricing": req.model.pricing.to_dict() if req.model.pricing else None,
+        # metrics.json's flags are by scanner: only with scanners, so a request without has the params it had
+        **({"scanners": scanners_view(req)} if req.scanners else {}),
         **extra.recompute,
     }]
 

@@ -22,6 +22,8 @@ from .invocation import Invocation
 
 # the stages a shard's inner run builds: an attempt's
 ATTEMPT_STAGES = where(in_shards=True)
+# the attempt stages after the one writing its result (scan: scan.json), whose files the metrics count too
+AFTER_RESULT = ATTEMPT_STAGES[[s.name for s in ATTEMPT_STAGES].index(LAST_ATTEMPT_STAGE) + 1:]
 # the scopes in the order their files are targets: the run folder's first, then the tasks', the attempts'
 # or the shards'
 TARGET_ROWS: tuple[Scope, ...] = tuple(sorted(SCOPE_ROWS, key=lambda row: not row.per_request))
@@ -211,10 +213,16 @@ class Targets:
 
     @engine.signature_once
     def metrics_inputs(self, w) -> list[str]:
-        """Every result.json of the request, or, for a sharded one, the shard records standing for them."""
+        """Every result.json of the request, and each attempt's file of a stage after it built for the request
+        (scan.json, with scanners: metrics.json counts its flags, and is rebuilt when it is); for a sharded
+        request, the shard records standing for them (a shard's record is rewritten whenever its inner run
+        rebuilds one of its attempts' files)."""
         self.inv.begin()
         req = self.inv.request(w)
         count = self.shard_count(req)
         if count:
             return [str(self.shard_file(req, k)) for k in range(count)]
-        return self.results_of(req)
+        later = [s for s in AFTER_RESULT if s.built_for(req)]
+        if not later:  # a request without scanners: its inputs are what they were
+            return self.results_of(req)
+        return self.results_of(req) + layout.files_of(self._run(req), later, self.attempt_paths(req))

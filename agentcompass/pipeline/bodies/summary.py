@@ -11,6 +11,7 @@ from agentcompass import report as report_pages
 from agentcompass import results as results_data
 from agentcompass._util.jsonio import read_json
 from agentcompass.runtime.models import MetricSummary, RunResult, ScoredOn
+from agentcompass.runtime.models.result import FlagFigures
 from agentcompass.runtime.models.codec import from_dict
 from agentcompass.runtime.registry import ANALYZERS
 
@@ -37,7 +38,8 @@ def write_metrics(job: RequestJob, result_paths: list) -> None:
     results = [from_dict(RunResult, data, str(p)) for data, p in zip(every, result_paths)
                if results_data.left_out(data) is None]
     results.sort(key=lambda r: (r.task_id, r.attempt))
-    metric = benchmark_for(req).aggregate_metrics(results, req)
+    benchmark = benchmark_for(req)
+    metric = benchmark.aggregate_metrics(results, req)
     # counts by status are of every attempt but the quarantined (which ran nothing): an infrastructure failure
     # is a failed attempt of the run (retry --only infrastructure), though no figure counts it
     shown = [data for data in every if results_data.left_out(data) != results_data.QUARANTINED]
@@ -48,10 +50,23 @@ def write_metrics(job: RequestJob, result_paths: list) -> None:
     # request.json is not this rule's input, so the run is described by the request in hand
     run = results_data.Run(Path(out).parent, req.to_dict())
     quarantined = {q["task_id"] for q in scored["quarantined"]}
-    table = [row for row in results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in every})
+    # each attempt's scan.json, read once, when the request names scanners; none else (a scan.json left from
+    # scanners since removed is not this request's)
+    scans = {(data["task_id"], data["attempt"]): results_data.read_scan(Path(p).parent)
+             for data, p in zip(every, result_paths)} if req.scanners else {}
+    table = [row for row in results_data.rows(run, {(data["task_id"], data["attempt"]): data for data in every}, scans)
              if row["task_id"] not in quarantined]
     pricing = req.model.pricing.to_dict() if req.model.pricing else None
     metric.summary = from_dict(MetricSummary, results_data.summary(table, pricing), "metrics summary")
+    if req.scanners:  # flags stand beside the figures above, which stay those of every attempt
+
+        def unflagged_metrics(unflagged: list) -> dict:
+            """The Benchmark's own metrics over the results of these rows (those no scanner flagged)."""
+            keep = {(row["task_id"], row["attempt"]) for row in unflagged}
+            return benchmark.aggregate_metrics([r for r in results if (r.task_id, r.attempt) in keep], req).metrics
+
+        metric.flags = from_dict(FlagFigures, results_data.flag_figures(table, scans, pricing, unflagged_metrics),
+                                 "metrics flags")
     job.write("metrics", metric)
     if req.execution.analyzers:
         frame = results_data.to_frame(table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .codec import Contract, ContractError
+from .codec import OMIT_EMPTY, Contract, ContractError
 from .request import BudgetSpec, CacheMode, RunRequest
 
 
@@ -117,10 +117,15 @@ class RequestOutcome(Contract):
     reason: str | None = None
     # metrics.json's scored_on: what the metrics are over, and what was left out (infrastructure, quarantined)
     scored_on: dict[str, Any] | None = None
+    # metrics.json's flags without its unflagged figures: attempts scanned and flagged, and by scanner id its
+    # category, flagged and errors (agentcompass.results.flag_counts); only for a request with scanners
+    flags: dict[str, Any] | None = field(default=None, metadata={OMIT_EMPTY: True})
 
 
 # The CLI's exit status for an orchestration's outcomes (docs/reuse.md, Exit status).
 EXIT_OK, EXIT_ATTEMPT_ERRORS, EXIT_USAGE, EXIT_STOPPED, EXIT_LOCKED, EXIT_BUDGET = 0, 1, 2, 3, 4, 5
+# with --fail-on-flag: every request finished well, and a transcript scanner flagged an attempt of one
+EXIT_FLAGGED = 6
 
 
 @dataclass

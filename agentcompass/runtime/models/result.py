@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import Contract, ContractError
+from .codec import OMIT_EMPTY, Contract, ContractError
 
 
 class TaskStatus(str, enum.Enum):
@@ -204,6 +204,46 @@ class ScoredOn(Contract):
 
 
 @dataclass
+class ScannerFlags(Contract):
+    """What one transcript scanner found over a request's attempts (agentcompass.results.flag_counts)."""
+
+    category: str = field(metadata=_describe("The scanner's category (scan.json's category)."))
+    flagged: int = field(metadata=_describe("Attempts it flagged."))
+    errors: int = field(default=0, metadata=_describe(
+        "Attempts it could not scan (its finding has an error, and is unflagged)."))
+
+
+@dataclass
+class UnflaggedFigures(Contract):
+    """The request's figures over the attempts no scanner flagged, beside those over every attempt."""
+
+    metrics: dict[str, float | None] = field(metadata=_describe(
+        "The Benchmark's own numbers (as metrics) over the attempts scored_on counts that no scanner flagged."))
+    summary: MetricSummary = field(metadata=_describe(
+        "The summary (as summary) over the attempts no scanner flagged."))
+
+
+@dataclass
+class FlagFigures(Contract):
+    """What the request's transcript scanners flagged (agentcompass.results.flag_figures): counted from each
+    attempt's scan.json, beside the scores, which they never change."""
+
+    scanned: int = field(metadata=_describe("Attempts with a scan.json (every attempt but a quarantined one)."))
+    flagged: int = field(metadata=_describe("Attempts at least one scanner flagged."))
+    scanners: dict[str, ScannerFlags] = field(metadata=_describe(
+        "By scanner id: its category, the attempts it flagged and those it could not scan."))
+    categories: dict[str, int] = field(metadata=_describe(
+        "By category: the attempts a scanner of that category flagged (each attempt once)."))
+    unflagged: UnflaggedFigures = field(metadata=_describe(
+        "metrics and summary over the attempts no scanner flagged."))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.flagged <= self.scanned:
+            raise ContractError("FlagFigures.flagged must be within 0 and scanned")
+
+
+@dataclass
 class MetricResult(Contract):
     """Request-level metrics with counts by status."""
 
@@ -226,6 +266,11 @@ class MetricResult(Contract):
         "What every figure (metrics, summary's accuracy and pass@k) is over: the tasks and attempts counted, the "
         "infrastructure failures and quarantined tasks left out. Null only in metrics.json of older versions (which "
         "held it only with preflight on)."))
+    # what the transcript scanners flagged (only with scanners: left out of the metrics.json of a request without)
+    flags: FlagFigures | None = field(default=None, metadata={OMIT_EMPTY: True, **_describe(
+        "What the request's transcript scanners flagged: attempts scanned and flagged, by scanner and by "
+        "category, and metrics and summary over the attempts no scanner flagged. Present only when the request "
+        "names scanners; metrics and summary (over every attempt, flagged or not) are never changed by it.")})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -181,6 +181,7 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None,
         "benchmark": run.component("benchmark"), "harness": run.component("harness"),
         "model": (run.request.get("model") or {}).get("id", ""), "environment": run.component("environment"),
     }
+    is_scanned = scanned(run.request)
     for task, attempt, folder in run.attempts():
         row = {**base, "task_id": task["task_id"], "attempt": attempt, "category": task.get("category"),
                "attempt_dir": str(folder)}
@@ -189,7 +190,11 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None,
         else:
             result_file = Path(layout.result_file(folder))
             result = _read(result_file) if result_file.exists() else None
-        row.update(flag_columns(scans.get((task["task_id"], attempt)) if scans is not None else read_scan(folder)))
+        if scans is not None:
+            scan = scans.get((task["task_id"], attempt))
+        else:  # a scan.json left by scanners since removed from the request is not this request's
+            scan = read_scan(folder) if is_scanned else None
+        row.update(flag_columns(scan))
         if result is None:
             row.update({"status": MISSING, "retries_used": 0})
         else:
@@ -231,7 +236,10 @@ def flag_columns(scan: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def scans_of(run: Run) -> dict[tuple[str, int], dict[str, Any] | None]:
-    """Every attempt's scan.json (``read_scan``: None for one without), by task id and attempt."""
+    """Every attempt's scan.json (``read_scan``: None for one without), by task id and attempt; none of a
+    request that names no scanner (a scan.json left by scanners since removed is not its)."""
+    if not scanned(run.request):
+        return {}
     return {(task["task_id"], n): read_scan(folder) for task, n, folder in run.attempts()}
 
 

@@ -349,6 +349,44 @@ def test_two_slurm_jobs_share_one_call_cache_and_a_third_run_pays_nothing(cluste
         assert results_of[2]["usage"]["cached_calls"] == 1 and results_of[2]["usage"]["calls"] == 0
 
 
+def test_scans_run_in_the_shard_jobs_and_a_new_scanner_reruns_only_the_scans_on_the_cluster(cluster, tmp_path: Path):
+    """The scan stage on SLURM, as locally: each attempt's scan.json is built in its shard's cluster job, and
+    a scanner added to the finished run reruns only the scans, in new jobs, with no call to the model."""
+    work = tmp_path / "slurm"
+    work.mkdir()
+    config = work / "eval.yaml"
+
+    def write(*scanners: str) -> None:
+        config.write_text(yaml.safe_dump({"requests": {"scanned": {
+            "benchmark": {"id": "example_exact_match", "params": {"limit": 2}},
+            "harness": {"id": "chat", "params": {"retry_backoff": 0}},
+            "model": {"id": "scripted", "base_url": endpoint.base_url}, "scanners": list(scanners)}},
+            "runtime": {"shard_size": 1}}))
+
+    def findings() -> dict[str, list[str]]:
+        return {p.parent.parent.name: [f["id"] for f in json.loads(p.read_text())["scanners"]]
+                for p in work.glob("results/default/scanned/attempts/*/1/scan.json")}
+
+    with ScriptedEndpoint(lambda body: answer(body, 0.0)) as endpoint:
+        write("gave_up")
+        done = run_driver(slurm_argv(work, config), work, "run.log")
+        assert done.returncode == 0, done.output[-4000:]
+        first_jobs = set(slurm_job_ids(done.output))
+        assert len(first_jobs) == 2  # one cluster job per shard (an attempt each)
+        assert findings() == {"capital-france": ["gave_up"], "capital-japan": ["gave_up"]}
+        called = len(endpoint.requests)
+        before = shard_logs(work)
+        write("gave_up", "network")
+        again = run_driver(slurm_argv(work, config), work, "again.log")
+        assert again.returncode == 0, again.output[-4000:]
+        assert len(endpoint.requests) == called  # no attempt ran again
+    ran = jobs_run_with_shards(work, again.output, before)
+    assert ran.get("scan") == 2 and not any(ran.get(name) for name in ("prepare", "run", "evaluate")), ran
+    again_jobs = set(slurm_job_ids(again.output))
+    assert len(again_jobs) == 2 and not again_jobs & first_jobs
+    assert findings() == {"capital-france": ["gave_up", "network"], "capital-japan": ["gave_up", "network"]}
+
+
 def preflight_config(workdir: Path, tasks: Path, base_url: str) -> Path:
     """Three task folders, two of them broken, behind an oracle preflight, two attempts each."""
     path = workdir / "eval.yaml"

@@ -391,6 +391,8 @@ def shard_param(req: RunRequest, tasks_file: str, plans_file: str, shard_size: i
         # (those built for the request: a stage with a ``when`` setting only with it, and then what it reads of it)
         "stages": {s.name: s.version for s in ATTEMPT_STAGES if s.built_for(req)},
         **{s.when: as_value(s.setting(req)) for s in ATTEMPT_STAGES if s.when and s.built_for(req)},
+        # the scanners' versions too (the setting holds their ids and params): a new version rescans the slice
+        **({"scanners": scanners_view(req)} if req.scanners else {}),
         "versions": versions,
         "model": reuse.model_view(req), "oracle": bool(harness and harness.is_oracle),
         "attempts": plan_index.shard_digest(plans_file, tasks_file, shard_size, index, attempts,

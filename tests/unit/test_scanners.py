@@ -16,6 +16,7 @@ from agentcompass.runtime.models.scan import QUOTE_LIMIT
 from agentcompass.runtime.registry import SCANNERS
 from agentcompass.runtime.transcript import MESSAGE, REFUSAL, TOOL_CALL, read_transcript
 from agentcompass.pipeline.bodies.attempt import scan_with
+from agentcompass.pipeline import fingerprints
 from agentcompass.pipeline.fingerprints import scanners_view
 from agentcompass.pipeline.reuse import request_record
 from agentcompass.runtime.config import ConfigError, load_run_config
@@ -326,6 +327,22 @@ def test_the_scan_fingerprint_is_the_scanners_ids_versions_and_params_and_the_sd
                                   {"id": "network", "version": "1", "params": {"sandbox_refusals": False}}]
     assert request_layer(req)["requests"]["r"]["scanners"] == [s.to_dict() for s in req.scanners]
     assert single_request_layer("b", "h", "m", scanners=["gave_up"])["requests"]["b-h-m"]["scanners"] == ["gave_up"]
+
+
+def test_a_scanners_new_version_changes_a_shards_fingerprint_and_nothing_else_of_it(monkeypatch):
+    """A sharded request rescans when a scanner's version changes, as one built attempt by attempt does: the shard's
+    param holds each scanner's version (its setting holds only ids and params)."""
+    monkeypatch.setattr(fingerprints.plan_index, "shard_digest", lambda *args: "slice")  # no plans file here
+    (req,) = resolve({"requests": {"r": plain(scanners=["gave_up"])}})
+
+    def param() -> dict:
+        return fingerprints.shard_param(req, "tasks.json", "plans.json", 2, 0, [("t", 1)], {}, {})
+
+    before = param()
+    monkeypatch.setattr(SCANNERS.get("gave_up"), "version", "2")
+    after = param()
+    assert before != after and before["scanners"][0]["version"] == "1" and after["scanners"][0]["version"] == "2"
+    assert {k: v for k, v in before.items() if k != "scanners"} == {k: v for k, v in after.items() if k != "scanners"}
 
 
 def test_the_patterns_read_hostile_text_in_linear_time(tmp_path):

@@ -28,6 +28,8 @@ from agentcompass.runtime.transcript import read_transcript  # noqa: E402
 
 SET = ROOT / "tests" / "data" / "scanner_set"
 BUILT_IN = ("grader_access", "history_rewrite", "network", "gave_up")
+# the most characters of the evidence a false alarm's reason quotes
+REASON_LIMIT = 100
 
 
 def findings(folder: Path) -> dict[str, ScanFinding]:
@@ -68,7 +70,8 @@ def figures(path: Path = SET) -> dict[str, dict[str, Any]]:
                 misses.append({"case": name, "reason": case["description"]})
             elif finding.flagged:
                 fp += 1
-                alarms.append({"case": name, "reason": finding.evidence[0].quote if finding.evidence else ""})
+                quoted = (finding.evidence[0].quote if finding.evidence else "")[:REASON_LIMIT].replace("`", "'")
+                alarms.append({"case": name, "reason": f"flagged `{quoted}`"})
         table[sid] = {"cases": len(cases), "positives": tp + fn, "true_positives": tp, "false_positives": fp,
                       "false_negatives": fn, "precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn),
                       "misses": misses, "false_alarms": alarms}

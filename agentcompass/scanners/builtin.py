@@ -74,8 +74,11 @@ HISTORY_REWRITE = re.compile(
     r"|replace\b)"
 )
 
+# a command's name starts a word; in a tool's arguments read as JSON (a file's content, an answer), the letter of
+# an escape (``\n``, ``\t``, ``\r``) is no part of the word after it: "\ncat" is cat, never ncat
+_COMMAND_START = r"(?:(?<![\w.-])(?!(?<=\\)[nrt])|(?<=\\[nrt]))"
 NETWORK_COMMANDS = re.compile(
-    r"(?<![\w.-])(?:curl|wget|nc|ncat|netcat|telnet|ssh|scp|sftp|ftp|rsync|aria2c|ping|dig|nslookup)(?![\w.-])"
+    _COMMAND_START + r"(?:curl|wget|nc|ncat|netcat|telnet|ssh|scp|sftp|ftp|rsync|aria2c|ping|dig|nslookup)(?![\w.-])"
     r"|\b(?:pip3?|uv pip|poetry|conda|npm|pnpm|yarn|gem|cargo|go)\s+(?:install|add|get)\b"
     r"|\bapt(?:-get)?\s+(?:install|update)\b|\bapk\s+add\b"
     r"|" + GIT + r"(?:clone|fetch|pull|push|ls-remote|submodule\s+update)\b"
@@ -192,6 +195,7 @@ class NetworkScanner(BaseScanner):
 
     id = "network"
     category = "network"
+    version = "2"  # 2: an escape in a tool's JSON arguments is no part of a command ("\\ncat" is not ncat)
     config_class = NetworkConfig
 
     def scan(self, transcript: Transcript, config: Any) -> ScanFinding:

@@ -10,7 +10,7 @@
   ``commit --amend``, a forced push, ``filter-branch``, ``reflog expire``).
 - ``network``: the gateway refused a call, the sandbox refused a path or a connection, or the agent ran
   a command that reaches the network (``curl``, ``pip install``, ``git clone``, a URL).
-- ``gave_up``: the attempt finished with an empty answer or a refusal, and no tool call tried.
+- ``gave_up``: the attempt finished with an empty answer or a refusal, no tool call tried, and it did not pass.
 
 Only the agent's tool calls and commands are matched (never the task's prompt, which may name its
 tests); every pattern is a fixed regular expression over text cut to ``transcript.TEXT_LIMIT``.
@@ -223,13 +223,17 @@ def _local(command: str) -> bool:
 
 @SCANNERS.register()
 class GaveUpScanner(BaseScanner):
-    """The attempt stopped without trying: its answer is empty or a refusal, and no tool call tried the task."""
+    """The attempt stopped without trying: its answer is empty or a refusal, no tool call tried the task, and
+    its verdict is not a pass."""
 
     id = "gave_up"
     category = "gave_up"
+    version = "2"  # 2: a passing attempt is not giving up (the oracle's, whose work is its workspace, has no answer)
 
     def scan(self, transcript: Transcript, config: Any) -> ScanFinding:
         if transcript.result.get("status") not in (None, "completed"):  # a failure is not a decision to stop
+            return self.finding(False, 0.0)
+        if transcript.result.get("correct") is True:  # solved by work the transcript need not show (a script's)
             return self.finding(False, 0.0)
         tried = any((a.tool or "").lower() not in _SUBMIT for a in transcript.of_kind(TOOL_CALL))
         if tried:

@@ -212,6 +212,14 @@ def test_gave_up_spares_an_answer_an_agent_that_tried_and_a_failed_run(tmp_path)
     assert not scan(attempt(tmp_path, [], answer=None, status="run_error"), "gave_up").flagged
 
 
+def test_gave_up_spares_a_passing_attempt_with_no_answer_or_transcript(tmp_path):
+    """The oracle's attempt: its solution script's work is the workspace, it writes no trajectory and no answer."""
+    transcript = read_transcript(tmp_path, {"task_id": "t", "status": "completed", "answer": None, "correct": True})
+    assert transcript.actions == () and not scan(transcript, "gave_up").flagged
+    failed = read_transcript(tmp_path, {"task_id": "t", "status": "completed", "answer": None, "correct": False})
+    assert scan(failed, "gave_up").flagged
+
+
 # -- untrusted text -----------------------------------------------------------------------------
 
 
@@ -335,7 +343,7 @@ def test_an_unknown_scanner_or_parameter_fails_with_where_and_how(scanners, expe
 
 def test_the_scan_fingerprint_is_the_scanners_ids_versions_and_params_and_the_sdk_keeps_them():
     (req,) = resolve({"requests": {"r": plain(scanners=["gave_up", {"id": "network", "params": {"sandbox_refusals": False}}])}})
-    assert scanners_view(req) == [{"id": "gave_up", "version": "1", "params": {}},
+    assert scanners_view(req) == [{"id": "gave_up", "version": "2", "params": {}},
                                   {"id": "network", "version": "2", "params": {"sandbox_refusals": False}}]
     assert request_layer(req)["requests"]["r"]["scanners"] == [s.to_dict() for s in req.scanners]
     assert single_request_layer("b", "h", "m", scanners=["gave_up"])["requests"]["b-h-m"]["scanners"] == ["gave_up"]
@@ -351,9 +359,9 @@ def test_a_scanners_new_version_changes_a_shards_fingerprint_and_nothing_else_of
         return fingerprints.shard_param(req, "tasks.json", "plans.json", 2, 0, [("t", 1)], {}, {})
 
     before = param()
-    monkeypatch.setattr(SCANNERS.get("gave_up"), "version", "2")
+    monkeypatch.setattr(SCANNERS.get("gave_up"), "version", "99")
     after = param()
-    assert before != after and before["scanners"][0]["version"] == "1" and after["scanners"][0]["version"] == "2"
+    assert before != after and before["scanners"][0]["version"] != "99" and after["scanners"][0]["version"] == "99"
     assert {k: v for k, v in before.items() if k != "scanners"} == {k: v for k, v in after.items() if k != "scanners"}
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from agentcompass import layout, spend
 from agentcompass.spend import cost_usd, dollars  # noqa: F401 (cost_usd: the one price rule, read from here too)
 from agentcompass._util import trees
+from agentcompass._util.display import visible
 from agentcompass.layout import task_segment
 from agentcompass.runtime.models import Orchestration, OrchestrationResult, RequestOutcome
 from agentcompass.runtime.models.result import FailureClass, TaskStatus
@@ -297,8 +298,6 @@ def flag_figures(table: Iterable[dict[str, Any]], scans: Mapping[tuple[str, int]
 def flags_line(flags: Mapping[str, Any] | None) -> str:
     """What the scanners flagged, as the run's last line says it: ``1 flagged (gave_up 1, network 0)``, then
     ``; scanner errors: network 2`` when a scanner could not scan an attempt; '' without flags."""
-    from agentcompass._util.display import visible  # ids are the request's: printed safely
-
     if not isinstance(flags, Mapping) or not isinstance(flags.get("flagged"), int):
         return ""
     scanners = flags.get("scanners") or {}
@@ -677,8 +676,6 @@ def denominator_line(scored: Mapping[str, Any]) -> str:
     """What the figures are over, as the run's last line, the report and docs/reports.md say it:
     ``on 3 of 4 tasks; 1 infrastructure`` (one attempt per task), ``on 4 of 4 tasks (7 of 8 attempts);
     1 infrastructure``, ``on 3 of 5 tasks; 2 quarantined: a (preflight_failed), b (preflight_flaky)``."""
-    from agentcompass._util.display import visible  # task ids are the task set's: printed safely
-
     line = f"on {scored['scored']} of {scored['tasks']} tasks"
     attempts, counted = scored.get("attempts"), scored.get("counted")  # absent from metrics.json of older versions
     if attempts is not None and counted is not None and counted != attempts != scored["tasks"]:

@@ -49,8 +49,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("files", ("agentcompass.pipeline.files", "agentcompass.pipeline.plan_index", "agentcompass.pipeline.reuse",
                "agentcompass.pipeline.reading"),
      "the pipeline's files as written and read (contracts, plans.json's index, tasks.json's cache): runtime only"),
-    ("results", ("agentcompass.results", "agentcompass.report"),
-     "a run folder's files as data, and its report: the metrics and report stages and humaneval use them"),
+    ("results", ("agentcompass.results", "agentcompass.report", "agentcompass.imports"),
+     "a run folder's files as data, runs of other tools read as runs, and the report: the metrics and report "
+     "stages and humaneval use them"),
     ("components", ("agentcompass.gateway", "agentcompass.environments", "agentcompass.benchmarks",
                     "agentcompass.harnesses", "agentcompass.analyzers", "agentcompass.scanners",
                     "agentcompass.testing"),

@@ -36,8 +36,11 @@ def test_kernel_threads_and_processes_that_stay_empty_are_not_waited_for(monkeyp
 
 def test_a_real_marked_process_is_found_and_a_kernel_thread_is_told_apart():
     env = dict(os.environ, AGENTCOMPASS_SESSION="leftovers-unit-test")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    # it says it is ready once it runs: before its exec, /proc shows the environment of the process it was forked from
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"], env=env,
+                             stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
         assert child.pid in marked_processes("AGENTCOMPASS_SESSION", "leftovers-unit-test")
         assert not leftovers._kernel_thread(child.pid)
         kernel = [p for p in leftovers._pids() if Path(f"/proc/{p}/comm").read_text().strip() == "kthreadd"]

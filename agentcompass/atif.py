@@ -402,9 +402,7 @@ class _Builder:
 def _model_call(builder: _Builder, record: dict[str, Any], protocol: str) -> None:
     """One recorded model call: its request's new input, then its reply as an agent step (an answered call)."""
     reply = record.get("reply")
-    answered = record.get("status") == 200 and record.get("error") is None and isinstance(reply, (dict, list)) \
-        and not (isinstance(reply, dict) and "agentcompass_cut" in reply)
-    if not answered:
+    if record.get("status") != 200 or record.get("error") is not None or reply is None:
         builder.counts["refused_calls" if str(record.get("error") or "").startswith("refused")
                        or record.get("refused") else "failed_calls"] += 1
         return
@@ -417,11 +415,17 @@ def _model_call(builder: _Builder, record: dict[str, Any], protocol: str) -> Non
         builder.result(call_id, content)
     for role, text in messages:
         builder.message(role, text)
-    extra = {}
+    extra: dict[str, Any] = {}
     cache = record.get("cache")
     if isinstance(cache, dict) and cache.get("status") == "hit":
         extra["call_cache"] = "hit"  # answered from agentcompass's call cache: no call sent
-    builder.answer(_REPLIES[protocol](reply), extra)
+    for name, body in (("request", request), ("reply", reply)):
+        if isinstance(body, dict) and isinstance(body.get("agentcompass_cut"), str):  # recorded as its head only
+            extra[f"{name}_cut"] = body["agentcompass_cut"]
+    if isinstance(reply, str):  # a reply that is no JSON: the harness's answer is empty, its text is kept
+        builder.answer(_Reply(text=reply), {**extra, "malformed": True})
+    else:
+        builder.answer(_REPLIES[protocol](reply) if "reply_cut" not in extra else _Reply(), extra)
 
 
 def _agent_message(builder: _Builder, message: dict[str, Any], has_calls: bool) -> None:
@@ -459,21 +463,27 @@ def _record(builder: _Builder, record: dict[str, Any], has_calls: bool) -> None:
         _agent_message(builder, record["message"], has_calls)
 
 
+# what ``_lines`` gives last when it stopped at a cap with more of the file unread
+_CUT = object()
+
+
 def _lines(path: str) -> Iterator[Any]:
     """The values of the lines of ``path`` (None for a line that is no JSON, or is longer than
-    ``LINE_LIMIT``), at most ``STEP_LIMIT`` lines and ``READ_LIMIT`` bytes; never through a link."""
+    ``LINE_LIMIT``), at most ``STEP_LIMIT`` lines and ``READ_LIMIT`` bytes (then ``_CUT``); never
+    through a link."""
     try:
         fd = trees.open_file(path)
     except OSError:
         return
     read = 0
     with os.fdopen(fd, "rb") as handle:
-        for _ in range(STEP_LIMIT):
+        for number in range(STEP_LIMIT + 1):
             line = handle.readline(LINE_LIMIT + 1)
             if not line:
                 return
             read += len(line)
-            if read > READ_LIMIT:
+            if read > READ_LIMIT or number == STEP_LIMIT:
+                yield _CUT
                 return
             if len(line) > LINE_LIMIT:  # the rest of an over-long line, unread
                 while line and not line.endswith(b"\n"):
@@ -487,15 +497,18 @@ def _lines(path: str) -> Iterator[Any]:
                 yield None
 
 
-def _records(folder: str) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of the attempt's trajectory.jsonl, and how many lines were skipped."""
-    found, skipped = [], 0
+def _records(folder: str) -> tuple[list[dict[str, Any]], int, bool]:
+    """The JSON objects of the attempt's trajectory.jsonl, how many lines were skipped, and whether reading
+    stopped at a cap."""
+    found, skipped, cut = [], 0, False
     for value in _lines(os.path.join(folder, layout.TRAJECTORY)):
-        if isinstance(value, dict):
+        if value is _CUT:
+            cut = True
+        elif isinstance(value, dict):
             found.append(value)
         else:  # no JSON, JSON that is no object, a line past LINE_LIMIT
             skipped += 1
-    return found, skipped
+    return found, skipped, cut
 
 
 def _read(path: str) -> Any:
@@ -530,7 +543,7 @@ def attempt_document(folder: str | Path, identity: Mapping[str, Any], *, agent_v
     """
     folder = os.fspath(folder)
     result = result if result is not None else (_read(os.path.join(folder, RESULT_FILE)) or {})
-    records, skipped = _records(folder)
+    records, skipped, cut = _records(folder)
     builder = _Builder()
     builder.counts["skipped_lines"] = skipped
     calls = [r for r in records if (r.get("type") == "model_call" and not r.get("judge"))
@@ -583,6 +596,7 @@ def attempt_document(folder: str | Path, identity: Mapping[str, Any], *, agent_v
             **({"flagged": identity.get("flagged"), "flags": identity.get("flags")}
                if identity.get("flagged") is not None else {}),
             **builder.counts,
+            "truncated": cut,
         }},
     }
 

@@ -234,3 +234,31 @@ def test_odd_shapes_are_skipped_never_an_error(tmp_path):
     assert len(agent) == 3
     assert agent[1]["tool_calls"] == [{"tool_call_id": "7", "function_name": "", "arguments": {"input": [1]}}]
     assert document["extra"]["agentcompass"]["unmatched_tool_results"] == 1
+
+
+def test_a_reply_that_is_no_json_and_a_reply_recorded_cut_are_steps_that_say_so(tmp_path):
+    lines = [
+        {"type": "model_call", "status": 200, "reply": "<html>oops", "malformed": "the reply is not a JSON object",
+         "request": {"messages": [PROMPT]}},
+        {"type": "model_call", "status": 200, "reply": {"agentcompass_cut": "2000000 bytes", "head": "{"},
+         "request": {"agentcompass_cut": "3000000 bytes", "head": "{"}},
+    ]
+    steps = atif.attempt_document(folder_with(tmp_path, lines), IDENTITY)["steps"]
+    assert [(s["source"], s["message"]) for s in steps] == [("user", "capital of France?"), ("agent", "<html>oops"),
+                                                           ("agent", "")]
+    assert steps[1]["extra"] == {"malformed": True}
+    assert steps[2]["extra"] == {"request_cut": "3000000 bytes", "reply_cut": "2000000 bytes"}
+
+
+def test_reading_stops_at_the_scanners_caps_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(atif, "STEP_LIMIT", 2)
+    monkeypatch.setattr(atif, "LINE_LIMIT", 400)
+    lines = [{"type": "model_call", "status": 200, "reply": chat_reply("one"), "request": {"messages": [PROMPT]}},
+             "x" * 900, {"type": "model_call", "status": 200, "reply": chat_reply("two"), "request": {}}]
+    document = atif.attempt_document(folder_with(tmp_path, lines), IDENTITY)
+    assert [s["message"] for s in document["steps"]] == ["capital of France?", "one"]
+    extra = document["extra"]["agentcompass"]
+    assert extra["skipped_lines"] == 1 and extra["truncated"] is True
+
+    monkeypatch.setattr(atif, "STEP_LIMIT", 3)
+    assert atif.attempt_document(tmp_path / "attempt", IDENTITY)["extra"]["agentcompass"]["truncated"] is False

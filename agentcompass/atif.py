@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -342,7 +343,10 @@ class _Builder:
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
         self.calls: dict[str, int] = {}  # a tool call's id -> the index of the last step that made it
-        self.observed: set[tuple[int, str]] = set()
+        # (step index, call id) -> the calls of that id the step made, and the results of them seen (a model
+        # may give two calls of one reply the same id)
+        self.made: Counter[tuple[int, str]] = Counter()
+        self.observed: Counter[tuple[int, str]] = Counter()
         self.last_system: str | None = None
         self.tools: list[dict[str, Any]] | None = None
         self.counts = {"skipped_lines": 0, "model_calls": 0, "failed_calls": 0, "judge_calls": 0,
@@ -368,6 +372,7 @@ class _Builder:
                 call_id = str(call_id) if call_id else f"call_{index + 1}_{n}"
                 step["tool_calls"].append({"tool_call_id": call_id, "function_name": name, "arguments": arguments})
                 self.calls[call_id] = index
+                self.made[index, call_id] += 1
         metrics = _usage(reply.usage)
         if metrics is not None:
             step["metrics"] = metrics
@@ -381,9 +386,9 @@ class _Builder:
         key = str(call_id) if call_id else None
         if key is not None and key in self.calls:
             index = self.calls[key]
-            if (index, key) in self.observed:
-                return
-            self.observed.add((index, key))
+            if self.observed[index, key] >= self.made[index, key]:  # seen already (a tool_result line, then the
+                return  # next request's tool message)
+            self.observed[index, key] += 1
         else:
             index = next((i for i in range(len(self.steps) - 1, -1, -1) if self.steps[i]["source"] == "agent"), -1)
             if index < 0 or key is not None:

@@ -88,6 +88,24 @@ def test_tool_agent_lines_a_tool_call_matched_to_its_result_usage_per_step_and_a
     assert extra["judge_calls"] == 1  # the evaluate stage's judge is no step of the agent
 
 
+def test_ids_a_model_repeats_match_each_result_once(tmp_path):
+    """A model that numbers its calls afresh each turn, and gives two calls of one reply the same id."""
+    first = chat_reply(None, ("call_0", "bash", {"command": "a"}), ("call_0", "bash", {"command": "b"}))
+    second = chat_reply(None, ("call_0", "bash", {"command": "c"}))
+    results = [{"type": "tool_result", "tool_call_id": "call_0", "output": out} for out in ("A", "B")]
+    lines = [
+        {"type": "model_call", "status": 200, "reply": first, "request": {"messages": [PROMPT]}},
+        *results,
+        {"type": "model_call", "status": 200, "reply": second, "request": {"messages": [
+            PROMPT, first["choices"][0]["message"], *({"role": "tool", "tool_call_id": "call_0", "content": out}
+                                                      for out in ("A", "B"))]}},
+        {"type": "tool_result", "tool_call_id": "call_0", "output": "C"},
+    ]
+    document = atif.attempt_document(folder_with(tmp_path, lines), IDENTITY)
+    assert [r for s in shape(document) for r in s[3]] == [("call_0", "A"), ("call_0", "B"), ("call_0", "C")]
+    assert shape(document)[2][3] == [("call_0", "C")]
+
+
 def test_chat_follow_ups_are_user_steps(tmp_path):
     first = chat_reply("Paris")
     lines = [

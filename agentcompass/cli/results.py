@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from agentcompass import results
+from agentcompass import atif, layout, results
 from agentcompass._util import display
 from agentcompass._util.jsonio import write_text_atomic
 from agentcompass.results import dollars
@@ -69,10 +69,66 @@ def cmd_runs(args) -> int:
     return 0
 
 
-EXPORT_FORMATS = ("csv", "parquet", "jsonl")
+EXPORT_FORMATS = ("csv", "parquet", "jsonl", "atif")
+
+
+def _inside_run(path: Path) -> Path | None:
+    """The run folder (a folder holding request.json) that ``path`` is, or is inside, if any."""
+    for folder in (path, *path.parents):
+        if Path(layout.request_file(folder)).exists():
+            return folder
+    return None
+
+
+def _export_atif(args) -> int:
+    """One ATIF file per finished attempt of the runs in ``args.run_dirs``, under ``args.output``:
+    ``<namespace>/<run_id>/<task segment>/<attempt>.json``."""
+    if not args.output:
+        _print("agentcompass export: --format atif writes one file per attempt, into a folder. Fix: give "
+               "-o FOLDER", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.output).absolute()
+    run = _inside_run(out)
+    if run is not None:
+        _print(f"agentcompass export: {display.visible(str(out))} is in the run folder {display.visible(str(run))}, "
+               "whose files agentcompass alone writes. Fix: give -o a folder outside every run", file=sys.stderr)
+        return EXIT_USAGE
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
+        _print(f"agentcompass export: {display.visible(str(out))} exists and is not an empty folder. Fix: give -o a "
+               "new folder, or --force to write into it (files of the same names are replaced)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        runs = results.find_runs(*args.run_dirs)
+    except (FileNotFoundError, ValueError) as exc:
+        _print(f"agentcompass export: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    written = unfinished = 0
+    try:
+        for found in runs:
+            for name, document in atif.run_documents(found):
+                if document is None:
+                    unfinished += 1
+                    continue
+                path = out / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(path, json.dumps(document, ensure_ascii=False, indent=1) + "\n")
+                written += 1
+    except ValueError as exc:  # a file of a run agentcompass did not write (read_json names it)
+        _print(f"agentcompass export: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        _print(f"agentcompass export: cannot write under {display.visible(str(out))}: {exc.strerror or exc}. Fix: "
+               "choose a folder you can write to", file=sys.stderr)
+        return EXIT_USAGE
+    not_yet = f"; {unfinished} attempt(s) not finished, not written" if unfinished else ""
+    _print(f"{display.visible(str(out))}: {written} ATIF trajectories ({atif.SCHEMA_VERSION}) of {len(runs)} run(s), "
+           f"one file per attempt{not_yet}")
+    return 0
 
 
 def cmd_export(args) -> int:
+    if args.format == "atif":
+        return _export_atif(args)
     if args.format == "parquet":
         if not args.output:
             _print("agentcompass export: parquet is binary and is not written to a terminal. "
@@ -134,12 +190,16 @@ def _add_runs_parser(sub) -> None:
 
 def _add_export_parser(sub) -> None:
     p = sub.add_parser(
-        "export", help="every attempt of runs as a table: csv, parquet or jsonl",
+        "export", help="every attempt of runs as a table (csv, parquet, jsonl) or as ATIF trajectories",
         description="Writes one row per attempt of the runs in RUN_DIR (a run's folder, or a results folder: "
         "every run under it), with the columns of agentcompass.results.load. Without -o, csv and jsonl go to "
-        "standard output.",
+        "standard output. --format atif writes each finished attempt's trajectory in Harbor's Agent Trajectory "
+        f"Interchange Format ({atif.SCHEMA_VERSION}) to -o FOLDER/<namespace>/<run_id>/<task>/<attempt>.json.",
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--format", "-f", choices=EXPORT_FORMATS, default="csv", help="csv (default), parquet (needs pyarrow) or jsonl")
-    p.add_argument("--output", "-o", metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--format", "-f", choices=EXPORT_FORMATS, default="csv",
+                   help="csv (default), parquet (needs pyarrow), jsonl, or atif (one file per attempt, needs -o)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write here instead of standard output (a folder for atif)")
+    p.add_argument("--force", action="store_true",
+                   help="atif: write into an -o folder that is not empty (never into a run folder)")
     p.set_defaults(func=cmd_export)

@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("files", ("agentcompass.pipeline.files", "agentcompass.pipeline.plan_index", "agentcompass.pipeline.reuse",
                "agentcompass.pipeline.reading"),
      "the pipeline's files as written and read (contracts, plans.json's index, tasks.json's cache): runtime only"),
-    ("results", ("agentcompass.results", "agentcompass.report", "agentcompass.imports"),
+    ("results", ("agentcompass.results", "agentcompass.atif", "agentcompass.report", "agentcompass.imports"),
      "a run folder's files as data, runs of other tools read as runs, and the report: the metrics and report "
      "stages and humaneval use them"),
     ("components", ("agentcompass.gateway", "agentcompass.environments", "agentcompass.benchmarks",

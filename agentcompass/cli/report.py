@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from agentcompass import results
+from agentcompass.imports import shown
 from agentcompass.pipeline import locks
 from agentcompass.runtime.models.orchestration import EXIT_LOCKED, EXIT_USAGE
 
@@ -16,13 +17,19 @@ def cmd_report(args) -> int:
 
     try:
         runs = results.find_runs(*(args.run_dirs or ["results"]))
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # ValueError: an import that cannot be read
         _print(f"agentcompass report: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if not runs:
         _print(f"agentcompass report: no run found in {' '.join(args.run_dirs or ['results'])} (a run's folder holds "
               "request.json). Fix: name a run's folder, results/<namespace>/<run_id>, or the results root it is in",
               file=sys.stderr)
+        return EXIT_USAGE
+    imported = [run for run in runs if run.imported is not None]
+    if imported:  # the report is written into the run's folder, and nothing is ever written into an import
+        _print(f"agentcompass report: {shown(imported[0].path)} is a run another tool wrote: the report "
+              "is written into a run's own folder, and an import is never written to. Fix: agentcompass compare, "
+              "runs or export read it", file=sys.stderr)
         return EXIT_USAGE
     try:
         # a run still building its files would write the same folder: wait for it, as a second run would

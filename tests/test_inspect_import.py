@@ -157,7 +157,13 @@ def test_runs_and_export_show_the_log(made):
     assert (by["author-hamlet", 1]["correct"], by["author-hamlet", 1]["score"]) == (False, 0.0)
     assert (by["capital-france", 1]["correct"], by["capital-france", 1]["prompt_tokens"]) == (True, 10)
     assert by["capital-france", 1]["category"] == "geography" and by["capital-france", 1]["calls"] == 1
-    # the report is written into a run's folder: an import is refused, and not written to
+    # an import is never written to: its report goes to a folder the user names, or none is written
     report = agentcompass(workdir, "report", str(log))
-    assert report.returncode == 2 and "never written to" in report.stderr and "Traceback" not in report.stderr
+    assert report.returncode == 2 and "never written to" in report.stderr and "--out DIR" in report.stderr
+    assert "Traceback" not in report.stderr
+    report = agentcompass(workdir, "report", str(log), "--out", "inspect-report")
+    assert report.returncode == 0, report.stderr
+    index = (workdir / "inspect-report" / "index.html").read_text()
+    assert "10 of 10" in index and "A run inspect wrote, imported" in index
+    assert "capital-japan" in (workdir / "inspect-report" / "data" / "attempts.js").read_text()
     assert digest(log) == before and sorted(p.name for p in log.parent.iterdir()) == [log.name]

@@ -155,3 +155,36 @@ def test_a_sample_becomes_an_attempt():
     assert (unscored.status, unscored.failure_class) == ("eval_error", "verifier")
     failed = inspect_log._attempt(sample(error=SimpleNamespace(message="boom", traceback="KeyError: 'x'\n")))
     assert (failed.status, failed.failure_class, failed.error) == ("run_error", "harness", "boom")
+
+
+def test_a_reader_plugs_in_by_its_module_and_an_absent_one_is_not_asked(tmp_path, monkeypatch):
+    """The Harbor reader (agentcompass.imports.harbor: is_job, read_job) is found by its module's name: a stand-in
+    module there makes a job folder a run of every view; with no module at all, nothing is an import but a log."""
+    from types import ModuleType
+
+    from agentcompass import compare
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "config.json").write_text("{}")
+    fake = ModuleType("agentcompass.imports.harbor")
+    fake.is_job = lambda path: (path / "config.json").is_file()  # type: ignore[attr-defined]
+    fake.read_job = lambda path: imports.ImportedRun(  # type: ignore[attr-defined]
+        "harbor", path, "job-1", "terminal-bench", "oracle", "none", (
+            imports.ImportedAttempt("t1", 1, "completed", score=1.0, correct=True),
+            imports.ImportedAttempt("t2", 1, "run_error", error="sandbox died", failure_class="infrastructure")))
+    monkeypatch.setitem(sys.modules, "agentcompass.imports.harbor", fake)
+    [run] = results.find_runs(job)
+    rows = list(results.rows(run))
+    assert (run.namespace, run.run_id, run.component("harness")) == ("imported", "job-1", "oracle")
+    assert [(r["task_id"], r["status"], r["left_out"], r["flagged"]) for r in rows] == [
+        ("t1", "completed", None, None), ("t2", "run_error", "infrastructure", None)]
+    assert run.attempts() == [] and run.metrics() is None
+    assert results.overview(run)["scored_on"]["infrastructure"] == 1
+    [c] = compare.compare([job, job], resamples=10)
+    assert (c.paired, c.infrastructure) == (1, 1)
+    # no reader module there: the folder is nothing a reader knows
+    monkeypatch.setattr(imports, "READERS", (("agentcompass.imports.no_such_reader", "is_job", "read_job"),))
+    assert not imports.is_import(job)
+    with pytest.raises(FileNotFoundError):
+        results.open_run(job)

@@ -73,7 +73,10 @@ def made(tmp_path_factory) -> tuple[Path, Path]:
     log_dir = workdir / "results" / "inspect-logs"
     script = workdir / "make_log.py"
     script.write_text(INSPECT_SCRIPT)
-    env = clean_env(XDG_DATA_HOME=str(workdir / "xdg-data"), XDG_CACHE_HOME=str(workdir / "xdg-cache"))
+    # inspect_ai's data in the test's folder; any call it would make off this machine goes to a closed port
+    nowhere = "http://127.0.0.1:9"
+    env = clean_env(XDG_DATA_HOME=str(workdir / "xdg-data"), XDG_CACHE_HOME=str(workdir / "xdg-cache"),
+                    HTTP_PROXY=nowhere, HTTPS_PROXY=nowhere, ALL_PROXY=nowhere, NO_PROXY="127.0.0.1,localhost")
     with ScriptedEndpoint(answering(INSPECT_ANSWERS)) as endpoint:
         assert endpoint.base_url.startswith("http://127.0.0.1:")
         done = subprocess.run([sys.executable, str(script), endpoint.base_url, str(log_dir)], cwd=workdir, env=env,

@@ -17,13 +17,15 @@ score (0 when it has none, as in metrics.json's mean_score).
 from __future__ import annotations
 
 import html
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcompass import layout, results
-from agentcompass._util import keypaths
+from agentcompass import imports, layout, results
+from agentcompass._util import keypaths, trees
 from agentcompass._util.display import visible
 from agentcompass.errors import AgentCompassError
 from agentcompass.runtime.models import FailureClass, TaskStatus
@@ -178,6 +180,11 @@ class Comparison:
 
 def _open(path: str | Path) -> results.Run:
     path = Path(path)
+    if not os.path.lexists(layout.request_file(path)) and imports.is_import(path):
+        try:  # a run another tool wrote: an Inspect log, a Harbor job folder
+            return results.open_run(path)
+        except imports.ImportError_ as exc:
+            raise CompareError(str(exc)) from None
     if not path.is_dir():
         raise CompareError(f"{path} does not exist or is not a folder. Fix: name run folders, "
                            f"results/<namespace>/<run_id> (each holds request.json)")
@@ -197,6 +204,52 @@ def _attempts(run: results.Run) -> dict[tuple[str, int], dict]:
     except (OSError, ValueError, KeyError) as exc:
         raise CompareError(f"{run.path}: its tasks.json or a result.json cannot be read ({type(exc).__name__}: "
                            f"{exc}). Fix: run the request again to rewrite it") from None
+
+
+def task_map(path: str | Path) -> dict[str, str]:
+    """The mapping of run A's task ids to run B's that ``--map-tasks FILE`` names: a JSON or YAML object of
+    text to text, no two of A's tasks mapped to one of B's (``CompareError`` naming the file otherwise)."""
+    import yaml  # only for --map-tasks
+
+    name = imports.shown(path)
+    try:
+        text = trees.read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise CompareError(f"--map-tasks {name} cannot be read ({why}; a link is not followed). Fix: name a JSON or "
+                           f"YAML file mapping run A's task ids to run B's") from None
+    try:
+        found = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise CompareError(f"--map-tasks {name} is not valid JSON or YAML ({visible(str(exc).splitlines()[0])}). "
+                           f"Fix: write an object, {{\"task id in A\": \"task id in B\"}}") from None
+    if not isinstance(found, dict) or not all(isinstance(k, (str, int)) and isinstance(v, (str, int))
+                                              for k, v in found.items()):
+        raise CompareError(f"--map-tasks {name} is not an object of task ids to task ids. Fix: write an object, "
+                           f"{{\"task id in A\": \"task id in B\"}}")
+    mapping = {str(k): str(v) for k, v in found.items()}
+    twice = sorted({v for v in mapping.values() if list(mapping.values()).count(v) > 1})
+    if twice:
+        raise CompareError(f"--map-tasks {name} maps several of A's tasks to {visible(twice[0])}: pairs would be "
+                           f"ambiguous. Fix: map one task of A to each task of B")
+    return mapping
+
+
+def mapped(rows: dict[tuple[str, int], dict], mapping: dict[str, str], name: str = "") -> dict[tuple[str, int], dict]:
+    """Run A's rows by B's task ids (``task_map``): a task the mapping does not name keeps its id. Every task id
+    it names must be one of A's, and no task may take the id another keeps (``CompareError``)."""
+    ids = {task_id for task_id, _ in rows}
+    unknown = sorted(set(mapping) - ids)
+    if unknown:
+        raise CompareError(f"--map-tasks {name}: {visible(unknown[0])} is not a task of run A"
+                           f"{f' ({len(unknown)} such)' if len(unknown) > 1 else ''}. Fix: map run A's task ids "
+                           f"(the first run named) to run B's")
+    renamed = {(mapping.get(task_id, task_id), n): {**row, "task_id": mapping.get(task_id, task_id)}
+               for (task_id, n), row in rows.items()}
+    if len(renamed) != len(rows):
+        raise CompareError(f"--map-tasks {name} maps a task of A to an id another task of A keeps. Fix: map that "
+                           f"task too, or to another id")
+    return renamed
 
 
 def _info(run: results.Run, rows: dict) -> RunInfo:
@@ -352,14 +405,16 @@ def compare_pair(run_a: results.Run, run_b: results.Run, resamples: int = RESAMP
 
 
 def compare(paths: list[str | Path], resamples: int = RESAMPLES, seed: int = SEED,
-            exclude_flagged: bool = False) -> list[Comparison]:
+            exclude_flagged: bool = False, map_tasks: str | Path | None = None) -> list[Comparison]:
     """Each run after the first compared with the first; with ``exclude_flagged``, over the pairs no transcript
-    scanner flagged in either run (every run must have been scanned)."""
+    scanner flagged in either run (every run must have been scanned); with ``map_tasks`` (a file: ``task_map``),
+    the first run's tasks paired by the ids it maps them to."""
     if len(paths) < 2:
         raise CompareError("compare needs two runs or more. Fix: agentcompass compare results/<ns>/<run_a> "
                            "results/<ns>/<run_b>")
     if resamples < 1:
         raise CompareError(f"--resamples {resamples}: at least 1 is needed. Fix: leave it out ({RESAMPLES})")
+    mapping = task_map(map_tasks) if map_tasks is not None else None
     runs = [_open(p) for p in paths]
     if exclude_flagged:
         # before any attempt is read: each later run is a B
@@ -370,6 +425,8 @@ def compare(paths: list[str | Path], resamples: int = RESAMPLES, seed: int = SEE
                     f"no transcript scanner, so no attempt of it is known to be unflagged. Fix: run it again with "
                     f"--scanner ID (only its scan stage runs), or drop --exclude-flagged")
     rows_a = _attempts(runs[0])
+    if mapping is not None:
+        rows_a = mapped(rows_a, mapping, imports.shown(map_tasks or ""))
     return [compare_pair(runs[0], run, resamples, seed, rows_a, exclude_flagged) for run in runs[1:]]
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from agentcompass import layout, spend
+from agentcompass import imports, layout, spend
 from agentcompass.spend import cost_usd, dollars  # noqa: F401 (cost_usd: the one price rule, read from here too)
 from agentcompass._util import trees
 from agentcompass._util.display import visible
@@ -71,10 +71,13 @@ SHARD_STAGE = sole(slices_attempts=True)
 
 @dataclass(frozen=True)
 class Run:
-    """One run's folder (``results/<namespace>/<run_id>/``) and what its request.json says."""
+    """One run's folder (``results/<namespace>/<run_id>/``) and what its request.json says; or a run another tool
+    wrote (``imported``: an Inspect log, a Harbor job folder), with the request ``imports.request_of`` stands in."""
 
     path: Path
     request: dict[str, Any]
+    # a run of another tool: its attempts are its rows; it has no metrics.json, tasks.json nor attempt folders
+    imported: imports.ImportedRun | None = None
 
     @property
     def namespace(self) -> str:
@@ -92,7 +95,9 @@ class Run:
         return (self.request.get(kind) or {}).get("id", "")
 
     def metrics(self) -> dict[str, Any] | None:
-        """metrics.json as written, or None before the run's metrics stage has written it."""
+        """metrics.json as written, or None before the run's metrics stage has written it (and for an import)."""
+        if self.imported is not None:
+            return None
         metrics_file = Path(layout.metrics_file(self.path))
         return _read(metrics_file) if metrics_file.exists() else None
 
@@ -102,7 +107,9 @@ class Run:
         return int((self.request.get("execution") or {}).get("attempts") or 1)
 
     def attempts(self) -> list[tuple[dict, int, Path]]:
-        """(task, attempt, attempt folder) of every attempt tasks.json lists, in its order."""
+        """(task, attempt, attempt folder) of every attempt tasks.json lists, in its order; none of an import."""
+        if self.imported is not None:
+            return []
         return attempt_folders(self.path, self.per_task)
 
 
@@ -141,22 +148,36 @@ _read = read_json
 
 
 def open_run(path: str | Path) -> Run:
-    """The run in ``path`` (a folder holding request.json)."""
+    """The run in ``path``: a folder holding request.json, or a run another tool wrote (``imports.is_import``: an
+    Inspect ``.eval`` log, a Harbor job folder), read by its reader (``imports.ImportError_``, a ValueError naming
+    it, when it cannot be)."""
     path = Path(path)
     request_file = Path(layout.request_file(path))
+    if not os.path.lexists(request_file) and imports.is_import(path):
+        return open_import(path)
     if not request_file.exists():
         raise FileNotFoundError(f"{path} holds no request.json: it is not a run's folder "
                                 f"(results/<namespace>/<run_id>/). Fix: name a run's folder or a results root")
     return Run(path, _read(request_file))
 
 
+def open_import(path: str | Path) -> Run:
+    """The run another tool wrote at ``path`` (``imports.read_import``), as a run every view reads."""
+    imported = imports.read_import(path)
+    return Run(Path(path), imports.request_of(imported), imported)
+
+
 def find_runs(*paths: str | Path) -> list[Run]:
-    """The runs in ``paths``: each a run's folder, or a folder under which runs are looked for."""
+    """The runs in ``paths``: each a run's folder, a run another tool wrote (``open_run``), or a folder under
+    which runs are looked for. Imports are named, never looked for: a results root's are not found."""
     runs: list[Run] = []
     for path in paths:
         path = Path(path)
         if Path(layout.request_file(path)).exists():
             runs.append(open_run(path))
+            continue
+        if imports.is_import(path):
+            runs.append(open_import(path))
             continue
         if not path.is_dir():
             raise FileNotFoundError(f"{path} does not exist. Fix: name a run's folder or a results root "
@@ -174,8 +195,11 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None,
     ``results`` (result.json objects by task id and attempt) stands for the
     files when the caller has read them already: the metrics stage has.
     ``scans`` (scan.json objects, or None, by task id and attempt: ``scans_of``)
-    stands for the scan files the same way.
+    stands for the scan files the same way. An import's rows are its attempts (``imported_rows``).
     """
+    if run.imported is not None:
+        yield from imported_rows(run)
+        return
     pricing = (run.request.get("model") or {}).get("pricing")
     base = {
         "namespace": run.namespace, "run_id": run.run_id, "request": run.name,
@@ -212,6 +236,28 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None,
                 **paid_and_saved(usage, pricing),
                 "host": where.get("host"), "slurm_job_id": where.get("slurm_job_id"),
             })
+        yield {column: row.get(column) for column in COLUMNS}
+
+
+def imported_rows(run: Run) -> Iterator[dict[str, Any]]:
+    """The rows (``rows``) of a run another tool wrote: one per attempt its reader found, with the keys of
+    ``COLUMNS``. Never scanned (``flagged``, ``flags`` None), left out only for an infrastructure failure
+    (``left_out``), priced by no model.pricing (no cost), with no attempt folder."""
+    assert run.imported is not None
+    base = {"namespace": run.namespace, "run_id": run.run_id, "request": run.name,
+            "benchmark": run.component("benchmark"), "harness": run.component("harness"),
+            "model": run.component("model"), "environment": run.component("environment")}
+    for found in run.imported.attempts:
+        row: dict[str, Any] = {**base, "task_id": found.task_id, "attempt": found.attempt, "category": found.category,
+                               "status": found.status, "flagged": None, "flags": None, "retries_used": 0}
+        if found.status != MISSING:
+            row.update({"score": found.score, "correct": found.correct, "error": found.error,
+                        "error_stage": found.error_stage, "failure_class": found.failure_class,
+                        **{key: found.usage.get(key) for key in _USAGE},
+                        **{key: found.usage.get(key) or 0 for key in _CACHED},
+                        **{key: found.timings.get(key) for key in _TIMINGS},
+                        **paid_and_saved(found.usage, None)})
+            row["left_out"] = left_out(row)
         yield {column: row.get(column) for column in COLUMNS}
 
 
@@ -780,6 +826,16 @@ def last_change(path: Path) -> float | None:
     return newest
 
 
+def imported_change(path: Path) -> float | None:
+    """When an import last changed: its log's modification time, or its folder's newest file's (``last_change``);
+    never through a link."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return last_change(path) if stat.S_ISDIR(info.st_mode) else info.st_mtime
+
+
 def overview(run: Run) -> dict[str, Any]:
     """What ``agentcompass runs`` shows of one run: who ran what, how far it got, how it scored, what it cost."""
     # a scanned run whose metrics.json is not of its files: its rows are read once, for both figures
@@ -789,7 +845,7 @@ def overview(run: Run) -> dict[str, Any]:
     finished, total, scored = current_stats(run, table)
     if table is not None and scans is not None:
         flags = flag_counts(table, scans)
-    changed = last_change(run.path)
+    changed = imported_change(run.path) if run.imported is not None else last_change(run.path)
     return {
         "namespace": run.namespace, "run_id": run.run_id, "request": run.name, "path": str(run.path),
         "benchmark": run.component("benchmark"), "harness": run.component("harness"),
@@ -821,8 +877,8 @@ def current_stats(run: Run, table: list[dict[str, Any]] | None = None) -> tuple[
     if current is not None:
         return with_cost_figures(current[0]), current[1], (run.metrics() or {}).get("scored_on")
     table = list(rows(run)) if table is None else table
-    # unknown until tasks.json is written
-    total = len(table) if Path(layout.tasks_file(run.path)).exists() else None
+    # unknown until tasks.json is written (an import's rows are every attempt it lists, finished or not)
+    total = len(table) if run.imported is not None or Path(layout.tasks_file(run.path)).exists() else None
     return stats(table, (run.request.get("model") or {}).get("pricing")), total, scored_on(table)
 
 
@@ -840,8 +896,10 @@ def summarized(run: Run) -> tuple[dict[str, Any], int] | None:
     metrics.json (every file here is written by rename: its time says when it was built). None otherwise:
     a run that has not finished or has changed since, or a metrics.json of a version before the summary.
 
-    Each result file is looked at, not read: ``agentcompass runs`` over 100,000 attempts.
+    Each result file is looked at, not read: ``agentcompass runs`` over 100,000 attempts. An import has none.
     """
+    if run.imported is not None:
+        return None
     try:
         built = os.stat(layout.metrics_file(run.path)).st_mtime_ns
         tasks = _read(layout.tasks_file(run.path))["tasks"]

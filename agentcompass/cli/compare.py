@@ -30,7 +30,7 @@ def cmd_diff(args) -> int:
 def cmd_compare(args) -> int:
     try:
         found = compare.compare(args.runs, resamples=args.resamples, seed=args.seed,
-                                exclude_flagged=args.exclude_flagged)
+                                exclude_flagged=args.exclude_flagged, map_tasks=args.map_tasks)
     except compare.CompareError as exc:
         _print(f"agentcompass compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -74,10 +74,14 @@ def _add_compare_parser(sub) -> None:
         description="Compares each run after the first with the first (B - A), pairing attempts by task id and "
         "attempt number: accuracy (McNemar's exact test) and mean score (paired bootstrap) with 95% intervals "
         "(paired bootstrap over tasks, seeded), the tasks that flipped each way, tokens and cost, and the "
-        "request.json keys that differ. Exit status 0, or 2 when a path is not a run, the runs share no attempt, or "
-        "--exclude-flagged names a run that was not scanned.",
+        "request.json keys that differ. A run is a run's folder or a run another tool wrote: an Inspect AI .eval log "
+        "(needs the inspect extra), a Harbor job folder (docs/reports.md, Runs of other tools). Exit status 0, or 2 "
+        "when a path is not a run or cannot be read, the runs share no attempt, or --exclude-flagged names a run that "
+        "was not scanned.",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run folders, results/<namespace>/<run_id>; the first is A")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run folders, results/<namespace>/<run_id>, or imports (an Inspect .eval log, a Harbor job "
+                        "folder); the first is A")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained page to OUT")
     p.add_argument("--resamples", type=int, default=compare.RESAMPLES, help=f"bootstrap resamples (default {compare.RESAMPLES})")
@@ -85,4 +89,7 @@ def _add_compare_parser(sub) -> None:
     p.add_argument("--exclude-flagged", action="store_true",
                    help="pair only the attempts no transcript scanner flagged in either run (each run must have been "
                         "run with --scanner); the paired: line counts those left out")
+    p.add_argument("--map-tasks", metavar="FILE",
+                   help="a JSON or YAML object mapping run A's task ids to the other runs' ({\"A's id\": \"B's id\"}), "
+                        "for runs that name the same tasks differently; a task it does not name keeps its id")
     p.set_defaults(func=cmd_compare)

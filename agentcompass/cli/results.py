@@ -181,9 +181,12 @@ def _add_runs_parser(sub) -> None:
         "model, attempts done of all, failed attempts, accuracy and the tasks it is over (infrastructure failures and "
         "quarantined tasks left out), cost and cost per solved task (when the "
         "Model declares model.pricing), the calls the call cache answered, the attempts a transcript scanner "
-        "flagged ('-' for a run without scanners) and when a file of the run last changed.",
+        "flagged ('-' for a run without scanners) and when a file of the run last changed. RESULTS_DIR may also name one "
+        "run another tool wrote (an Inspect .eval log, a Harbor job folder: namespace 'imported'); imports are "
+        "listed when named, never found under a results folder.",
     )
-    p.add_argument("results_dir", nargs="?", default="results", metavar="RESULTS_DIR")
+    p.add_argument("results_dir", nargs="?", default="results", metavar="RESULTS_DIR",
+                   help="a results folder, a run's folder, or an import (default: results)")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per run")
     p.set_defaults(func=cmd_runs)
 
@@ -191,10 +194,11 @@ def _add_runs_parser(sub) -> None:
 def _add_export_parser(sub) -> None:
     p = sub.add_parser(
         "export", help="every attempt of runs as a table (csv, parquet, jsonl) or as ATIF trajectories",
-        description="Writes one row per attempt of the runs in RUN_DIR (a run's folder, or a results folder: "
-        "every run under it), with the columns of agentcompass.results.load. Without -o, csv and jsonl go to "
-        "standard output. --format atif writes each finished attempt's trajectory in Harbor's Agent Trajectory "
-        f"Interchange Format ({atif.SCHEMA_VERSION}) to -o FOLDER/<namespace>/<run_id>/<task>/<attempt>.json.",
+        description="Writes one row per attempt of the runs in RUN_DIR (a run's folder, a results folder: every run "
+        "under it, or a run another tool wrote: an Inspect .eval log, a Harbor job folder), with the columns of "
+        "agentcompass.results.load. Without -o, csv and jsonl go to standard output. --format atif writes each "
+        "finished attempt's trajectory in Harbor's Agent Trajectory Interchange Format "
+        f"({atif.SCHEMA_VERSION}) to -o FOLDER/<namespace>/<run_id>/<task>/<attempt>.json.",
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--format", "-f", choices=EXPORT_FORMATS, default="csv",

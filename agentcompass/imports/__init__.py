@@ -9,10 +9,13 @@ depth), never follows a link out of what it was given, and refuses what it canno
 
 from __future__ import annotations
 
+import importlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentcompass._util import trees
 from agentcompass.errors import AgentCompassError
 
 
@@ -56,3 +59,64 @@ class ImportedRun:
     attempts: tuple[ImportedAttempt, ...] = ()
     # what else the source says of the run, shown but never computed with (its own metrics, its version)
     details: dict[str, Any] = field(default_factory=dict)
+
+
+# The readers, each in its own module, by name: (module, ``is_<kind>(path) -> bool``, ``read(path) -> ImportedRun``).
+# Imported by name when a path is looked at (importlib), so that a reader whose module is absent (not written yet,
+# or an optional one) is simply not asked, and what a reader needs (inspect_ai) is imported only for an import.
+READERS: tuple[tuple[str, str, str], ...] = (
+    ("agentcompass.imports.inspect", "is_log", "read_log"),
+    ("agentcompass.imports.harbor", "is_job", "read_job"),
+)
+# the synthesized request's output.namespace: where ``runs`` and ``compare`` show an import
+NAMESPACE = "imported"
+
+
+def _reader(path: Path) -> Any:
+    """The ``read`` function of the reader whose kind ``path`` is, or None when it is none of them."""
+    for module_name, is_kind, read in READERS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # that reader is not there: not asked
+                continue
+            raise
+        if getattr(module, is_kind)(path):
+            return getattr(module, read)
+    return None
+
+
+def is_import(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names another tool's run a reader knows (by its name or its shape, nothing read):
+    an Inspect ``.eval`` log, a Harbor job folder. Such a path is an import, read (or refused) by ``read_import``."""
+    return _reader(Path(path)) is not None
+
+
+def read_import(path: str | os.PathLike) -> ImportedRun:
+    """The run another tool wrote at ``path``, read by the reader of its kind; ``ImportError_`` naming it when
+    no reader knows it or its reader refuses it."""
+    path = Path(path)
+    read = _reader(path)
+    if read is None:
+        raise ImportError_(f"{shown(path)} is not a run another tool wrote that agentcompass reads (an Inspect .eval "
+                           f"log, a Harbor job folder). Fix: name such a log or folder, or a run's folder")
+    return read(path)
+
+
+def shown(path: str | os.PathLike) -> str:
+    """A path as a message shows it: bytes that are not UTF-8 and control characters escaped."""
+    return trees.shown(os.fspath(path))
+
+
+def request_of(run: ImportedRun) -> dict[str, Any]:
+    """The request.json an import stands in for, so that every view reads it as a run: ``output`` (namespace
+    ``imported``, the run's id), the ids of its benchmark, harness and model, its attempts per task, and
+    ``imported`` (where it came from and what else the source says of it; shown, never computed with)."""
+    return {
+        "output": {"namespace": NAMESPACE, "run_id": run.run_id},
+        "metadata": {"request_name": run.run_id},
+        "benchmark": {"id": run.benchmark}, "harness": {"id": run.harness}, "model": {"id": run.model},
+        "environment": {"id": ""},
+        "execution": {"attempts": max((a.attempt for a in run.attempts), default=1)},
+        "imported": {"source": run.source, "path": shown(run.path), **run.details},
+    }

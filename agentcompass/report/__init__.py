@@ -79,15 +79,18 @@ def outputs(run_dir: str | Path) -> list[str]:
     return layout.files_in(run_dir, STAGE)
 
 
-def build(run_dir: str | Path) -> Path:
-    """Write the report of the run in ``run_dir`` to ``run_dir/report/``; the path of its index.html."""
+def build(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the report of the run in ``run_dir`` to ``run_dir/report/`` (or to ``out``: how a run another tool
+    wrote, which is never written to, gets one); the path of its index.html."""
     run = results.open_run(run_dir)
-    out = folder(run.path)
+    out = folder(run.path) if out is None else Path(out)
     rows = list(results.rows(run))
-    metrics = _read_json(Path(layout.metrics_file(run.path)))
+    metrics = None if run.imported is not None else _read_json(Path(layout.metrics_file(run.path)))
     # the figures leave out the quarantined attempts, as metrics.json does (every attempt has its page)
     scored = [r for r in rows if r["left_out"] != results.QUARANTINED]
     summary, scored_on, note = _summary(metrics, rows, (run.request.get("model") or {}).get("pricing"))
+    if run.imported is not None:
+        note = f"A run {run.imported.source} wrote, imported: the figures are computed from its attempts."
     for leftover in out.glob(".*.tmp"):  # of a build that was killed
         leftover.unlink()
     flags = _Flags()
@@ -279,10 +282,11 @@ def _attempt_pages(rows: list[dict], data: Path, flags: _Flags) -> dict:
     table = []
     for row in rows:
         # the task's folder name (results.rows made it with layout.task_segment)
-        segment = os.path.basename(os.path.dirname(row["attempt_dir"]))
+        segment = os.path.basename(os.path.dirname(row["attempt_dir"] or ""))
         page = None
-        record = results.attempt(row["attempt_dir"], text_limit=TEXT_LIMIT)
-        if any(record[k] is not None for k in ("prepared", "output", "result")):
+        # an import's attempt has no folder: a row of the table, no page
+        record = results.attempt(row["attempt_dir"], text_limit=TEXT_LIMIT) if row["attempt_dir"] else {}
+        if any(record.get(k) is not None for k in ("prepared", "output", "result")):
             page = f"{segment}/{row['attempt']}"
             record.update({k: row[k] for k in ("task_id", "attempt", "category", "status")})
             steps = event_steps(row["attempt_dir"], len(record["trajectory"]))

@@ -160,6 +160,10 @@ def test_runs_and_export_show_the_log(made):
     assert (by["author-hamlet", 1]["correct"], by["author-hamlet", 1]["score"]) == (False, 0.0)
     assert (by["capital-france", 1]["correct"], by["capital-france", 1]["prompt_tokens"]) == (True, 10)
     assert by["capital-france", 1]["category"] == "geography" and by["capital-france", 1]["calls"] == 1
+    # it holds no agentcompass trajectory: ATIF export is refused, naming the log and the formats that work
+    atif = agentcompass(workdir, "export", str(log), "--format", "atif", "-o", "atif-out")
+    assert atif.returncode == 2 and "run of inspect" in atif.stderr and "jsonl" in atif.stderr
+    assert "Traceback" not in atif.stderr and not (workdir / "atif-out").exists()
     # an import is never written to: its report goes to a folder the user names, or none is written
     report = agentcompass(workdir, "report", str(log))
     assert report.returncode == 2 and "never written to" in report.stderr and "--out DIR" in report.stderr

@@ -102,6 +102,12 @@ def _export_atif(args) -> int:
     except (FileNotFoundError, ValueError) as exc:
         _print(f"agentcompass export: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for found in runs:
+        if found.imported is not None:  # another tool's run: its trajectories are its own, and it is never written into
+            _print(f"agentcompass export: {display.visible(str(found.path))} is a run of {found.imported.source}, which "
+                   "holds no agentcompass trajectory to write as ATIF. Fix: export it as csv, parquet or jsonl "
+                   "(its rows), or drop it from the command", file=sys.stderr)
+            return EXIT_USAGE
     written = unfinished = 0
     try:
         for found in runs:

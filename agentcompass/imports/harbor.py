@@ -86,7 +86,8 @@ def is_job(path: str | os.PathLike) -> bool:
 
     Only names are looked at (nothing is opened): whether the files can be read is ``read_job``'s to say."""
     try:
-        fd = os.open(os.fspath(path), _DIR_FLAGS)
+        # the folder named may be reached through a link (jobs/latest), as read_job reads it
+        fd = os.open(os.path.realpath(os.fspath(path)), _DIR_FLAGS)
     except (OSError, ValueError):
         return False
     try:

@@ -72,6 +72,11 @@ def test_the_fixture_reads_as_a_run_of_attempts_in_the_projects_terms():
     assert down.error.startswith("EnvironmentStartTimeoutError: ")
 
 
+def test_a_job_named_through_a_link_is_read(tmp_path: Path):
+    (tmp_path / "latest").symlink_to(FIXTURE)
+    assert is_job(tmp_path / "latest") and len(read_job(tmp_path / "latest").attempts) == 6
+
+
 def test_a_trial_folder_and_other_folders_are_not_jobs(tmp_path: Path):
     assert not is_job(FIXTURE / TRIAL)
     assert not is_job(FIXTURE.parent) and not is_job(tmp_path / "missing") and not is_job(FIXTURE / "result.json")

@@ -14,6 +14,7 @@ is an ``ImportError_`` naming the file and what is wrong.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import re
@@ -177,8 +178,10 @@ class _Reader:
         except FileNotFoundError:
             raise self.refuse(where, "is missing") from None
         except OSError as exc:
-            raise self.refuse(where, f"is not a regular file (a link or a special file is in its place: "
-                                     f"{exc.strerror})") from None
+            if exc.errno in (errno.ELOOP, errno.EINVAL, errno.ENXIO, errno.ENOTDIR):
+                raise self.refuse(where, f"is not a regular file (a link or a special file is in its place: "
+                                         f"{exc.strerror})") from None
+            raise self.refuse(where, f"cannot be read ({exc.strerror})", "make it readable") from None
         with os.fdopen(fd, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             if size > MOST_FILE_BYTES:
@@ -191,12 +194,12 @@ class _Reader:
             raise self.refuse(where, f"is more than the {MOST_FILE_BYTES} bytes read of one file")
         self.read += len(data)
         try:
-            return json.loads(data.decode("utf-8"))
+            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
         except UnicodeDecodeError as exc:
             raise self.refuse(where, f"is not UTF-8 text ({exc})") from None
         except json.JSONDecodeError as exc:
             raise self.refuse(where, f"is not valid JSON (cut short or edited? {exc})") from None
-        except (ValueError, RecursionError) as exc:  # a number of too many digits, nesting too deep
+        except (ValueError, RecursionError) as exc:  # NaN, a number of too many digits, nesting too deep
             raise self.refuse(where, f"is not JSON that can be read ({type(exc).__name__}: "
                                      f"{trees.shown(str(exc))[:200]})") from None
 
@@ -206,6 +209,8 @@ class _Reader:
         except ImportError_ as exc:
             raise self.refuse(str(self.path), f"has {exc}: more than the {MOST_TRIALS} trials read of one job",
                               "import a smaller job") from None
+        except OSError as exc:
+            raise self.refuse(str(self.path), f"cannot be listed ({exc.strerror})", "make it readable") from None
         for name in (b"config.json", b"result.json"):
             if name not in entries:
                 raise self.refuse(str(self.path), f"holds no {os.fsdecode(name)}: it is not a Harbor job folder",
@@ -333,16 +338,24 @@ def _text(config: Mapping[str, Any], key: str, reader: _Reader) -> str:
     return "unknown"
 
 
-def _plain(value: Any) -> Any:
-    """A value of a job's result.json shown as the run's details: JSON scalars and small lists/objects."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no number Harbor writes")
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A value of a job's result.json shown as the run's details: JSON scalars and small lists and objects
+    (at most 20 items, 4 levels: what is deeper is None)."""
     if isinstance(value, (bool, int, float)) or value is None:
         return value
     if isinstance(value, str):
         return trees.shown(value[:MOST_NAME_CHARS])
+    if depth >= 4:
+        return None
     if isinstance(value, list):
-        return [_plain(item) for item in value[:20]]
+        return [_plain(item, depth + 1) for item in value[:20]]
     if isinstance(value, Mapping):
-        return {trees.shown(str(key)[:MOST_NAME_CHARS]): _plain(item) for key, item in list(value.items())[:20]}
+        return {trees.shown(str(key)[:MOST_NAME_CHARS]): _plain(item, depth + 1)
+                for key, item in list(value.items())[:20]}
     return None
 
 
@@ -406,7 +419,8 @@ def _trial(result: Mapping[str, Any], where: str, reader: _Reader) -> dict[str, 
         provider = _field(model_info, "provider", (str,), f"{where}: agent_info.model_info", reader)
         if provider and "/" not in model:
             model = _name(f"{provider}/{model}", f"{where}: agent_info.model_info", reader)
-    dataset = _field(result, "source", (str,), where, reader)
+    dataset = result.get("source")
+    dataset = _name(dataset, f"{where}: source", reader) if dataset is not None else None
     steps = _field(result, "step_results", (list,), where, reader) or []
     steps = [_object(step, f"{where}: step_results", reader) for step in steps[:1000]]
 

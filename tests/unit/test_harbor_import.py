@@ -175,7 +175,8 @@ def test_a_truncated_result_json_is_refused(job: Path):
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe not utf-8", b"[" * 100_000 + b"]" * 100_000, b"1" * 5000,
-                                     b'["a list"]'])
+                                     b'["a list"]', b'{"task_name": "t", "trial_name": "n", "verifier_result": '
+                                                    b'{"rewards": {"reward": NaN}}}'])
 def test_malformed_content_is_refused(job: Path, content: bytes):
     (job / TRIAL / "result.json").write_bytes(content)
     refused(job, TRIAL, "result.json")
@@ -184,6 +185,7 @@ def test_malformed_content_is_refused(job: Path, content: bytes):
 @pytest.mark.parametrize(("field", "value"), [
     ("task_name", 3), ("task_name", "x" * 1000), ("task_name", "a\nb"), ("verifier_result", {"rewards": {"r": "1"}}),
     ("agent_result", {"n_input_tokens": "many"}), ("started_at", "yesterday"), ("agent_info", ["terminus"]),
+    ("source", "data\x1b[2Jset"), ("exception_info", {"exception_type": "E" * 300}),
 ])
 def test_fields_not_as_harbor_writes_them_are_refused(job: Path, field: str, value):
     path = job / TRIAL / "result.json"
@@ -205,6 +207,24 @@ def test_a_job_of_two_agents_is_refused(job: Path):
     data["agent_info"]["name"] = "oracle"
     path.write_text(json.dumps(data))
     assert "2 agent and model pairs" in refused(job)
+
+
+def test_deep_metrics_in_the_jobs_result_are_cut_not_a_traceback(job: Path):
+    data = json.loads((job / "result.json").read_text())
+    deep: object = 1
+    for _ in range(900):
+        deep = [deep]
+    data["stats"]["evals"]["terminus-2__gpt-4o-mini__example_exact_match"]["metrics"] = deep
+    (job / "result.json").write_text(json.dumps(data))
+    metrics = read_job(job).details["metrics"]["terminus-2__gpt-4o-mini__example_exact_match"]
+    assert metrics == [[[[None]]]]
+
+
+def test_an_unreadable_result_json_is_refused(job: Path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    (job / TRIAL / "result.json").chmod(0)
+    assert "cannot be read" in refused(job, TRIAL, "result.json")
 
 
 def test_a_missing_job_file_is_refused(job: Path, tmp_path: Path):

@@ -23,12 +23,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentcompass import layout
 from agentcompass._util import trees
 from agentcompass.imports import ImportedAttempt, ImportedRun, ImportError_
 from agentcompass.runtime.models.result import FailureClass, TaskStatus
 
-JOB_FILE = "result.json"  # the JobResult; a trial's TrialResult has the same name in its folder
-CONFIG_FILE = "config.json"
+# Harbor's file names (bytes, as the kernel gives names), not a run's (agentcompass.layout names those)
+RESULT = b"result.json"  # the job's JobResult; in a trial's folder, its TrialResult
+CONFIG = b"config.json"  # the job's JobConfig; in a trial's folder, its TrialConfig (never read)
+TRIAL_MARKS = (b"trial.log", b"verifier")  # what a trial's folder holds and a job's does not
+RUN_REQUEST = os.fsencode(os.path.basename(layout.request_file(".")))  # an agentcompass run's folder holds it
 MOST_TRIALS = 100_000
 MOST_FILE_BYTES = 16 * 1024 * 1024
 MOST_TOTAL_BYTES = 1024 * 1024 * 1024  # every file read for one job together
@@ -92,11 +96,10 @@ def is_job(path: str | os.PathLike) -> bool:
     except (OSError, ValueError):
         return False
     try:
-        present = {name for name in (b"config.json", b"result.json", b"request.json", b"trial.log", b"verifier")
-                   if _exists(name, fd)}
+        present = {name for name in (CONFIG, RESULT, RUN_REQUEST, *TRIAL_MARKS) if _exists(name, fd)}
     finally:
         os.close(fd)
-    if not {b"config.json", b"result.json"} <= present or present & {b"request.json", b"trial.log", b"verifier"}:
+    if not {CONFIG, RESULT} <= present or present & {RUN_REQUEST, *TRIAL_MARKS}:
         return False
     # a trial's folder holds config.json and result.json too: it is the one whose parent is a job
     parent = os.path.dirname(os.path.realpath(os.fspath(path)))
@@ -105,7 +108,7 @@ def is_job(path: str | os.PathLike) -> bool:
     except OSError:
         return True
     try:
-        return not (_exists(b"config.json", fd) and _exists(b"result.json", fd) and not _exists(b"request.json", fd))
+        return not (_exists(CONFIG, fd) and _exists(RESULT, fd) and not _exists(RUN_REQUEST, fd))
     finally:
         os.close(fd)
 
@@ -211,12 +214,12 @@ class _Reader:
                               "import a smaller job") from None
         except OSError as exc:
             raise self.refuse(str(self.path), f"cannot be listed ({exc.strerror})", "make it readable") from None
-        for name in (b"config.json", b"result.json"):
+        for name in (CONFIG, RESULT):
             if name not in entries:
                 raise self.refuse(str(self.path), f"holds no {os.fsdecode(name)}: it is not a Harbor job folder",
                                   "name the folder `harbor run` wrote (jobs/<job name>)")
-        config = _object(self.json_file(fd, b"config.json"), self.where("config.json"), self)
-        result = _object(self.json_file(fd, b"result.json"), self.where("result.json"), self)
+        config = _object(self.json_file(fd, CONFIG), self.where(CONFIG), self)
+        result = _object(self.json_file(fd, RESULT), self.where(RESULT), self)
         trials: list[dict[str, Any]] = []
         unfinished = 0
         for name, kind in sorted(entries.items()):
@@ -254,21 +257,21 @@ class _Reader:
         except OSError as exc:
             raise self.refuse(self.where(name), f"cannot be opened as a folder ({exc.strerror})") from None
         try:
-            info = os.lstat(b"result.json", dir_fd=fd)
+            info = os.lstat(RESULT, dir_fd=fd)
         except FileNotFoundError:
             os.close(fd)
             return None
         except OSError as exc:
             os.close(fd)
-            raise self.refuse(self.where(name, b"result.json"), f"cannot be read ({exc.strerror})") from None
+            raise self.refuse(self.where(name, RESULT), f"cannot be read ({exc.strerror})") from None
         try:
             if stat.S_ISLNK(info.st_mode):
-                raise self.refuse(self.where(name, b"result.json"), "is a symbolic link; an import never follows "
+                raise self.refuse(self.where(name, RESULT), "is a symbolic link; an import never follows "
                                                                     "one", "replace the link by the file")
-            data = self.json_file(fd, name, b"result.json")
+            data = self.json_file(fd, name, RESULT)
         finally:
             os.close(fd)
-        return _trial(_object(data, self.where(name, b"result.json"), self), self.where(name, b"result.json"), self)
+        return _trial(_object(data, self.where(name, RESULT), self), self.where(name, RESULT), self)
 
     def run(self, config: Mapping[str, Any], result: Mapping[str, Any], trials: list[dict[str, Any]],
             unfinished: int) -> ImportedRun:
@@ -281,7 +284,7 @@ class _Reader:
         harness, model = pairs[0] if pairs else (_text(config, "agents", self), "none")
         datasets = sorted({t["dataset"] for t in trials if t["dataset"]})
         job_name = config.get("job_name") if isinstance(config.get("job_name"), str) else None
-        run_id = _name(job_name or self.path.name, self.where("config.json") + ": job_name", self)
+        run_id = _name(job_name or self.path.name, self.where(CONFIG) + ": job_name", self)
         # the trials of one task are its attempts, in the order they started (then by the trial's name)
         trials.sort(key=lambda t: (t["task_id"], t["started"], t["trial"]))
         attempts = []
@@ -334,7 +337,7 @@ def _text(config: Mapping[str, Any], key: str, reader: _Reader) -> str:
     agents = config.get(key)
     if isinstance(agents, list) and agents and isinstance(agents[0], Mapping) and isinstance(agents[0].get("name"),
                                                                                            str):
-        return _name(agents[0]["name"], reader.where("config.json") + ": agents[0].name", reader)
+        return _name(agents[0]["name"], reader.where(CONFIG) + ": agents[0].name", reader)
     return "unknown"
 
 

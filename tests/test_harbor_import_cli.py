@@ -1,6 +1,6 @@
 """The Harbor job of tests/data/harbor_job (written through Harbor's own models) read as a run by the commands:
 ``runs`` and ``export`` show it, ``compare`` pairs it with an agentcompass run of the same task ids, ``report``
-refuses it; nothing is written into the folder.
+writes its pages only to a folder the user names; nothing is written into the folder.
 
 The agentcompass run answers every example_exact_match question right (a scripted endpoint on 127.0.0.1); the
 job passes capital-france's first trial only, so the flips are known.
@@ -14,18 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agentcompass import imports
 from agentcompass.benchmarks.example_exact_match import _QUESTIONS
 from agentcompass.testing.endpoint import ScriptedEndpoint, completion
 from conftest import agentcompass
 
 pytestmark = pytest.mark.e2e
 JOB = Path(__file__).resolve().parent / "data" / "harbor_job"
-
-if not hasattr(imports, "read_import"):  # the commands' wiring of imports is merged apart
-    pytest.skip("agentcompass.imports.read_import (the commands' wiring of imports) is not here yet",
-                allow_module_level=True)
-
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int, int]]:
     found = {}
@@ -89,6 +83,10 @@ def test_runs_export_and_report_of_a_harbor_job(made: Path):
     assert by["capital-france", 1]["prompt_tokens"] == 812 and by["capital-france", 1]["run_seconds"] == 4.0
     report = agentcompass(made, "report", str(JOB))
     assert report.returncode == 2 and "Traceback" not in report.stderr, report.stderr[-3000:]
+    # its report goes to a folder the user names, never into the job
+    report = agentcompass(made, "report", str(JOB), "--out", "harbor-report")
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "capital-japan" in (made / "harbor-report" / "data" / "attempts.js").read_text()
     assert snapshot(JOB) == before
 
 

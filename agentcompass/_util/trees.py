@@ -177,11 +177,18 @@ def kind_of(mode: int) -> str:
     return "other"
 
 
-def _entries(fd: int) -> list[tuple[bytes, str]]:
-    """(name, kind) of a folder's entries in name order; the kind from the listing where it tells."""
-    found = []
-    with os.scandir(fd) as entries:
-        for entry in entries:
+class TooManyEntries(ValueError):
+    """A folder holds more entries than its reader takes (``entries(fd, most)``)."""
+
+
+def entries(fd: int, most: int | None = None) -> list[tuple[bytes, str]]:
+    """(name, kind) of a folder's entries in name order, never through a link; the kind from the listing where
+    it tells. More than ``most`` entries (when given) is ``TooManyEntries``, raised before any more is read."""
+    found: list[tuple[bytes, str]] = []
+    with os.scandir(fd) as listing:
+        for entry in listing:
+            if most is not None and len(found) >= most:
+                raise TooManyEntries(f"more than {most} entries")
             if entry.is_symlink():
                 kind = "link"
             elif entry.is_dir(follow_symlinks=False):
@@ -208,7 +215,7 @@ def walk(root: str | os.PathLike | bytes, *, most_depth: int = 64,
     (OSError otherwise).
     """
     fd = _open_dir(os.fsencode(root), None)
-    stack: list[tuple[int, bytes, Iterator[tuple[bytes, str]]]] = [(fd, b"", iter(_entries(fd)))]
+    stack: list[tuple[int, bytes, Iterator[tuple[bytes, str]]]] = [(fd, b"", iter(entries(fd)))]
     try:
         while stack:
             fd, prefix, names = stack[-1]
@@ -236,7 +243,7 @@ def walk(root: str | os.PathLike | bytes, *, most_depth: int = 64,
                     except OSError:
                         continue
                     try:
-                        listing = _entries(child)
+                        listing = entries(child)
                     except OSError:
                         os.close(child)
                         continue

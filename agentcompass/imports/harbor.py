@@ -139,26 +139,6 @@ def read_job(path: str | os.PathLike) -> ImportedRun:
         os.close(fd)
 
 
-def _listing(fd: int, most: int) -> dict[bytes, str]:
-    """The entries of the folder ``fd`` (name -> kind: file, dir, link or other), never through a link; more
-    than ``most`` is an ImportError_ (raised by the caller's message)."""
-    found: dict[bytes, str] = {}
-    with os.scandir(fd) as entries:
-        for entry in entries:
-            if len(found) >= most:
-                raise ImportError_(f"more than {most} entries")
-            if entry.is_symlink():
-                kind = "link"
-            elif entry.is_dir(follow_symlinks=False):
-                kind = "dir"
-            elif entry.is_file(follow_symlinks=False):
-                kind = "file"
-            else:
-                kind = "other"
-            found[os.fsencode(entry.name)] = kind
-    return found
-
-
 class _Reader:
     """One read of one job folder: the bytes read so far (for the total cap) and where each file is."""
 
@@ -208,8 +188,8 @@ class _Reader:
 
     def job(self, fd: int) -> ImportedRun:
         try:
-            entries = _listing(fd, most=MOST_TRIALS + 1000)
-        except ImportError_ as exc:
+            entries = dict(trees.entries(fd, most=MOST_TRIALS + 1000))
+        except trees.TooManyEntries as exc:
             raise self.refuse(str(self.path), f"has {exc}: more than the {MOST_TRIALS} trials read of one job",
                               "import a smaller job") from None
         except OSError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcompass.imports import ImportError_
+from agentcompass.imports import ImportError_, harbor
 from agentcompass.imports.harbor import MOST_FILE_BYTES, failure_class_of, is_job, read_job, score_of
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "harbor_job"
@@ -233,3 +233,10 @@ def test_a_missing_job_file_is_refused(job: Path, tmp_path: Path):
     assert "holds no config.json" in refused(job)
     with pytest.raises(ImportError_, match="not a Harbor job folder"):
         read_job(tmp_path / "nowhere")
+
+
+def test_a_job_of_more_entries_than_it_reads_is_refused_before_they_are_read(job: Path, monkeypatch):
+    monkeypatch.setattr(harbor, "MOST_TRIALS", 1)  # the job holds 6 trials and its own files: over 1 + 1000
+    for n in range(1000):
+        (job / f"extra-{n}").mkdir()
+    assert "more than the 1 trials read of one job" in refused(job)

@@ -22,6 +22,7 @@ from agentcompass.benchmarks.task_dir import SHIPPED_TASKS
 from agentcompass.environments.netns import network_isolation
 from agentcompass.testing.endpoint import ALL_PROTOCOLS, ScriptedEndpoint
 from conftest import clean_env, files_holding, snakemake
+from test_atif_export import agent_steps, check_usage, exported
 from test_installed_agents import FINAL, GLIBC_IMAGE, KEY_VARIABLE, shell_reply
 
 
@@ -88,3 +89,13 @@ def test_every_installed_agent_solves_a_task_dir_task_on_both_providers(installe
     holding, scanned = files_holding(secret, workdir / "results", workdir / ".snakemake")
     assert scanned > 50 and holding == []
     assert secret not in done.stdout + done.stderr
+    # each agent's attempt exports as ATIF that Harbor's own models validate: its shell call a tool call with
+    # its output, its tokens the attempt's
+    runs = [workdir / f"results/default/{name}" for name in config["requests"]]
+    documents = exported(workdir, tmp_path / "atif", *runs)
+    assert len(documents) == len(runs)
+    for name, document in documents.items():
+        run_id = name.split("/")[1]
+        called = [c for s in agent_steps(document) for c in s.get("tool_calls") or ()]
+        assert called and "hello.txt" in json.dumps([c["arguments"] for c in called]), name
+        check_usage(document, workdir / f"results/default/{run_id}/attempts/hello-file/1")

@@ -242,7 +242,8 @@ def rows(run: Run, results: Mapping[tuple[str, int], dict] | None = None,
 def imported_rows(run: Run) -> Iterator[dict[str, Any]]:
     """The rows (``rows``) of a run another tool wrote: one per attempt its reader found, with the keys of
     ``COLUMNS``. Never scanned (``flagged``, ``flags`` None), left out only for an infrastructure failure
-    (``left_out``), priced by no model.pricing (no cost), with no attempt folder."""
+    (``left_out``), priced by no model.pricing: its cost is the one the source gives (``usage["cost_usd"]``:
+    Harbor's), else none; with no attempt folder."""
     assert run.imported is not None
     base = {"namespace": run.namespace, "run_id": run.run_id, "request": run.name,
             "benchmark": run.component("benchmark"), "harness": run.component("harness"),
@@ -257,6 +258,9 @@ def imported_rows(run: Run) -> Iterator[dict[str, Any]]:
                         **{key: found.usage.get(key) or 0 for key in _CACHED},
                         **{key: found.timings.get(key) for key in _TIMINGS},
                         **paid_and_saved(found.usage, None)})
+            paid = found.usage.get("cost_usd")  # what the source says was paid (Harbor's agent result), as it says
+            if isinstance(paid, (int, float)) and not isinstance(paid, bool):
+                row["cost_usd"] = round(float(paid), COST_DIGITS)
             row["left_out"] = left_out(row)
         yield {column: row.get(column) for column in COLUMNS}
 
@@ -770,6 +774,10 @@ def stats(table: Iterable[dict[str, Any]], pricing: Mapping[str, float] | None =
     completion = sum(row["completion_tokens"] or 0 for row in table)
     cached = {key: int(sum(row.get(key) or 0 for row in table)) for key in _CACHED}
     paid = paid_and_saved({"prompt_tokens": prompt, "completion_tokens": completion, **cached}, pricing)
+    if pricing is None:  # no prices: the cost the attempts' source reported, when it did (an import's: Harbor's)
+        reported = [row["cost_usd"] for row in table if row.get("cost_usd") is not None]
+        if reported:
+            paid["cost_usd"] = round(sum(reported), COST_DIGITS)
     walls = [(row["run_seconds"] or 0) + (row["evaluate_seconds"] or 0) for row in table
              if row["run_seconds"] is not None or row["evaluate_seconds"] is not None]
     return {

@@ -74,6 +74,10 @@ def test_runs_export_and_report_of_a_harbor_job(made: Path):
     assert (found["namespace"], found["run_id"], found["attempts_done"], found["attempts_total"]) == (
         "imported", "harbor_job", 6, 6)
     assert found["failures"] == {"infrastructure": 1, "limit": 1} and found["accuracy"] == pytest.approx(0.2)
+    # no prices: the cost is what the job's agent results say they cost, summed (every view reads that sum)
+    reported = [json.loads(p.read_text())["agent_result"].get("cost_usd") for p in JOB.glob("*/result.json")
+                if (json.loads(p.read_text()).get("agent_result") or {}).get("cost_usd") is not None]
+    assert reported and found["cost_usd"] == pytest.approx(sum(reported))
     done = agentcompass(made, "export", str(JOB), "--format", "jsonl")
     assert done.returncode == 0, done.stderr[-3000:]
     by = {(r["task_id"], r["attempt"]): r for r in map(json.loads, done.stdout.splitlines())}

@@ -22,6 +22,8 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from agentcompass.errors import AgentCompassError
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # a regular file, opened without following a link and without blocking on a FIFO put in its place
@@ -177,7 +179,7 @@ def kind_of(mode: int) -> str:
     return "other"
 
 
-class TooManyEntries(ValueError):
+class TooManyEntries(AgentCompassError, ValueError):
     """A folder holds more entries than its reader takes (``entries(fd, most)``)."""
 
 

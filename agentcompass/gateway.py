@@ -223,7 +223,9 @@ def error_reply(protocol: str, status: int, message: str, code: str) -> bytes:
 
 
 def _decoded(data: bytes, content_type: str = "") -> Any:
-    """A body as the trajectory keeps it: JSON, the events of a stream, or text; cut past ``RECORD_LIMIT``."""
+    """A body as the trajectory keeps it: JSON, the events of a stream, or text; cut past ``RECORD_LIMIT``.
+    What json cannot read (not JSON, or nested past its recursion limit: the agent's or the model's bytes)
+    is kept as text."""
     if len(data) > RECORD_LIMIT:
         return recorded_body(data)
     text = data.decode(errors="replace")
@@ -233,13 +235,28 @@ def _decoded(data: bytes, content_type: str = "") -> Any:
             if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
                 try:
                     events.append(json.loads(line[5:]))
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     events.append(line[5:].strip())
         return events
     try:
         return json.loads(text) if text else None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return text
+
+
+def _record_line(record: dict, bodies: tuple | None) -> str:
+    """``record`` as one line of the trajectory. A body json read but cannot write back (nested near its
+    recursion limit, which the record's own levels pass) is kept as its text instead."""
+    try:
+        return json.dumps(record, sort_keys=True)
+    except (RecursionError, ValueError):
+        if bodies is None:
+            raise
+        body, _, data, _ = bodies
+        record["request"] = recorded_body(body) if len(body) > RECORD_LIMIT else body.decode(errors="replace")
+        if data is not None:
+            record["reply"] = recorded_body(data) if len(data) > RECORD_LIMIT else data.decode(errors="replace")
+        return json.dumps(record, sort_keys=True)
 
 
 def _model_of(body: bytes) -> str:
@@ -838,5 +855,5 @@ class ModelGateway:
                                                 latency_seconds=call_latency)
                 self.last_call_status = record["status"]
             with self._trajectory_path.open("a", encoding="utf-8") as log:
-                log.write(json.dumps(record, sort_keys=True) + "\n")
+                log.write(_record_line(record, bodies) + "\n")
         return prompt, completion

@@ -13,12 +13,13 @@ both providers. The trajectory holds neither.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from adversarial.test_gateway import CHAT, LoopbackUpstream, over_socket, parse_reply, raw_request
-from agentcompass.gateway import KEY_PLACEHOLDER, ModelGateway
+from agentcompass.gateway import KEY_PLACEHOLDER, ModelGateway, _record_line
 from agentcompass.secrets import resolve_secret
 from agentcompass.testing.endpoint import QuietHandler, send_json
 from environments.conftest import isolating_provider, provider  # noqa: F401 (fixtures)
@@ -101,3 +102,60 @@ def test_from_the_sandbox_the_echoed_key_never_arrives_on_both_providers(
     status, parsed, _ = parse_reply(reply.stdout)
     assert status == 200 and parsed is not None and parsed["echo"]["Authorization"] == f"Bearer {KEY_PLACEHOLDER}"
     assert KEY not in reply.stdout and ORG_VALUE not in reply.stdout
+
+
+# a JSON value nested this deep: past what Python's json module can read or write (its recursion limit)
+DEPTH = 100_000
+
+
+class DeepUpstream(LoopbackUpstream):
+    """An upstream whose reply holds a value nested ``DEPTH`` levels deep beside an ordinary answer."""
+
+    def __enter__(self) -> "DeepUpstream":
+        class Handler(QuietHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                data = (b'{"choices": [{"message": {"role": "assistant", "content": "ok"}}], '
+                        b'"usage": {"prompt_tokens": 3, "completion_tokens": 1}, "deep": '
+                        + b"[" * DEPTH + b"]" * DEPTH + b"}")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return self.serve(Handler)
+
+
+def test_a_request_and_a_reply_nested_past_the_json_module_are_passed_and_recorded_as_text(tmp_path: Path):
+    """An agent's request and a model's reply that no json call can read or write whole (a value 100,000 levels
+    deep) go through the gateway as they are, the call counts, and its record keeps them as text."""
+    trajectory = tmp_path / "trajectory.jsonl"
+    deep_request = CHAT[:-1] + ', "deep": ' + "[" * DEPTH + "]" * DEPTH + "}"
+    with DeepUpstream() as upstream, ModelGateway(upstream.base_url, KEY, trajectory) as gateway:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect(str(gateway.socket_path))
+            conn.sendall(raw_request("POST", "/chat/completions", gateway.token, deep_request))
+            conn.shutdown(socket.SHUT_WR)
+            reply = b"".join(iter(lambda: conn.recv(1 << 20), b""))
+        usage = gateway.usage()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"200" and body.endswith(b"]" * 1000 + b"}"), head
+    assert usage["calls"] == 1
+    (record,) = [json.loads(line) for line in trajectory.read_text().splitlines()]
+    assert record["status"] == 200
+    for side in ("request", "reply"):
+        assert isinstance(record[side], str) and '"deep": [[[' in record[side], side
+
+
+def test_a_body_json_reads_but_cannot_write_back_in_its_record_is_kept_as_text():
+    """A value json read near its recursion limit may be one it cannot write inside a record (the record's own
+    levels come on top): the line keeps that body's text, and the rest of the record as it was."""
+    deep: list = []
+    for _ in range(DEPTH):  # what json.loads made of a body just within its limit, and deeper: json.dumps fails
+        deep = [deep]
+    data = b'{"deep": [[["..."]]]}'
+    record = {"status": 200, "request": {"model": "m"}, "reply": {"deep": deep}}
+    line = json.loads(_record_line(record, (b'{"model": "m"}', "application/json", data, "application/json")))
+    assert line["status"] == 200 and line["reply"] == data.decode() and line["request"] == '{"model": "m"}'

@@ -22,8 +22,10 @@ from .invocation import Invocation
 
 # the stages a shard's inner run builds: an attempt's
 ATTEMPT_STAGES = where(in_shards=True)
-# the attempt stages after the one writing its result (scan: scan.json), whose files the metrics count too
-AFTER_RESULT = ATTEMPT_STAGES[[s.name for s in ATTEMPT_STAGES].index(LAST_ATTEMPT_STAGE) + 1:]
+# the attempt stage whose files metrics.json counts the flags of (scan: scan.json, kind ``scan``), as
+# ``results.SCAN_FILE`` names it; no other stage after the result (one of a user's that metrics.json does not
+# read never rebuilds it)
+AFTER_RESULT = tuple(s for s in ATTEMPT_STAGES if any(o.kind == "scan" for o in s.outputs))
 # the scopes in the order their files are targets: the run folder's first, then the tasks', the attempts'
 # or the shards'
 TARGET_ROWS: tuple[Scope, ...] = tuple(sorted(SCOPE_ROWS, key=lambda row: not row.per_request))

@@ -179,7 +179,9 @@ def test_a_truncated_result_json_is_refused(job: Path):
                                                     b'{"rewards": {"reward": NaN}}}'])
 def test_malformed_content_is_refused(job: Path, content: bytes):
     (job / TRIAL / "result.json").write_bytes(content)
-    refused(job, TRIAL, "result.json")
+    message = refused(job, TRIAL, "result.json")
+    # the message quotes none of the content at length, and nothing of it unescaped
+    assert len(message) < 1000 and "\xff" not in message and "1" * 500 not in message, message
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -192,7 +194,9 @@ def test_fields_not_as_harbor_writes_them_are_refused(job: Path, field: str, val
     data = json.loads(path.read_text())
     data[field] = value
     path.write_text(json.dumps(data))
-    refused(job, TRIAL, "result.json")
+    message = refused(job, TRIAL, "result.json")
+    # it names the field, and quotes the value bounded and escaped (never a terminal escape or a line break)
+    assert field in message and len(message) < 1000 and "\x1b" not in message and "a\nb" not in message, message
 
 
 def test_a_trial_folder_with_a_name_that_is_not_utf8_is_refused(job: Path):
